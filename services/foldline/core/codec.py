@@ -1,0 +1,57 @@
+"""Canonical encoding: the only place in foldline that turns values into bytes.
+
+Canonical JSON (used for stored events, export lines, fold entries and digests) is UTF-8, object keys
+sorted by code point, no insignificant whitespace, integers without exponent, non-finite floats
+rejected. ``orjson`` does the work; it is a pure encoder (no I/O), so the core may use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import orjson
+
+from .frozen import FrozenDict
+
+__all__ = ["DIGEST_PREFIX", "canonical_json", "digest_bytes", "loads", "sha256_hex"]
+
+DIGEST_PREFIX = "sha256:"
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, FrozenDict):
+        return value.to_dict()
+    raise TypeError(f"cannot encode {type(value).__name__} canonically")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode ``value`` as canonical JSON bytes."""
+    try:
+        return orjson.dumps(value, default=_default, option=_OPTS)
+    except orjson.JSONEncodeError as exc:  # pragma: no cover - message passthrough
+        raise TypeError(str(exc)) from exc
+
+
+def check_finite(value: float, what: str) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+
+
+def loads(data: bytes | str) -> Any:
+    """Decode JSON text; raises ``ValueError`` on malformed input."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"malformed JSON: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_bytes(data: bytes) -> str:
+    """The ``sha256:<hex>`` digest foldline records for a byte string."""
+    return DIGEST_PREFIX + hashlib.sha256(data).hexdigest()

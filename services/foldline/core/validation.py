@@ -1,0 +1,277 @@
+"""The rules every session log obeys, checked event by event on append and on load.
+
+:class:`LogRules` holds the little state the rules need (next seq, the visible surface, tool calls,
+header presence, a pending compaction) and checks one event in O(1) amortized time — a surface
+replace costs the size of the replaced range. :meth:`LogRules.check_batch` is all-or-nothing: on a
+failure, every change made by the batch is undone and the typed error names the seq and rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ..errors import ValidationError
+from .events import (
+    AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    ReplaceOp,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
+    UserMessage,
+)
+from .wire import LEGACY_TYPES
+
+__all__ = ["LogRules", "SurfaceNode", "check_log"]
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceNode:
+    """One visible entry of the surface: which event it is and, for tool results, its call id."""
+
+    seq: int
+    type: str
+    call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+
+class LogRules:
+    """Incremental validator for one session's log."""
+
+    __slots__ = (
+        "_compaction_pending",
+        "_results",
+        "_undo",
+        "call_ids",
+        "has_header",
+        "next_seq",
+        "surface",
+        "surface_generation",
+    )
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+        self.surface: list[SurfaceNode] = []
+        self.surface_generation = 0
+        self.call_ids: set[str] = set()
+        self._results: set[str] = set()
+        self.has_header = False
+        self._compaction_pending = False
+        self._undo: list[Callable[[], None]] | None = None
+
+    # -------------------------------------------------------------- public
+
+    def check_batch(self, events: Sequence[Envelope]) -> list[tuple[int, int] | None]:
+        """Check and apply ``events``; all-or-nothing. Returns each event's surface change.
+
+        For each event: ``None`` when it does not touch the surface, ``(pos, pos)`` for an append at
+        position ``pos``, ``(start, end)`` for a replace of that inclusive range.
+        """
+        self._undo = []
+        try:
+            changes = [self._check(e) for e in events]
+        except BaseException:
+            for undo in reversed(self._undo):
+                undo()
+            raise
+        finally:
+            self._undo = None
+        return changes
+
+    def check(self, event: Envelope) -> tuple[int, int] | None:
+        return self.check_batch((event,))[0]
+
+    def at_batch_boundary(self) -> bool:
+        """False while a compaction summary still awaits its replacing user/message."""
+        return not self._compaction_pending
+
+    # -------------------------------------------------------------- internals
+
+    def _set(self, name: str, value: object) -> None:
+        old = getattr(self, name)
+        assert self._undo is not None
+        self._undo.append(lambda: setattr(self, name, old))
+        setattr(self, name, value)
+
+    def _add(self, target: set[str], value: str) -> None:
+        assert self._undo is not None
+        if value not in target:
+            target.add(value)
+            self._undo.append(lambda: target.discard(value))
+
+    def _check(self, e: Envelope) -> tuple[int, int] | None:
+        seq = e.seq
+        if seq != self.next_seq:
+            raise ValidationError(
+                "seq-gapless", f"expected seq {self.next_seq} (seqs are gapless from 0), got {seq}", seq=seq
+            )
+        if e.time < 0:
+            raise ValidationError("time", "time must be epoch milliseconds >= 0", seq=seq)
+        data = e.data
+        if self._compaction_pending and not (isinstance(data, UserMessage) and data.source == "compaction"):
+            raise ValidationError(
+                "compaction-replacement",
+                "compaction/summary must be followed immediately by the replacing user/message (source 'compaction')",
+                seq=seq,
+            )
+        change: tuple[int, int] | None = None
+        match data:
+            case UserMessage():
+                if data.source == "compaction":
+                    if not self._compaction_pending:
+                        raise ValidationError(
+                            "compaction-replacement",
+                            "a user/message with source 'compaction' must follow a compaction/summary",
+                            seq=seq,
+                        )
+                    if not isinstance(data.surface_op, ReplaceOp):
+                        raise ValidationError(
+                            "compaction-replacement", "the compaction user/message must be a surface replace", seq=seq
+                        )
+                    self._set("_compaction_pending", False)
+                change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
+            case AssistantMessage():
+                change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
+            case ToolResult():
+                if data.call_id not in self.call_ids:
+                    raise ValidationError(
+                        "tool-result-call",
+                        f"tool/result for callId {data.call_id!r} has no earlier tool/call",
+                        seq=seq,
+                    )
+                node = SurfaceNode(seq, data.TYPE, data.call_id, data.name, data.is_error)
+                if data.surface_op == "append":
+                    if data.call_id in self._results:
+                        raise ValidationError(
+                            "tool-result-call",
+                            f"callId {data.call_id!r} already has a tool/result; change it with a replace",
+                            seq=seq,
+                        )
+                    self._add(self._results, data.call_id)
+                change = self._surface(seq, data.surface_op, data.source_event_seqs, node, data)
+            case ToolCall():
+                if data.call_id in self.call_ids:
+                    raise ValidationError("tool-call-id", f"callId {data.call_id!r} is used twice", seq=seq)
+                self._add(self.call_ids, data.call_id)
+            case RequestHeader():
+                if data.reason == "initial" and self.has_header:
+                    raise ValidationError(
+                        "header-reason",
+                        "reason 'initial' is only for a session's first header; a new loop instance writes 'resume'",
+                        seq=seq,
+                    )
+                if data.reason == "change" and not self.has_header:
+                    raise ValidationError(
+                        "header-reason", "reason 'change' needs an earlier header snapshot to change", seq=seq
+                    )
+                if not self.has_header:
+                    self._set("has_header", True)
+            case CompactionSummary():
+                self._set("_compaction_pending", True)
+            case UnknownEvent():
+                if not e.ignorable:
+                    raise ValidationError("unknown-type", f"unknown event type {data.type!r}", seq=seq)
+                if data.type in LEGACY_TYPES:
+                    raise ValidationError("legacy-header-delta", f"{data.type!r} is a removed legacy event", seq=seq)
+            case (
+                TurnStart()
+                | TurnEnd()
+                | StepStart()
+                | StepEnd()
+                | RequestDispatch()
+                | SessionEndSeed()
+                | CompactionStart()
+                | CompactionEnd()
+                | AttachmentQuarantine()
+            ):
+                pass
+        self._set("next_seq", seq + 1)
+        return change
+
+    def _surface(
+        self,
+        seq: int,
+        op: object,
+        sources: tuple[int, ...] | None,
+        node: SurfaceNode,
+        result: ToolResult | None,
+    ) -> tuple[int, int]:
+        if sources is not None:
+            bad = [s for s in sources if s >= seq]
+            if bad:
+                raise ValidationError(
+                    "source-seqs", f"sourceEventSeqs may only name earlier events, got {bad}", seq=seq
+                )
+        surface = self.surface
+        assert self._undo is not None
+        if op == "append":
+            surface.append(node)
+            self._undo.append(lambda: surface.__delitem__(-1))
+            return (len(surface) - 1, len(surface) - 1)
+        assert isinstance(op, ReplaceOp)
+        start, end = op.start, op.end
+        if not (0 <= start <= end < len(surface)):
+            raise ValidationError(
+                "replace-range",
+                f"replace {start}..{end} is outside the visible surface (0..{len(surface) - 1})",
+                seq=seq,
+            )
+        hidden = surface[start : end + 1]
+        listed = set(sources or ())
+        missing = [n.seq for n in hidden if n.seq not in listed]
+        if missing:
+            raise ValidationError(
+                "replace-lists-hidden",
+                f"replace {start}..{end} hides event seq(s) {missing} without listing them in sourceEventSeqs",
+                seq=seq,
+            )
+        if result is not None:
+            target = hidden[0]
+            if start != end:
+                raise ValidationError(
+                    "tool-result-trim", "a tool/result replace must replace exactly one entry (start == end)", seq=seq
+                )
+            if target.type != ToolResult.TYPE or target.call_id != result.call_id:
+                raise ValidationError(
+                    "tool-result-trim",
+                    f"a tool/result replace must replace the tool/result of the same callId {result.call_id!r}",
+                    seq=seq,
+                )
+            if target.name != result.name or target.is_error != result.is_error:
+                raise ValidationError(
+                    "tool-result-trim",
+                    "a tool/result trim may change only its content (name and isError stay)",
+                    seq=seq,
+                )
+        # Copy-on-write: a replace produces a new surface list, so earlier snapshots stay valid.
+        new_surface = [*surface[:start], node, *surface[end + 1 :]]
+        old_surface, old_gen = self.surface, self.surface_generation
+        self.surface = new_surface
+        self.surface_generation = old_gen + 1
+
+        def undo() -> None:
+            self.surface = old_surface
+            self.surface_generation = old_gen
+
+        self._undo.append(undo)
+        return (start, end)
+
+
+def check_log(events: Iterable[Envelope]) -> LogRules:
+    """Validate a whole log from seq 0; returns the rules state at its end."""
+    rules = LogRules()
+    rules.check_batch(list(events))
+    return rules

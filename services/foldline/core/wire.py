@@ -1,0 +1,601 @@
+"""Envelope <-> plain JSON objects (the logged field names), and canonical event bytes.
+
+This is the single mapping between the frozen dataclasses and the logged form documented in
+docs/FORMAT.md. Decoding checks shape and types and raises :class:`~foldline.errors.FormatError`
+(or :class:`~foldline.errors.ValidationError` for rule breaks such as a legacy event) naming the seq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn, assert_never
+
+from ..errors import FormatError, ValidationError
+from . import codec
+from .content import (
+    ContentBlock,
+    ImageBlock,
+    ImageRef,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultPart,
+    Usage,
+)
+from .events import (
+    SURFACE_TYPES,
+    TURN_END_REASONS,
+    AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    EventData,
+    ReplaceOp,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    SurfaceOp,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
+    UserMessage,
+)
+from .frozen import FrozenDict, freeze_json
+from .header import HEADER_REASONS, CallConfig, EpochHeader, ToolSpec
+
+__all__ = [
+    "LEGACY_TYPES",
+    "block_from_json",
+    "block_to_json",
+    "config_to_json",
+    "decode_event",
+    "encode_event",
+    "envelope_from_json",
+    "envelope_to_json",
+    "header_from_json",
+    "header_to_json",
+    "usage_from_json",
+    "usage_to_json",
+]
+
+LEGACY_TYPES: frozenset[str] = frozenset({"request/header-delta"})
+
+
+# ---------------------------------------------------------------- to JSON
+
+
+def usage_to_json(u: Usage) -> dict[str, int]:
+    return {"input": u.input, "output": u.output, "cacheRead": u.cache_read, "cacheWrite": u.cache_write}
+
+
+def image_to_json(ref: ImageRef) -> dict[str, Any]:
+    return {
+        "attachmentId": ref.attachment_id,
+        "mediaType": ref.media_type,
+        "bytes": ref.bytes,
+        "width": ref.width,
+        "height": ref.height,
+    }
+
+
+def block_to_json(block: ContentBlock) -> dict[str, Any]:
+    match block:
+        case TextBlock(text=text):
+            return {"type": "text", "text": text}
+        case ImageBlock(image=image):
+            return {"type": "image", "attachment": image_to_json(image)}
+        case ToolCallBlock(id=id_, name=name, arguments=arguments):
+            return {"type": "tool-call", "id": id_, "name": name, "arguments": arguments}
+        case ToolResultBlock(tool_call_id=tcid, content=content, is_error=is_error):
+            out: dict[str, Any] = {
+                "type": "tool-result",
+                "toolCallId": tcid,
+                "content": [block_to_json(b) for b in content],
+            }
+            if is_error:
+                out["isError"] = True
+            return out
+        case _:
+            assert_never(block)
+
+
+def config_to_json(c: CallConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"provider": c.provider, "model": c.model}
+    if c.temperature is not None:
+        out["temperature"] = c.temperature
+    if c.max_tokens is not None:
+        out["maxTokens"] = c.max_tokens
+    if c.stop is not None:
+        out["stop"] = list(c.stop)
+    if c.reasoning_effort is not None:
+        out["reasoningEffort"] = c.reasoning_effort
+    return out
+
+
+def tool_spec_to_json(t: ToolSpec) -> dict[str, Any]:
+    return {"name": t.name, "description": t.description, "inputSchema": t.input_schema.to_dict()}
+
+
+def header_to_json(h: EpochHeader) -> dict[str, Any]:
+    out: dict[str, Any] = {"config": config_to_json(h.config)}
+    if h.system is not None:
+        out["system"] = h.system
+    if h.tools is not None:
+        out["tools"] = [tool_spec_to_json(t) for t in h.tools]
+    return out
+
+
+def _surface_fields(out: dict[str, Any], op: SurfaceOp, sources: tuple[int, ...] | None) -> dict[str, Any]:
+    out["surfaceOp"] = "append" if op == "append" else {"op": "replace", "start": op.start, "end": op.end}
+    if sources is not None:
+        out["sourceEventSeqs"] = list(sources)
+    return out
+
+
+def data_to_json(data: EventData) -> dict[str, Any]:
+    match data:
+        case UserMessage():
+            return _surface_fields(
+                {
+                    "id": data.id,
+                    "role": "user",
+                    "content": [block_to_json(b) for b in data.content],
+                    "source": data.source,
+                },
+                data.surface_op,
+                data.source_event_seqs,
+            )
+        case AssistantMessage():
+            out: dict[str, Any] = {
+                "id": data.id,
+                "role": "assistant",
+                "content": [block_to_json(b) for b in data.content],
+            }
+            if data.usage is not None:
+                out["usage"] = usage_to_json(data.usage)
+            if data.stop_reason is not None:
+                out["stopReason"] = data.stop_reason
+            return _surface_fields(out, data.surface_op, data.source_event_seqs)
+        case ToolResult():
+            out = {"callId": data.call_id, "name": data.name, "content": [block_to_json(b) for b in data.content]}
+            if data.is_error:
+                out["isError"] = True
+            return _surface_fields(out, data.surface_op, data.source_event_seqs)
+        case TurnStart():
+            return {"turn": data.turn}
+        case TurnEnd():
+            return {"turn": data.turn, "reason": data.reason}
+        case StepStart() | StepEnd():
+            return {"turn": data.turn, "step": data.step}
+        case ToolCall():
+            return {
+                "turn": data.turn,
+                "step": data.step,
+                "callId": data.call_id,
+                "name": data.name,
+                "arguments": data.arguments,
+            }
+        case RequestHeader():
+            return {"header": header_to_json(data.header), "reason": data.reason}
+        case RequestDispatch():
+            return {
+                "turn": data.turn,
+                "step": data.step,
+                "serializer": data.serializer,
+                "serializerVersion": data.serializer_version,
+                "digest": data.digest,
+                "bytes": data.bytes,
+            }
+        case SessionEndSeed():
+            out = {}
+            if data.parent_id is not None:
+                out["parentId"] = data.parent_id
+            if data.seed_length is not None:
+                out["seedLength"] = data.seed_length
+            return out
+        case CompactionStart():
+            return {"start": data.start, "end": data.end, "estimatedTokens": data.estimated_tokens}
+        case CompactionSummary():
+            out = {
+                "summary": data.summary,
+                "provider": data.provider,
+                "model": data.model,
+                "maxTokens": data.max_tokens,
+            }
+            if data.usage is not None:
+                out["usage"] = usage_to_json(data.usage)
+            return out
+        case CompactionEnd():
+            return {}
+        case AttachmentQuarantine():
+            return {"attachmentId": data.attachment_id, "failure": data.failure, "recovery": data.recovery}
+        case UnknownEvent():
+            return data.data.to_dict()
+        case _:
+            assert_never(data)
+
+
+def envelope_to_json(env: Envelope) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": env.type, "seq": env.seq, "time": env.time, "data": data_to_json(env.data)}
+    if env.ignorable:
+        out["ignorable"] = True
+    return out
+
+
+def encode_event(env: Envelope) -> bytes:
+    """The canonical bytes of one event: what the log stores and the export writes per line."""
+    return codec.canonical_json(envelope_to_json(env))
+
+
+# ---------------------------------------------------------------- from JSON
+
+
+class _Reader:
+    """Typed field access that fails with the seq and the field path."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: int | None) -> None:
+        self.seq = seq
+
+    def fail(self, message: str, rule: str = "format") -> NoReturn:
+        raise FormatError(rule, message, seq=self.seq)
+
+    def obj(self, value: Any, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(f"{path} must be an object, got {type(value).__name__}")
+        return value
+
+    def only(self, d: Mapping[str, Any], path: str, allowed: frozenset[str]) -> None:
+        extra = set(d) - allowed
+        if extra:
+            self.fail(f"{path} has unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+
+    def str_(self, d: Mapping[str, Any], key: str, path: str) -> str:
+        v = d.get(key)
+        if not isinstance(v, str):
+            self.fail(f"{path}.{key} must be a string, got {_tname(v)}")
+        return v
+
+    def opt_str(self, d: Mapping[str, Any], key: str, path: str) -> str | None:
+        return None if key not in d else self.str_(d, key, path)
+
+    def int_(self, d: Mapping[str, Any], key: str, path: str, minimum: int = 0) -> int:
+        v = d.get(key)
+        if not isinstance(v, int) or isinstance(v, bool):
+            self.fail(f"{path}.{key} must be an integer, got {_tname(v)}")
+        if v < minimum:
+            self.fail(f"{path}.{key} must be >= {minimum}, got {v}")
+        return v
+
+    def opt_int(self, d: Mapping[str, Any], key: str, path: str, minimum: int = 0) -> int | None:
+        return None if key not in d else self.int_(d, key, path, minimum)
+
+    def bool_(self, d: Mapping[str, Any], key: str, path: str) -> bool:
+        v = d.get(key, False)
+        if not isinstance(v, bool):
+            self.fail(f"{path}.{key} must be a boolean, got {_tname(v)}")
+        return v
+
+    def list_(self, d: Mapping[str, Any], key: str, path: str) -> list[Any]:
+        v = d.get(key)
+        if not isinstance(v, list):
+            self.fail(f"{path}.{key} must be an array, got {_tname(v)}")
+        return v
+
+
+def _tname(v: Any) -> str:
+    return "missing" if v is None else type(v).__name__
+
+
+def usage_from_json(r: _Reader, value: Any, path: str) -> Usage:
+    d = r.obj(value, path)
+    r.only(d, path, frozenset({"input", "output", "cacheRead", "cacheWrite"}))
+    return Usage(
+        input=r.int_(d, "input", path),
+        output=r.int_(d, "output", path),
+        cache_read=r.int_(d, "cacheRead", path),
+        cache_write=r.int_(d, "cacheWrite", path),
+    )
+
+
+def _image_from_json(r: _Reader, value: Any, path: str) -> ImageRef:
+    d = r.obj(value, path)
+    r.only(d, path, frozenset({"attachmentId", "mediaType", "bytes", "width", "height"}))
+    try:
+        return ImageRef(
+            attachment_id=r.str_(d, "attachmentId", path),
+            media_type=r.str_(d, "mediaType", path),
+            bytes=r.int_(d, "bytes", path),
+            width=r.int_(d, "width", path, 1),
+            height=r.int_(d, "height", path, 1),
+        )
+    except ValueError as exc:
+        r.fail(f"{path}: {exc}")
+
+
+def block_from_json(r: _Reader, value: Any, path: str) -> ContentBlock:
+    d = r.obj(value, path)
+    kind = d.get("type")
+    if kind == "text":
+        r.only(d, path, frozenset({"type", "text"}))
+        return TextBlock(r.str_(d, "text", path))
+    if kind == "image":
+        r.only(d, path, frozenset({"type", "attachment"}))
+        return ImageBlock(_image_from_json(r, d.get("attachment"), path + ".attachment"))
+    if kind == "tool-call":
+        r.only(d, path, frozenset({"type", "id", "name", "arguments"}))
+        return ToolCallBlock(r.str_(d, "id", path), r.str_(d, "name", path), r.str_(d, "arguments", path))
+    if kind == "tool-result":
+        r.only(d, path, frozenset({"type", "toolCallId", "content", "isError"}))
+        return ToolResultBlock(
+            r.str_(d, "toolCallId", path),
+            _parts(r, r.list_(d, "content", path), path + ".content"),
+            r.bool_(d, "isError", path),
+        )
+    r.fail(f"{path}.type must be one of text, image, tool-call, tool-result; got {kind!r}")
+
+
+def _blocks(r: _Reader, items: list[Any], path: str) -> tuple[ContentBlock, ...]:
+    return tuple(block_from_json(r, b, f"{path}[{i}]") for i, b in enumerate(items))
+
+
+def _parts(r: _Reader, items: list[Any], path: str) -> tuple[ToolResultPart, ...]:
+    out: list[ToolResultPart] = []
+    for i, b in enumerate(items):
+        block = block_from_json(r, b, f"{path}[{i}]")
+        if not isinstance(block, TextBlock | ImageBlock):
+            r.fail(f"{path}[{i}] must be a text or image block inside a tool result")
+        out.append(block)
+    return tuple(out)
+
+
+def _surface_op(r: _Reader, d: Mapping[str, Any], path: str) -> tuple[SurfaceOp, tuple[int, ...] | None]:
+    raw = d.get("surfaceOp")
+    op: SurfaceOp
+    if raw == "append":
+        op = "append"
+    elif isinstance(raw, dict):
+        r.only(raw, path + ".surfaceOp", frozenset({"op", "start", "end"}))
+        if raw.get("op") != "replace":
+            r.fail(f"{path}.surfaceOp.op must be 'replace', got {raw.get('op')!r}", "surface-op")
+        op = ReplaceOp(r.int_(raw, "start", path + ".surfaceOp"), r.int_(raw, "end", path + ".surfaceOp"))
+    else:
+        r.fail(f"{path}.surfaceOp must be 'append' or {{op: 'replace', start, end}}, got {raw!r}", "surface-op")
+    sources: tuple[int, ...] | None = None
+    if "sourceEventSeqs" in d:
+        items = r.list_(d, "sourceEventSeqs", path)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in items):
+            r.fail(f"{path}.sourceEventSeqs must be non-negative integers", "surface-op")
+        sources = tuple(items)
+    return op, sources
+
+
+def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
+    d = r.obj(value, path)
+    r.only(d, path, frozenset({"provider", "model", "temperature", "maxTokens", "stop", "reasoningEffort"}))
+    temperature = d.get("temperature")
+    if temperature is not None and (not isinstance(temperature, int | float) or isinstance(temperature, bool)):
+        r.fail(f"{path}.temperature must be a number")
+    stop = None
+    if "stop" in d:
+        items = r.list_(d, "stop", path)
+        if not items or not all(isinstance(s, str) for s in items):
+            r.fail(f"{path}.stop must be a non-empty array of strings (omit it when empty)", "header-canonical")
+        stop = tuple(items)
+    try:
+        return CallConfig(
+            provider=r.str_(d, "provider", path),
+            model=r.str_(d, "model", path),
+            temperature=None if temperature is None else float(temperature),
+            max_tokens=r.opt_int(d, "maxTokens", path, 1),
+            stop=stop,
+            reasoning_effort=r.opt_str(d, "reasoningEffort", path),
+        )
+    except ValueError as exc:
+        r.fail(f"{path}: {exc}")
+
+
+def header_from_json(r: _Reader, value: Any, path: str) -> EpochHeader:
+    d = r.obj(value, path)
+    r.only(d, path, frozenset({"config", "system", "tools"}))
+    system = r.opt_str(d, "system", path)
+    if system == "":
+        r.fail(f"{path}.system is empty; an empty system prompt is written as absent", "header-canonical")
+    tools: tuple[ToolSpec, ...] | None = None
+    if "tools" in d:
+        raw_tools = r.list_(d, "tools", path)
+        if not raw_tools:
+            r.fail(f"{path}.tools is empty; an empty tool list is written as absent", "header-canonical")
+        specs = []
+        for i, t in enumerate(raw_tools):
+            tp = f"{path}.tools[{i}]"
+            td = r.obj(t, tp)
+            r.only(td, tp, frozenset({"name", "description", "inputSchema"}))
+            schema = freeze_json(r.obj(td.get("inputSchema"), tp + ".inputSchema"))
+            assert isinstance(schema, FrozenDict)
+            try:
+                specs.append(ToolSpec(r.str_(td, "name", tp), r.str_(td, "description", tp), schema))
+            except ValueError as exc:
+                r.fail(f"{tp}: {exc}")
+        tools = tuple(specs)
+    try:
+        return EpochHeader(config_from_json(r, d.get("config"), path + ".config"), system, tools)
+    except ValueError as exc:
+        r.fail(f"{path}: {exc}")
+
+
+_FIELDS: dict[str, frozenset[str]] = {
+    "user/message": frozenset({"id", "role", "content", "source", "surfaceOp", "sourceEventSeqs"}),
+    "assistant/message": frozenset({"id", "role", "content", "usage", "stopReason", "surfaceOp", "sourceEventSeqs"}),
+    "tool/result": frozenset({"callId", "name", "content", "isError", "surfaceOp", "sourceEventSeqs"}),
+    "turn/start": frozenset({"turn"}),
+    "turn/end": frozenset({"turn", "reason"}),
+    "step/start": frozenset({"turn", "step"}),
+    "step/end": frozenset({"turn", "step"}),
+    "tool/call": frozenset({"turn", "step", "callId", "name", "arguments"}),
+    "request/header": frozenset({"header", "reason"}),
+    "request/dispatch": frozenset({"turn", "step", "serializer", "serializerVersion", "digest", "bytes"}),
+    "session/end-seed": frozenset({"parentId", "seedLength"}),
+    "compaction/start": frozenset({"start", "end", "estimatedTokens"}),
+    "compaction/summary": frozenset({"summary", "provider", "model", "maxTokens", "usage"}),
+    "compaction/end": frozenset(),
+    "attachment/quarantine": frozenset({"attachmentId", "failure", "recovery"}),
+}
+KNOWN_TYPES: frozenset[str] = frozenset(_FIELDS)
+
+
+def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> EventData:
+    p = "data"
+    d = r.obj(value, p)
+    if etype in LEGACY_TYPES:
+        raise ValidationError(
+            "legacy-header-delta",
+            f"{etype!r} is a removed legacy event; headers are full request/header snapshots. "
+            "Such logs are rejected, not migrated.",
+            seq=r.seq,
+        )
+    allowed = _FIELDS.get(etype)
+    if allowed is None:
+        if not ignorable:
+            raise ValidationError(
+                "unknown-type",
+                f"unknown event type {etype!r}; only events marked ignorable may have unknown types "
+                "(is this log from a newer foldline?)",
+                seq=r.seq,
+            )
+        frozen = freeze_json(d)
+        assert isinstance(frozen, FrozenDict)
+        return UnknownEvent(etype, frozen)
+    if etype not in SURFACE_TYPES and ("surfaceOp" in d or "sourceEventSeqs" in d):
+        raise ValidationError(
+            "surface-fields-only-on-surface",
+            f"{etype} carries surfaceOp/sourceEventSeqs; only user/message, assistant/message and tool/result may",
+            seq=r.seq,
+        )
+    r.only(d, p, allowed)
+    match etype:
+        case "user/message":
+            if d.get("role") != "user":
+                r.fail("data.role must be 'user'")
+            op, src = _surface_op(r, d, p)
+            return UserMessage(
+                r.str_(d, "id", p),
+                _blocks(r, r.list_(d, "content", p), p + ".content"),
+                r.str_(d, "source", p),
+                op,
+                src,
+            )
+        case "assistant/message":
+            if d.get("role") != "assistant":
+                r.fail("data.role must be 'assistant'")
+            op, src = _surface_op(r, d, p)
+            usage = usage_from_json(r, d["usage"], p + ".usage") if "usage" in d else None
+            return AssistantMessage(
+                r.str_(d, "id", p),
+                _blocks(r, r.list_(d, "content", p), p + ".content"),
+                usage,
+                r.opt_str(d, "stopReason", p),
+                op,
+                src,
+            )
+        case "tool/result":
+            op, src = _surface_op(r, d, p)
+            return ToolResult(
+                r.str_(d, "callId", p),
+                r.str_(d, "name", p),
+                _parts(r, r.list_(d, "content", p), p + ".content"),
+                r.bool_(d, "isError", p),
+                op,
+                src,
+            )
+        case "turn/start":
+            return TurnStart(r.int_(d, "turn", p))
+        case "turn/end":
+            reason = r.str_(d, "reason", p)
+            if reason not in TURN_END_REASONS:
+                r.fail(f"data.reason must be one of {sorted(TURN_END_REASONS)}, got {reason!r}", "turn-end-reason")
+            return TurnEnd(r.int_(d, "turn", p), reason)  # type: ignore[arg-type]
+        case "step/start":
+            return StepStart(r.int_(d, "turn", p), r.int_(d, "step", p))
+        case "step/end":
+            return StepEnd(r.int_(d, "turn", p), r.int_(d, "step", p))
+        case "tool/call":
+            return ToolCall(
+                r.int_(d, "turn", p),
+                r.int_(d, "step", p),
+                r.str_(d, "callId", p),
+                r.str_(d, "name", p),
+                r.str_(d, "arguments", p),
+            )
+        case "request/header":
+            reason = r.str_(d, "reason", p)
+            if reason == "fallback":
+                raise ValidationError(
+                    "legacy-fallback-reason",
+                    "request/header reason 'fallback' was removed; logs carrying it are rejected",
+                    seq=r.seq,
+                )
+            if reason not in HEADER_REASONS:
+                r.fail(f"data.reason must be one of {sorted(HEADER_REASONS)}, got {reason!r}", "header-reason")
+            return RequestHeader(header_from_json(r, d.get("header"), p + ".header"), reason)  # type: ignore[arg-type]
+        case "request/dispatch":
+            digest = r.str_(d, "digest", p)
+            if not digest.startswith(codec.DIGEST_PREFIX) or len(digest) != 71:
+                r.fail("data.digest must be 'sha256:' + 64 hex digits")
+            return RequestDispatch(
+                r.int_(d, "turn", p),
+                r.int_(d, "step", p),
+                r.str_(d, "serializer", p),
+                r.int_(d, "serializerVersion", p),
+                digest,
+                r.int_(d, "bytes", p),
+            )
+        case "session/end-seed":
+            return SessionEndSeed(r.opt_str(d, "parentId", p), r.opt_int(d, "seedLength", p))
+        case "compaction/start":
+            return CompactionStart(r.int_(d, "start", p), r.int_(d, "end", p), r.int_(d, "estimatedTokens", p))
+        case "compaction/summary":
+            usage = usage_from_json(r, d["usage"], p + ".usage") if "usage" in d else None
+            return CompactionSummary(
+                r.str_(d, "summary", p),
+                r.str_(d, "provider", p),
+                r.str_(d, "model", p),
+                r.int_(d, "maxTokens", p, 1),
+                usage,
+            )
+        case "compaction/end":
+            return CompactionEnd()
+        case "attachment/quarantine":
+            return AttachmentQuarantine(r.str_(d, "attachmentId", p), r.str_(d, "failure", p), r.str_(d, "recovery", p))
+    raise AssertionError(f"unhandled known type {etype}")  # pragma: no cover
+
+
+def envelope_from_json(value: Any) -> Envelope:
+    """Decode one logged envelope object; raises FormatError / ValidationError naming the seq."""
+    if not isinstance(value, dict):
+        raise FormatError("format", f"an event must be a JSON object, got {type(value).__name__}")
+    raw_seq = value.get("seq")
+    seq = raw_seq if isinstance(raw_seq, int) and not isinstance(raw_seq, bool) else None
+    r = _Reader(seq)
+    r.only(value, "event", frozenset({"type", "seq", "time", "data", "ignorable"}))
+    etype = r.str_(value, "type", "event")
+    s = r.int_(value, "seq", "event")
+    t = r.int_(value, "time", "event")
+    ignorable = r.bool_(value, "ignorable", "event")
+    return Envelope(s, t, data_from_json(r, etype, value.get("data"), ignorable), ignorable)
+
+
+def decode_event(raw: bytes | str) -> Envelope:
+    """Decode one event from its JSON text."""
+    try:
+        value = codec.loads(raw)
+    except ValueError as exc:
+        raise FormatError("format", str(exc)) from exc
+    return envelope_from_json(value)

@@ -1,0 +1,155 @@
+"""The one error tree of foldline.
+
+Every failure a caller can act on is a subclass of :class:`FoldlineError`. Adapters translate
+driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge with
+``raise Mapped(...) from exc``; callers never see a vendor exception.
+
+    FoldlineError
+    ├── ValidationError                 an event or batch breaks a log rule (names seq and rule)
+    │   └── FormatError                 bytes/JSON/Avro that do not decode into an event
+    ├── ConflictError                   append with a stale expected_seq; nothing was written
+    ├── FencedError                     append by a writer whose epoch was superseded; nothing written
+    ├── SessionNotFound                 no such session in the log
+    ├── SessionExists                   a session id that must be new already has events
+    ├── AttachmentError                 an attachment object cannot be used
+    │   ├── AttachmentNotFound
+    │   ├── AttachmentCorrupt           bytes or metadata do not match the reference
+    │   └── AttachmentReadFailed        the store could not be read (I/O, network, permissions)
+    ├── StoreUnavailable                a backing server (Kafka, Redis, S3) did not answer in time
+    ├── ImportFailed                    an export file has a bad line (names the line)
+    ├── InvariantViolation              a request differs from its rebuild from the log; not sent
+    ├── ProviderError                   the model provider failed or answered something unusable
+    ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
+    └── ConfigError                     configuration names something that does not exist
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AttachmentCorrupt",
+    "AttachmentError",
+    "AttachmentNotFound",
+    "AttachmentReadFailed",
+    "ConfigError",
+    "ConflictError",
+    "FencedError",
+    "FoldlineError",
+    "FormatError",
+    "ImportFailed",
+    "InvariantViolation",
+    "ProviderError",
+    "ReconstructionError",
+    "SessionExists",
+    "SessionNotFound",
+    "StoreUnavailable",
+    "ValidationError",
+]
+
+
+class FoldlineError(Exception):
+    """Root of every error foldline raises on purpose."""
+
+
+class ValidationError(FoldlineError):
+    """An event breaks a rule of the session log.
+
+    ``seq`` is the offending event's seq (``None`` when the whole batch is at fault) and ``rule``
+    a short stable identifier such as ``"seq-gapless"`` that tests and tools can match on.
+    """
+
+    def __init__(self, rule: str, message: str, *, seq: int | None = None) -> None:
+        self.rule = rule
+        self.seq = seq
+        where = f"event seq {seq}: " if seq is not None else ""
+        super().__init__(f"{where}{message} [rule {rule}]")
+
+
+class FormatError(ValidationError):
+    """Bytes that do not decode into an event envelope."""
+
+
+class ConflictError(FoldlineError):
+    """Optimistic-concurrency failure: the log's head moved since the writer last read it."""
+
+    def __init__(self, session_id: str, expected_seq: int, actual_seq: int) -> None:
+        self.session_id = session_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+        super().__init__(
+            f"session {session_id!r}: append expected next seq {expected_seq} but the log is at "
+            f"{actual_seq}; re-read the session and retry. Nothing was written."
+        )
+
+
+class FencedError(FoldlineError):
+    """A writer's epoch was superseded by a newer writer of the same session."""
+
+    def __init__(self, session_id: str, epoch: int, current_epoch: int) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        super().__init__(
+            f"session {session_id!r}: writer epoch {epoch} was fenced by epoch {current_epoch}; "
+            "this writer must stop (another instance owns the session). Nothing was written."
+        )
+
+
+class SessionNotFound(FoldlineError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} not found; `foldline sessions` lists the known ones")
+
+
+class SessionExists(FoldlineError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} already exists; choose another id (e.g. --as NEW_ID)")
+
+
+class AttachmentError(FoldlineError):
+    def __init__(self, attachment_id: str, message: str) -> None:
+        self.attachment_id = attachment_id
+        super().__init__(f"attachment {attachment_id}: {message}")
+
+
+class AttachmentNotFound(AttachmentError):
+    """The store has no object for the digest."""
+
+
+class AttachmentCorrupt(AttachmentError):
+    """The object's bytes or metadata do not match what the reference records."""
+
+
+class AttachmentReadFailed(AttachmentError):
+    """The store could not be read; the object may be fine."""
+
+
+class StoreUnavailable(FoldlineError):
+    """A backing server did not answer within the bounded wait."""
+
+
+class ImportFailed(FoldlineError):
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"line {line}: {reason}. Nothing was imported.")
+
+
+class InvariantViolation(FoldlineError):
+    """The request about to be sent differs from its rebuild from the raw log. It is not sent."""
+
+    def __init__(self, message: str, diff: str) -> None:
+        self.diff = diff
+        super().__init__(f"{message}\n{diff}")
+
+
+class ProviderError(FoldlineError):
+    """The provider failed (transport, status, unparseable answer)."""
+
+
+class ReconstructionError(FoldlineError):
+    """A logged request cannot be rebuilt from the log (unknown serializer, missing events)."""
+
+
+class ConfigError(FoldlineError):
+    """Configuration is invalid or names something unavailable."""

@@ -1,0 +1,94 @@
+"""The EventLog port: an append-only, per-session, gapless log of event envelopes."""
+
+from __future__ import annotations
+
+import abc
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..core.events import Envelope
+from ..core.validation import LogRules
+
+__all__ = ["EventLog", "RulesCache", "WriterLease"]
+
+
+@dataclass(frozen=True, slots=True)
+class WriterLease:
+    """Proof that a writer owns a session: the fencing epoch it acquired."""
+
+    session_id: str
+    epoch: int
+
+
+class EventLog(abc.ABC):
+    """Append-only session logs.
+
+    Contract (``tests/contracts/event_log.py`` runs it against every adapter):
+
+    * ``append`` writes the whole batch or nothing. ``expected_seq`` must equal the session's current
+      head (the next seq), else :class:`~foldline.errors.ConflictError`. Every event is validated
+      against the session's rules first; a rule break raises
+      :class:`~foldline.errors.ValidationError` and writes nothing.
+    * With a ``lease``, the append fails with :class:`~foldline.errors.FencedError` if a newer lease
+      was acquired for the session since; nothing is written.
+    * ``read`` returns events in seq order from ``from_seq`` (inclusive) to ``to_seq`` (exclusive).
+    """
+
+    @abc.abstractmethod
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        """Append ``events``; returns the new head (next seq)."""
+
+    @abc.abstractmethod
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        """Events of one session; an unknown session reads as empty."""
+
+    @abc.abstractmethod
+    def head(self, session_id: str) -> int:
+        """The next seq of the session (0 when it has no events)."""
+
+    @abc.abstractmethod
+    def sessions(self) -> list[str]:
+        """Ids of every session with at least one event, sorted."""
+
+    @abc.abstractmethod
+    def acquire(self, session_id: str) -> WriterLease:
+        """Become the session's only writer; every earlier lease is fenced from now on."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RulesCache:
+    """Per-session validation state kept warm between appends, so an append costs O(batch).
+
+    Entries are keyed by the head they describe; a miss (or a head that moved because another
+    process appended) rebuilds from the log via ``load``.
+    """
+
+    def __init__(self, load: Callable[[str], list[Envelope]], capacity: int = 4096) -> None:
+        self._load = load
+        self._capacity = capacity
+        self._entries: OrderedDict[str, LogRules] = OrderedDict()
+
+    def get(self, session_id: str, head: int) -> LogRules:
+        rules = self._entries.get(session_id)
+        if rules is None or rules.next_seq != head:
+            rules = LogRules()
+            rules.check_batch(self._load(session_id))
+        self._entries[session_id] = rules
+        self._entries.move_to_end(session_id)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        return rules
+
+    def forget(self, session_id: str) -> None:
+        self._entries.pop(session_id, None)
