@@ -1,0 +1,1 @@
+"""Provider port and adapters: exact wire serialization, sending, and response parsing."""
