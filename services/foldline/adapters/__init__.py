@@ -1,0 +1,1 @@
+"""Adapters for the ports. Pick them through :mod:`foldline.config`, not by importing here."""

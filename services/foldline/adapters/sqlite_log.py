@@ -1,0 +1,170 @@
+"""The embedded event log: one SQLite database (WAL) per data directory.
+
+Each append is one ``BEGIN IMMEDIATE`` transaction: the head and writer epoch are checked, the batch is
+validated against the session's rules, every event is inserted and the head moved — or nothing is.
+SQLite's journal makes that hold under ``kill -9`` too. With ``durability="normal"`` (default) a commit
+survives a process crash; ``"full"`` also fsyncs every commit so it survives power loss.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from ..core.events import SESSION_FORMAT_VERSION, Envelope
+from ..core.wire import decode_event, encode_event
+from ..errors import ConflictError, FencedError, FormatError, StoreUnavailable, ValidationError
+from ..ports.event_log import EventLog, RulesCache, WriterLease
+
+__all__ = ["SqliteEventLog"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    head INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+"""
+
+DB_NAME = "log.sqlite3"
+
+
+class SqliteEventLog(EventLog):
+    def __init__(
+        self, path: str | Path, *, durability: Literal["normal", "full"] = "normal", busy_timeout_s: float = 10.0
+    ) -> None:
+        path = Path(path)
+        if path.is_dir() or not path.suffix:
+            path.mkdir(parents=True, exist_ok=True)
+            path = path / DB_NAME
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?)",
+                    (str(SESSION_FORMAT_VERSION),),
+                )
+            elif row[0] != str(SESSION_FORMAT_VERSION):
+                raise FormatError(
+                    "format-version",
+                    f"{path} holds session format {row[0]}; this foldline reads format {SESSION_FORMAT_VERSION}",
+                )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the event log at {path}: {exc}") from exc
+        self._rules = RulesCache(self._read_all)
+
+    # -------------------------------------------------------------- EventLog
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        if not events:
+            return self.head(session_id)
+        bodies = [(session_id, e.seq, encode_event(e)) for e in events]
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"event log {self.path} is locked or unavailable: {exc}") from exc
+            try:
+                row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+                head, epoch = (row[0], row[1]) if row else (0, 0)
+                if lease is not None and lease.epoch != epoch:
+                    raise FencedError(session_id, lease.epoch, epoch)
+                if expected_seq != head:
+                    raise ConflictError(session_id, expected_seq, head)
+                rules = self._rules.get(session_id, head)
+                try:
+                    rules.check_batch(events)
+                except ValidationError:
+                    raise
+                new_head = head + len(events)
+                try:
+                    db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
+                    db.execute(
+                        "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
+                        "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
+                        (session_id, new_head, epoch),
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    self._rules.forget(session_id)
+                    raise
+                return new_head
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        with self._lock:
+            return self._read(session_id, from_seq, to_seq)
+
+    def head(self, session_id: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM sessions WHERE head > 0 ORDER BY id").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def acquire(self, session_id: str) -> WriterLease:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(
+                    "INSERT INTO sessions(id, head, epoch) VALUES (?, 0, 1) "
+                    "ON CONFLICT(id) DO UPDATE SET epoch = epoch + 1",
+                    (session_id,),
+                )
+                (epoch,) = db.execute("SELECT epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return WriterLease(session_id, int(epoch))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -------------------------------------------------------------- internals
+
+    def _read_all(self, session_id: str) -> list[Envelope]:
+        return self._read(session_id, 0, None)
+
+    def _read(self, session_id: str, from_seq: int, to_seq: int | None) -> list[Envelope]:
+        upper = to_seq if to_seq is not None else 1 << 62
+        rows = self._db.execute(
+            "SELECT seq, body FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
+            (session_id, from_seq, upper),
+        ).fetchall()
+        out = []
+        for seq, body in rows:
+            env = decode_event(body)
+            if env.seq != seq:
+                raise FormatError("seq-gapless", f"stored row {seq} holds an event with seq {env.seq}", seq=seq)
+            out.append(env)
+        return out

@@ -1,0 +1,138 @@
+"""The EventLog contract: every adapter (memory, sqlite, kafka) runs exactly this suite.
+
+Subclass :class:`EventLogContract` in a ``Test*`` class and implement ``make_log``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+
+import pytest
+
+from foldline.core import TextBlock, UserMessage
+from foldline.core.events import ReplaceOp, RequestHeader, ToolResult
+from foldline.errors import ConflictError, FencedError, ValidationError
+from foldline.ports.event_log import EventLog
+from tests.factories import HEADER, LogBuilder, env, simple_log
+
+
+class EventLogContract(abc.ABC):
+    @abc.abstractmethod
+    def make_log(self) -> EventLog:
+        """A fresh, empty log (or one whose session ids are unique to this test)."""
+
+    @pytest.fixture
+    def log(self) -> Iterator[EventLog]:
+        log = self.make_log()
+        try:
+            yield log
+        finally:
+            log.close()
+
+    @pytest.fixture
+    def sid(self, request: pytest.FixtureRequest) -> str:
+        return f"s-{request.node.name}-{id(request)}"
+
+    def test_empty_session_reads_empty(self, log: EventLog, sid: str) -> None:
+        assert log.read(sid) == []
+        assert log.head(sid) == 0
+        assert sid not in log.sessions()
+
+    def test_append_then_read_round_trips(self, log: EventLog, sid: str) -> None:
+        events = simple_log()
+        assert log.append(sid, 0, events[:5]) == 5
+        assert log.append(sid, 5, events[5:]) == len(events)
+        assert log.read(sid) == events
+        assert log.head(sid) == len(events)
+        assert sid in log.sessions()
+
+    def test_read_range(self, log: EventLog, sid: str) -> None:
+        events = simple_log()
+        log.append(sid, 0, events)
+        assert log.read(sid, 3) == events[3:]
+        assert log.read(sid, 2, 6) == events[2:6]
+        assert log.read(sid, len(events)) == []
+
+    def test_stale_expected_seq_conflicts_and_writes_nothing(self, log: EventLog, sid: str) -> None:
+        events = simple_log()
+        log.append(sid, 0, events[:4])
+        with pytest.raises(ConflictError) as info:
+            log.append(sid, 2, [env(2, UserMessage("x", (TextBlock("late"),)))])
+        assert info.value.expected_seq == 2
+        assert info.value.actual_seq == 4
+        assert log.read(sid) == events[:4]
+
+    def test_invalid_batch_is_all_or_nothing(self, log: EventLog, sid: str) -> None:
+        events = simple_log()
+        log.append(sid, 0, events[:3])
+        good = events[3]
+        bad_gap = env(good.seq + 2, UserMessage("x", (TextBlock("gap"),)))
+        with pytest.raises(ValidationError) as info:
+            log.append(sid, 3, [good, bad_gap])
+        assert info.value.rule == "seq-gapless"
+        assert info.value.seq == good.seq + 2
+        assert log.read(sid) == events[:3]
+        assert log.head(sid) == 3
+        # the log still accepts the correct continuation afterwards
+        assert log.append(sid, 3, events[3:]) == len(events)
+
+    def test_replace_must_list_hidden_nodes(self, log: EventLog, sid: str) -> None:
+        b = LogBuilder().header().user("one").user("two")
+        log.append(sid, 0, b.events)
+        bad = env(b.seq, UserMessage("s", (TextBlock("summary"),), "user", ReplaceOp(0, 1), (1,)))
+        with pytest.raises(ValidationError) as info:
+            log.append(sid, b.seq, [bad])
+        assert info.value.rule == "replace-lists-hidden"
+        assert log.head(sid) == b.seq
+
+    def test_tool_result_trim_keeps_call_id(self, log: EventLog, sid: str) -> None:
+        b = LogBuilder().header().user("go")
+        b.tool_round(0, 0, result="a long result " * 20)
+        log.append(sid, 0, b.events)
+        wrong = env(b.seq, ToolResult("other", "read", (TextBlock("short"),), False, ReplaceOp(2, 2), (b.seq - 1,)))
+        with pytest.raises(ValidationError):
+            log.append(sid, b.seq, [wrong])
+        right = env(b.seq, ToolResult("call-0", "read", (TextBlock("short"),), False, ReplaceOp(2, 2), (b.seq - 1,)))
+        assert log.append(sid, b.seq, [right]) == b.seq + 1
+        assert log.read(sid)[-1] == right
+
+    def test_header_reason_rules(self, log: EventLog, sid: str) -> None:
+        with pytest.raises(ValidationError) as info:
+            log.append(sid, 0, [env(0, RequestHeader(HEADER, "change"))])
+        assert info.value.rule == "header-reason"
+        log.append(sid, 0, [env(0, RequestHeader(HEADER, "initial"))])
+        with pytest.raises(ValidationError):
+            log.append(sid, 1, [env(1, RequestHeader(HEADER, "initial"))])
+        assert log.append(sid, 1, [env(1, RequestHeader(HEADER, "resume"))]) == 2
+
+    def test_validation_state_survives_across_appends(self, log: EventLog, sid: str) -> None:
+        events = simple_log(turns=3)
+        for i, e in enumerate(events):
+            assert log.append(sid, i, [e]) == i + 1
+        assert log.read(sid) == events
+
+    def test_sessions_are_independent(self, log: EventLog, sid: str) -> None:
+        a, b = sid + "-a", sid + "-b"
+        log.append(a, 0, simple_log(1, 1))
+        log.append(b, 0, simple_log(2, 2))
+        assert log.read(a) == simple_log(1, 1)
+        assert log.read(b) == simple_log(2, 2)
+        assert {a, b} <= set(log.sessions())
+
+    def test_lease_fences_stale_writer(self, log: EventLog, sid: str) -> None:
+        events = simple_log()
+        first = log.acquire(sid)
+        log.append(sid, 0, events[:2], lease=first)
+        second = log.acquire(sid)
+        assert second.epoch > first.epoch
+        with pytest.raises(FencedError) as info:
+            log.append(sid, 2, events[2:4], lease=first)
+        assert info.value.current_epoch == second.epoch
+        assert log.read(sid) == events[:2]
+        assert log.append(sid, 2, events[2:4], lease=second) == 4
+        assert log.read(sid) == events[:4]
+
+    def test_empty_append_is_a_no_op(self, log: EventLog, sid: str) -> None:
+        assert log.append(sid, 0, []) == 0
+        assert log.read(sid) == []

@@ -1,0 +1,85 @@
+"""Small builders for valid session logs used across the tests."""
+
+from __future__ import annotations
+
+from foldline.core import (
+    AssistantMessage,
+    CallConfig,
+    Envelope,
+    EventData,
+    RequestHeader,
+    StepEnd,
+    StepStart,
+    TextBlock,
+    ToolCall,
+    ToolCallBlock,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UserMessage,
+    make_header,
+)
+from foldline.core.header import EpochHeader
+
+HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
+
+
+def env(seq: int, data: EventData, time: int | None = None) -> Envelope:
+    return Envelope(seq, 1_700_000_000_000 + seq if time is None else time, data)
+
+
+class LogBuilder:
+    """Appends valid events with consecutive seqs."""
+
+    def __init__(self, start_seq: int = 0) -> None:
+        self.events: list[Envelope] = []
+        self.seq = start_seq
+        self.calls = 0
+
+    def add(self, data: EventData) -> Envelope:
+        e = env(self.seq, data)
+        self.events.append(e)
+        self.seq += 1
+        return e
+
+    def header(self, header: EpochHeader = HEADER, reason: str = "initial") -> LogBuilder:
+        self.add(RequestHeader(header, reason))  # type: ignore[arg-type]
+        return self
+
+    def user(self, text: str, source: str = "user") -> LogBuilder:
+        self.add(UserMessage(f"u{self.seq}", (TextBlock(text),), source))
+        return self
+
+    def assistant(self, text: str) -> LogBuilder:
+        self.add(AssistantMessage(f"a{self.seq}", (TextBlock(text),), Usage(10, 5, 0, 0), "end_turn"))
+        return self
+
+    def tool_round(self, turn: int, step: int, name: str = "read", result: str = "ok") -> LogBuilder:
+        call_id = f"call-{self.calls}"
+        self.calls += 1
+        self.add(AssistantMessage(f"a{self.seq}", (ToolCallBlock(call_id, name, '{"path":"x"}'),), Usage(), "tool_use"))
+        self.add(ToolCall(turn, step, call_id, name, '{"path":"x"}'))
+        self.add(ToolResult(call_id, name, (TextBlock(result),)))
+        return self
+
+    def turn(self, turn: int, text: str, steps: int = 1) -> LogBuilder:
+        self.add(TurnStart(turn))
+        for step in range(steps):
+            self.add(StepStart(turn, step))
+            if step == 0:
+                self.user(text)
+            if step < steps - 1:
+                self.tool_round(turn, step)
+            else:
+                self.assistant(f"answer to {text}")
+            self.add(StepEnd(turn, step))
+        self.add(TurnEnd(turn, "completed"))
+        return self
+
+
+def simple_log(turns: int = 2, steps: int = 2) -> list[Envelope]:
+    b = LogBuilder().header()
+    for t in range(turns):
+        b.turn(t, f"question {t}", steps)
+    return b.events
