@@ -81,10 +81,10 @@ def freeze_json(value: Any) -> FrozenJSON:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
-def thaw_json(value: FrozenJSON) -> Any:
+def thaw_json(value: Any) -> Any:
     """The plain, mutable copy of a frozen JSON value."""
-    if isinstance(value, FrozenDict):
-        return value.to_dict()
-    if isinstance(value, tuple):
+    if isinstance(value, Mapping):
+        return {k: thaw_json(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
         return [thaw_json(v) for v in value]
     return value

@@ -57,7 +57,7 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: FrozenDict = field(default_factory=FrozenDict)
+    input_schema: Mapping[str, Any] = field(default_factory=FrozenDict)  # frozen on construction
 
     def __post_init__(self) -> None:
         if not self.name:

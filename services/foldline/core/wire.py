@@ -46,7 +46,7 @@ from .events import (
     UnknownEvent,
     UserMessage,
 )
-from .frozen import FrozenDict, freeze_json
+from .frozen import FrozenDict, freeze_json, thaw_json
 from .header import HEADER_REASONS, CallConfig, EpochHeader, ToolSpec
 
 __all__ = [
@@ -119,7 +119,7 @@ def config_to_json(c: CallConfig) -> dict[str, Any]:
 
 
 def tool_spec_to_json(t: ToolSpec) -> dict[str, Any]:
-    return {"name": t.name, "description": t.description, "inputSchema": t.input_schema.to_dict()}
+    return {"name": t.name, "description": t.description, "inputSchema": thaw_json(t.input_schema)}
 
 
 def header_to_json(h: EpochHeader) -> dict[str, Any]:

@@ -1,0 +1,43 @@
+# foldline — the two commands that must always work on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench servers-up servers-down clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/foldline demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check services tests benchmarks
+	$(BIN)/ruff format --check services tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy services/foldline tests
+
+# Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
+test: $(STAMP) lint typecheck
+	bash deploy/local/with-servers.sh $(BIN)/pytest -q -p no:cacheprovider
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not kafka and not redis and not s3"
+
+bench: $(STAMP)
+	bash deploy/local/with-servers.sh $(BIN)/python -m benchmarks.run
+
+servers-up:
+	bash deploy/local/up.sh
+
+servers-down:
+	bash deploy/local/down.sh
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache foldline-data
