@@ -1,0 +1,329 @@
+"""Anthropic Messages adapter: the ``anthropic-messages`` serializer (v1) and :class:`AnthropicProvider`.
+
+Wire mapping of serializer v1 (``POST /v1/messages``; canonical JSON, so object keys are sorted — the
+prompt order the API caches on is tools → system → messages whatever the key order):
+
+* ``config.model`` → ``model``; ``config.max_tokens`` → ``max_tokens`` (the API requires it; absent means
+  :data:`DEFAULT_MAX_TOKENS` = 1024); ``temperature`` (the API accepts 0..1: a higher value raises
+  :class:`~foldline.errors.ProviderError`); ``stop`` → ``stop_sequences``.
+* ``config.reasoning_effort`` is **not sent**. The only Anthropic equivalents are extended thinking, which
+  would require sending back the model's thinking blocks on every tool-use continuation (foldline's
+  content model does not log them), and the model-specific ``output_config.effort``, which older models
+  reject. The value stays in the logged header, so a change still shows up as a header change.
+* ``system`` → one text block; ``tools`` → ``{name, description?, input_schema}`` (an empty schema becomes
+  ``{"type": "object", "properties": {}}``; an empty description is omitted).
+* Messages: ``user`` → role user; ``assistant`` → role assistant; our ``tool`` messages become
+  ``tool_result`` blocks in a user message. Consecutive messages of the same wire role merge into one wire
+  message (consecutive tool results, and a user message after tool results), so roles alternate.
+  ``TextBlock`` → ``text`` (an empty text is dropped: the API rejects empty text blocks; a message left
+  with no blocks is dropped); ``ImageBlock`` → ``image`` with a base64 source read and verified through the
+  AttachmentStore; ``ToolCallBlock`` → ``tool_use`` whose ``input`` is the parsed raw arguments (they must
+  be a JSON object text, else ProviderError); ``ToolResultBlock`` → ``tool_result {tool_use_id, content?,
+  is_error?}`` (``is_error`` only when true; no ``content`` when the result has no parts). A tool call in a
+  user message, or an image or tool result in an assistant message, raises ProviderError.
+
+Prompt caching — three breakpoints, all byte-stable while the header is unchanged:
+
+1. ``cache_control`` on the last tool (caches the tool prefix: survives a system prompt change);
+2. ``cache_control`` on the system block (caches tools + system);
+3. the top-level ``cache_control`` (Anthropic's automatic caching): the API places the breakpoint on the
+   last cacheable block and moves it forward as the conversation grows, with the documented 20-block
+   lookback for reads.
+
+No marker sits inside the message list, so a request whose messages extend the previous request's shares
+the previous body's bytes up to where its message list closes (``…]`` then ``,"model"…``): the messages
+of the earlier body are a byte prefix of the later body's message list. The one exception is the merge of
+wire messages: when the previous request *ended* with a user (or tool-result) message and the next one
+appends another user-side message directly after it (no assistant answer in between, e.g. after a failed
+call), the two merge and the shared prefix ends inside that last wire message's content list. The loop's
+normal flow (every request ends on the user side and is answered before anything is appended) never hits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal, TypeVar, assert_never
+
+import httpx
+
+from ..core.codec import canonical_json
+from ..core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
+from ..core.header import ToolSpec
+from ..core.projection import Message
+from ..core.request import GenerateOptions
+from ..errors import ProviderError
+from ..ports.attachments import AttachmentStore
+from .base import Provider, ProviderResponse
+from .encoding import encode_object, has_image, image_base64, tool_input_object, tool_schema
+from .fragments import FragmentCache
+from .http import post_json
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_MAX_TOKENS",
+    "MESSAGES_PATH",
+    "AnthropicMessagesSerializer",
+    "AnthropicProvider",
+    "parse_response",
+]
+
+PROVIDER: Final = "anthropic"
+MESSAGES_PATH: Final = "/v1/messages"
+ANTHROPIC_VERSION: Final = "2023-06-01"
+DEFAULT_MAX_TOKENS: Final = 1024
+_EPHEMERAL: Final = {"type": "ephemeral"}
+_ROLE_BYTES: Final = {"user": b"user", "assistant": b"assistant"}
+
+WireRole = Literal["user", "assistant"]
+T = TypeVar("T")
+
+
+def _wire_role(message: Message) -> WireRole:
+    return "assistant" if message.role == "assistant" else "user"
+
+
+def _misplaced(kind: str, index: int, role: str) -> ProviderError:
+    return ProviderError(f"{PROVIDER}: message {index} (role {role}) cannot carry a {kind} block in the Messages API")
+
+
+def _image(ref: ImageRef, attachments: AttachmentStore | None) -> dict[str, Any]:
+    data = image_base64(ref, attachments, PROVIDER)
+    return {"source": {"data": data, "media_type": ref.media_type, "type": "base64"}, "type": "image"}
+
+
+def _block(block: ContentBlock, index: int, role: str, attachments: AttachmentStore | None) -> dict[str, Any] | None:
+    """One content block as a plain JSON dict, or None when it is dropped (empty text)."""
+    match block:
+        case TextBlock(text=text):
+            return {"text": text, "type": "text"} if text else None
+        case ImageBlock(image=ref):
+            if role == "assistant":
+                raise _misplaced("image", index, role)
+            return _image(ref, attachments)
+        case ToolCallBlock(id=call_id, name=name, arguments=arguments):
+            if role != "assistant":
+                raise _misplaced("tool-call", index, role)
+            arguments_object = tool_input_object(arguments, call_id, PROVIDER)
+            return {"id": call_id, "input": arguments_object, "name": name, "type": "tool_use"}
+        case ToolResultBlock(tool_call_id=call_id, content=parts, is_error=is_error):
+            if role == "assistant":
+                raise _misplaced("tool-result", index, role)
+            out: dict[str, Any] = {"tool_use_id": call_id, "type": "tool_result"}
+            items: list[dict[str, Any]] = []
+            for part in parts:
+                match part:
+                    case TextBlock(text=text):
+                        if text:
+                            items.append({"text": text, "type": "text"})
+                    case ImageBlock(image=ref):
+                        items.append(_image(ref, attachments))
+                    case _:
+                        assert_never(part)
+            if items:
+                out["content"] = items
+            if is_error:
+                out["is_error"] = True
+            return out
+        case _:
+            assert_never(block)
+
+
+def _message_blocks(message: Message, index: int, attachments: AttachmentStore | None) -> list[dict[str, Any]]:
+    out = []
+    for block in message.content:
+        item = _block(block, index, message.role, attachments)
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _tool(spec: ToolSpec, last: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"input_schema": tool_schema(spec.input_schema), "name": spec.name}
+    if spec.description:
+        out["description"] = spec.description
+    if last:
+        out["cache_control"] = _EPHEMERAL
+    return out
+
+
+def _merge(items: Iterator[tuple[WireRole, T]]) -> Iterator[tuple[WireRole, list[T]]]:
+    """Runs of consecutive items with the same wire role (callers drop empty messages first)."""
+    role: WireRole | None = None
+    run: list[T] = []
+    for r, item in items:
+        if r != role and run:
+            assert role is not None
+            yield role, run
+            run = []
+        role = r
+        run.append(item)
+    if run:
+        assert role is not None
+        yield role, run
+
+
+class AnthropicMessagesSerializer:
+    """``anthropic-messages`` v1: GenerateOptions → exact Messages API body bytes.
+
+    ``serialize`` equals ``canonical_json(self.body(...))`` byte for byte; it reuses the encoded bytes of
+    messages it has seen (see :mod:`foldline.providers.fragments`). ``cache_capacity=0`` turns that off.
+    """
+
+    name: str = "anthropic-messages"
+    version: int = 1
+
+    def __init__(self, *, cache_capacity: int = 65_536) -> None:
+        self._messages: FragmentCache[Message, bytes] = FragmentCache(cache_capacity)
+        self._tools: FragmentCache[tuple[ToolSpec, ...], bytes] = FragmentCache(min(cache_capacity, 256))
+
+    # ------------------------------------------------------------------ plain JSON view
+
+    def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
+        """The request body as plain JSON values (no caches)."""
+        out = self._head(request)
+        if request.tools:
+            out["tools"] = [_tool(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
+        items = ((_wire_role(m), _message_blocks(m, i, attachments)) for i, m in enumerate(request.messages))
+        runs = _merge((role, blocks) for role, blocks in items if blocks)
+        out["messages"] = [{"content": [b for blocks in run for b in blocks], "role": role} for role, run in runs]
+        return out
+
+    def _head(self, request: GenerateOptions) -> dict[str, Any]:
+        config = request.config
+        out: dict[str, Any] = {
+            "cache_control": _EPHEMERAL,
+            "max_tokens": config.max_tokens if config.max_tokens is not None else DEFAULT_MAX_TOKENS,
+            "model": config.model,
+        }
+        if config.temperature is not None:
+            if config.temperature > 1.0:
+                raise ProviderError(
+                    f"{PROVIDER}: temperature {config.temperature} is outside the Messages API range 0..1; "
+                    "change config.temperature (a header change)"
+                )
+            out["temperature"] = config.temperature
+        if config.stop:
+            out["stop_sequences"] = list(config.stop)
+        if request.system:
+            out["system"] = [{"cache_control": _EPHEMERAL, "text": request.system, "type": "text"}]
+        return out
+
+    # ------------------------------------------------------------------ bytes
+
+    def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
+        fields = {k: canonical_json(v) for k, v in self._head(request).items()}
+        if request.tools:
+            fields["tools"] = self._tools_bytes(request.tools)
+        fields["messages"] = self._messages_bytes(request.messages, attachments)
+        return encode_object(fields)
+
+    def _tools_bytes(self, tools: tuple[ToolSpec, ...]) -> bytes:
+        cached = self._tools.get(tools)
+        if cached is None:
+            cached = canonical_json([_tool(t, i == len(tools) - 1) for i, t in enumerate(tools)])
+            self._tools.put(tools, cached)
+        return cached
+
+    def _fragment(self, index: int, message: Message, attachments: AttachmentStore | None) -> bytes:
+        """The message's blocks, encoded and comma-joined (no brackets)."""
+        cached = self._messages.get(message)
+        if cached is not None:
+            return cached
+        fragment = b",".join(canonical_json(b) for b in _message_blocks(message, index, attachments))
+        if not has_image(message.content):
+            self._messages.put(message, fragment)
+        return fragment
+
+    def _messages_bytes(self, messages: Sequence[Message], attachments: AttachmentStore | None) -> bytes:
+        fragment = self._fragment
+        items = ((_wire_role(m), fragment(i, m, attachments)) for i, m in enumerate(messages))
+        runs = _merge((role, f) for role, f in items if f)
+        out = [b'{"content":[' + b",".join(run) + b'],"role":"' + _ROLE_BYTES[role] + b'"}' for role, run in runs]
+        return b"[" + b",".join(out) + b"]"
+
+
+# ---------------------------------------------------------------------- responses
+
+
+def _int(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"token count {value!r}")
+    return value
+
+
+def parse_response(payload: dict[str, Any]) -> ProviderResponse:
+    """A Messages API answer → content blocks, normalized usage and stop reason.
+
+    ``text`` → TextBlock; ``tool_use`` → ToolCallBlock whose arguments are the compact canonical JSON of
+    ``input``; ``thinking`` / ``redacted_thinking`` are dropped (not model-visible history in foldline);
+    any other block type raises ProviderError. Usage: ``input_tokens`` is already the uncached input.
+    """
+    try:
+        content: list[ContentBlock] = []
+        for item in payload["content"]:
+            kind = item["type"]
+            if kind == "text":
+                content.append(TextBlock(str(item["text"])))
+            elif kind == "tool_use":
+                arguments = canonical_json(item["input"]).decode("utf-8")
+                content.append(ToolCallBlock(str(item["id"]), str(item["name"]), arguments))
+            elif kind in ("thinking", "redacted_thinking"):
+                continue
+            else:
+                raise ProviderError(f"{PROVIDER}: the answer has a {kind!r} content block foldline cannot log")
+        u = payload["usage"]
+        usage = Usage(
+            input=_int(u["input_tokens"]),
+            output=_int(u["output_tokens"]),
+            cache_read=_int(u.get("cache_read_input_tokens")),
+            cache_write=_int(u.get("cache_creation_input_tokens")),
+        )
+        stop = payload.get("stop_reason")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ProviderError(f"{PROVIDER}: unusable Messages API answer ({type(exc).__name__}: {exc})") from None
+    known = {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"}
+    return ProviderResponse(tuple(content), usage, stop if stop in known else "other")
+
+
+class AnthropicProvider(Provider):
+    """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport.
+
+    ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none); the key never appears in
+    an error message. Environment proxy settings are ignored (``trust_env=False``) so the transport passed
+    in is the one used; give a transport configured with a proxy if one is needed.
+    """
+
+    name = PROVIDER
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        api_key: str | None = None,
+        base_url: str = "https://api.anthropic.com",
+        *,
+        anthropic_version: str = ANTHROPIC_VERSION,
+        serializer: AnthropicMessagesSerializer | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        from . import registry
+
+        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V1
+        self._api_key = api_key
+        self._headers = {"content-type": "application/json", "anthropic-version": anthropic_version}
+        if api_key:
+            self._headers["x-api-key"] = api_key
+        self._client = httpx.AsyncClient(transport=transport, base_url=base_url, timeout=timeout, trust_env=False)
+
+    async def send(self, body: bytes) -> ProviderResponse:
+        secrets = (self._api_key,) if self._api_key else ()
+        payload = await post_json(self._client, PROVIDER, MESSAGES_PATH, body, headers=self._headers, secrets=secrets)
+        return parse_response(payload)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"AnthropicProvider(base_url={str(self._client.base_url)!r}, api_key={key})"

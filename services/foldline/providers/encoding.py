@@ -1,0 +1,80 @@
+"""Pieces shared by the wire serializers: canonical object assembly, image resolution, tool schemas.
+
+A serializer builds its body from fragments that are each ``canonical_json`` output, joined under object
+keys in sorted order: the result is byte-identical to ``canonical_json`` of the whole body (each
+serializer's tests check this against its plain-JSON ``body()``), while letting unchanged messages reuse
+their encoded bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from ..core.codec import loads
+from ..core.content import ContentBlock, ImageBlock, ImageRef, ToolResultBlock
+from ..errors import ProviderError
+from ..ports.attachments import AttachmentStore
+
+__all__ = [
+    "EMPTY_OBJECT_SCHEMA",
+    "encode_object",
+    "has_image",
+    "image_base64",
+    "tool_input_object",
+    "tool_schema",
+]
+
+#: A tool without a schema takes no arguments; both APIs want an object schema, so it is sent as this.
+EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"properties": {}, "type": "object"}
+
+
+def encode_object(fields: Mapping[str, bytes]) -> bytes:
+    """``{"k":v,...}`` from already-encoded values, keys in sorted order (= canonical_json of the object).
+
+    Keys must be plain ASCII identifiers (no JSON escaping); every caller passes literal field names.
+    """
+    return b"{" + b",".join(b'"' + k.encode("ascii") + b'":' + fields[k] for k in sorted(fields)) + b"}"
+
+
+def has_image(content: tuple[ContentBlock, ...]) -> bool:
+    for block in content:
+        if isinstance(block, ImageBlock):
+            return True
+        if isinstance(block, ToolResultBlock) and any(isinstance(p, ImageBlock) for p in block.content):
+            return True
+    return False
+
+
+def image_base64(ref: ImageRef, attachments: AttachmentStore | None, provider: str) -> str:
+    """The verified bytes of an image, base64-encoded. Store errors (not found, corrupt) propagate as is."""
+    if attachments is None:
+        raise ProviderError(
+            f"{provider}: the request carries image {ref.attachment_id} but the serializer was given no "
+            "attachment store; pass the session's AttachmentStore"
+        )
+    data = attachments.get(ref.attachment_id, expected=ref)
+    return base64.b64encode(data).decode("ascii")
+
+
+def tool_input_object(arguments: str, call_id: str, provider: str) -> dict[str, Any]:
+    """Parse a logged tool call's raw arguments; they must be the text of a JSON object."""
+    try:
+        value = loads(arguments)
+    except ValueError:
+        raise ProviderError(
+            f"{provider}: tool call {call_id!r} has arguments that are not valid JSON "
+            f"({arguments[:80]!r}); this API needs a JSON object as tool input"
+        ) from None
+    if not isinstance(value, dict):
+        raise ProviderError(
+            f"{provider}: tool call {call_id!r} has arguments that are JSON {type(value).__name__}, "
+            "not an object; this API needs a JSON object as tool input"
+        )
+    return value
+
+
+def tool_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool's JSON schema as sent: the empty schema becomes an object schema with no properties."""
+    return schema if len(schema) else EMPTY_OBJECT_SCHEMA

@@ -1,0 +1,351 @@
+"""OpenAI Chat Completions adapter: the ``openai-chat`` serializer (v1) and :class:`OpenAIProvider`.
+
+Wire mapping of serializer v1 (``POST /v1/chat/completions``; canonical JSON, keys sorted):
+
+* ``config.model`` → ``model``; ``max_tokens`` → ``max_completion_tokens`` (omitted when absent);
+  ``temperature``; ``stop`` → ``stop`` (a list); ``reasoning_effort`` → ``reasoning_effort`` as is.
+* ``tools`` → ``{"type": "function", "function": {name, description?, parameters}}`` (an empty schema
+  becomes ``{"type": "object", "properties": {}}``).
+* ``system`` → the first message, ``{"role": "system", "content": <text>}``.
+* ``user`` → ``{"role": "user", "content": …}``: a single text block is sent as a string, anything else as
+  parts — ``{"type": "text"}`` and ``{"type": "image_url", "image_url": {"url": "data:<type>;base64,…"}}``
+  (image bytes read and verified through the AttachmentStore).
+* ``assistant`` → text as ``content`` (a string for one block, text parts for several, absent when there
+  is none) and ``ToolCallBlock`` → ``tool_calls: [{"id", "type": "function", "function": {"name",
+  "arguments": <the raw logged string, unchanged>}}]``.
+* ``tool`` → ``{"role": "tool", "tool_call_id", "content"}`` with the result's text (one text part → a
+  string; several → text parts; none → ``""``). ``is_error`` has no Chat Completions field; the result text
+  carries the error. Tool messages cannot carry images, so the images of the tool results in a run of
+  consecutive tool messages follow that run as **one** user message: for each result with images, a text
+  part ``"Images returned by tool call <id>:"`` then its ``image_url`` parts (the run is kept whole
+  because the API wants every tool message right after the assistant message that called it).
+* A message with no content (a user message without blocks, an assistant message without text or tool
+  calls) is dropped. Images or tool results in an assistant message, or tool calls in a user message, raise
+  :class:`~foldline.errors.ProviderError`.
+
+Prefix stability: the message list is append-only on the wire as long as a request never ends in the middle
+of a run of tool results whose images are pending (the loop sends only after all results of a step are
+logged), so a request whose messages extend the previous one shares the previous body's bytes up to where
+its message list closes. OpenAI caches automatically; there are no markers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, assert_never
+
+import httpx
+
+from ..core.codec import canonical_json
+from ..core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
+from ..core.header import ToolSpec
+from ..core.projection import Message
+from ..core.request import GenerateOptions
+from ..errors import ProviderError
+from ..ports.attachments import AttachmentStore
+from .base import Provider, ProviderResponse
+from .encoding import encode_object, has_image, image_base64, tool_schema
+from .fragments import FragmentCache
+from .http import post_json
+
+__all__ = ["CHAT_COMPLETIONS_PATH", "OpenAIChatSerializer", "OpenAIProvider", "parse_response"]
+
+PROVIDER: Final = "openai"
+CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
+
+
+def _misplaced(kind: str, index: int, role: str) -> ProviderError:
+    return ProviderError(f"{PROVIDER}: message {index} (role {role}) cannot carry a {kind} block in Chat Completions")
+
+
+def _image_part(ref: ImageRef, attachments: AttachmentStore | None) -> dict[str, Any]:
+    data = image_base64(ref, attachments, PROVIDER)
+    return {"image_url": {"url": f"data:{ref.media_type};base64,{data}"}, "type": "image_url"}
+
+
+def _text_content(texts: list[str]) -> str | list[dict[str, Any]]:
+    if len(texts) == 1:
+        return texts[0]
+    return [{"text": t, "type": "text"} for t in texts]
+
+
+def _user(message: Message, index: int, attachments: AttachmentStore | None) -> dict[str, Any] | None:
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case TextBlock(text=text):
+                parts.append({"text": text, "type": "text"})
+            case ImageBlock(image=ref):
+                parts.append(_image_part(ref, attachments))
+            case ToolCallBlock():
+                raise _misplaced("tool-call", index, message.role)
+            case ToolResultBlock():
+                raise _misplaced("tool-result", index, message.role)
+            case _:
+                assert_never(block)
+    if not parts:
+        return None
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return {"content": parts[0]["text"], "role": "user"}
+    return {"content": parts, "role": "user"}
+
+
+def _assistant(message: Message, index: int) -> dict[str, Any] | None:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case TextBlock(text=text):
+                texts.append(text)
+            case ToolCallBlock(id=call_id, name=name, arguments=arguments):
+                calls.append({"function": {"arguments": arguments, "name": name}, "id": call_id, "type": "function"})
+            case ImageBlock():
+                raise _misplaced("image", index, message.role)
+            case ToolResultBlock():
+                raise _misplaced("tool-result", index, message.role)
+            case _:
+                assert_never(block)
+    if not texts and not calls:
+        return None
+    out: dict[str, Any] = {"role": "assistant"}
+    if texts:
+        out["content"] = _text_content(texts)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _tool(
+    message: Message, index: int, attachments: AttachmentStore | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The tool messages of ``message`` and the user-message parts carrying their images."""
+    tool_messages: list[dict[str, Any]] = []
+    image_parts: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case ToolResultBlock(tool_call_id=call_id, content=content):
+                texts: list[str] = []
+                images: list[dict[str, Any]] = []
+                for part in content:
+                    match part:
+                        case TextBlock(text=text):
+                            texts.append(text)
+                        case ImageBlock(image=ref):
+                            images.append(_image_part(ref, attachments))
+                        case _:
+                            assert_never(part)
+                tool_messages.append(
+                    {"content": _text_content(texts) if texts else "", "role": "tool", "tool_call_id": call_id}
+                )
+                if images:
+                    image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
+                    image_parts.extend(images)
+            case TextBlock() | ImageBlock() | ToolCallBlock():
+                raise _misplaced(block.kind, index, message.role)
+            case _:
+                assert_never(block)
+    return tool_messages, image_parts
+
+
+def _function(spec: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": spec.name, "parameters": tool_schema(spec.input_schema)}
+    if spec.description:
+        function["description"] = spec.description
+    return {"function": function, "type": "function"}
+
+
+class OpenAIChatSerializer:
+    """``openai-chat`` v1: GenerateOptions → exact Chat Completions body bytes.
+
+    ``serialize`` equals ``canonical_json(self.body(...))`` byte for byte and reuses the encoded bytes of
+    messages it has seen; ``cache_capacity=0`` turns that off.
+    """
+
+    name: str = "openai-chat"
+    version: int = 1
+
+    def __init__(self, *, cache_capacity: int = 65_536) -> None:
+        self._messages: FragmentCache[Message, bytes] = FragmentCache(cache_capacity)
+        self._tools: FragmentCache[tuple[ToolSpec, ...], bytes] = FragmentCache(min(cache_capacity, 256))
+
+    def _head(self, request: GenerateOptions) -> dict[str, Any]:
+        config = request.config
+        out: dict[str, Any] = {"model": config.model}
+        if config.max_tokens is not None:
+            out["max_completion_tokens"] = config.max_tokens
+        if config.temperature is not None:
+            out["temperature"] = config.temperature
+        if config.stop:
+            out["stop"] = list(config.stop)
+        if config.reasoning_effort is not None:
+            out["reasoning_effort"] = config.reasoning_effort
+        return out
+
+    def _wire_messages(
+        self, messages: Sequence[Message], attachments: AttachmentStore | None, *, use_cache: bool
+    ) -> list[dict[str, Any] | bytes]:
+        """Wire messages in order; with ``use_cache``, text-only messages appear as their encoded bytes."""
+        out: list[dict[str, Any] | bytes] = []
+        pending_images: list[dict[str, Any]] = []
+        for i, message in enumerate(messages):
+            if message.role != "tool" and pending_images:
+                out.append({"content": pending_images, "role": "user"})
+                pending_images = []
+            if use_cache:
+                cached = self._messages.get(message)
+                if cached is not None:
+                    if cached:
+                        out.append(cached)
+                    continue
+            wire: list[dict[str, Any]] = []
+            match message.role:
+                case "user":
+                    item = _user(message, i, attachments)
+                    wire = [item] if item is not None else []
+                case "assistant":
+                    item = _assistant(message, i)
+                    wire = [item] if item is not None else []
+                case "tool":
+                    wire, images = _tool(message, i, attachments)
+                    pending_images.extend(images)
+                case _:
+                    assert_never(message.role)
+            if use_cache and not has_image(message.content):
+                encoded = b",".join(canonical_json(w) for w in wire)
+                self._messages.put(message, encoded)
+                if encoded:
+                    out.append(encoded)
+            else:
+                out.extend(wire)
+        if pending_images:
+            out.append({"content": pending_images, "role": "user"})
+        return out
+
+    def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
+        """The request body as plain JSON values (no caches)."""
+        out = self._head(request)
+        if request.tools:
+            out["tools"] = [_function(t) for t in request.tools]
+        messages: list[dict[str, Any]] = [{"content": request.system, "role": "system"}] if request.system else []
+        for item in self._wire_messages(request.messages, attachments, use_cache=False):
+            assert isinstance(item, dict)
+            messages.append(item)
+        out["messages"] = messages
+        return out
+
+    def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
+        fields = {k: canonical_json(v) for k, v in self._head(request).items()}
+        if request.tools:
+            fields["tools"] = self._tools_bytes(request.tools)
+        encoded: list[bytes] = [canonical_json({"content": request.system, "role": "system"})] if request.system else []
+        for item in self._wire_messages(request.messages, attachments, use_cache=True):
+            encoded.append(item if isinstance(item, bytes) else canonical_json(item))
+        fields["messages"] = b"[" + b",".join(encoded) + b"]"
+        return encode_object(fields)
+
+    def _tools_bytes(self, tools: tuple[ToolSpec, ...]) -> bytes:
+        cached = self._tools.get(tools)
+        if cached is None:
+            cached = canonical_json([_function(t) for t in tools])
+            self._tools.put(tools, cached)
+        return cached
+
+
+# ---------------------------------------------------------------------- responses
+
+_FINISH: Final = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+def _int(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"token count {value!r}")
+    return value
+
+
+def parse_response(payload: dict[str, Any]) -> ProviderResponse:
+    """A Chat Completions answer → content blocks, normalized usage and stop reason.
+
+    ``message.content`` → one TextBlock (a ``refusal`` also becomes text, stop reason ``refusal``);
+    ``tool_calls`` → ToolCallBlocks with the raw ``arguments`` string as the model produced it.
+    Usage: ``prompt_tokens`` *includes* ``prompt_tokens_details.cached_tokens``, so input = prompt - cached,
+    cache_read = cached, cache_write = 0 (OpenAI does not bill cache writes).
+    """
+    try:
+        choice = payload["choices"][0]
+        message = choice["message"]
+        content: list[ContentBlock] = []
+        text = message.get("content")
+        if text:
+            content.append(TextBlock(str(text)))
+        refusal = message.get("refusal")
+        if refusal:
+            content.append(TextBlock(str(refusal)))
+        for call in message.get("tool_calls") or ():
+            if call.get("type", "function") != "function":
+                raise ProviderError(f"{PROVIDER}: the answer has a {call.get('type')!r} tool call foldline cannot log")
+            function = call["function"]
+            content.append(ToolCallBlock(str(call["id"]), str(function["name"]), str(function["arguments"])))
+        u = payload["usage"]
+        prompt = _int(u["prompt_tokens"])
+        cached = _int((u.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        if cached > prompt:
+            raise TypeError(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
+        usage = Usage(input=prompt - cached, output=_int(u.get("completion_tokens")), cache_read=cached, cache_write=0)
+        finish = choice.get("finish_reason")
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ProviderError(f"{PROVIDER}: unusable Chat Completions answer ({type(exc).__name__}: {exc})") from None
+    stop = "refusal" if refusal else _FINISH.get(str(finish), "other")
+    return ProviderResponse(tuple(content), usage, stop)
+
+
+class OpenAIProvider(Provider):
+    """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport.
+
+    ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given; the key never appears in an
+    error message. Environment proxies are ignored (``trust_env=False``).
+    """
+
+    name = PROVIDER
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        api_key: str | None = None,
+        base_url: str = "https://api.openai.com",
+        *,
+        organization: str | None = None,
+        serializer: OpenAIChatSerializer | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        from . import registry
+
+        self.serializer = serializer or registry.OPENAI_CHAT_V1
+        self._api_key = api_key
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        if organization:
+            self._headers["openai-organization"] = organization
+        self._client = httpx.AsyncClient(transport=transport, base_url=base_url, timeout=timeout, trust_env=False)
+
+    async def send(self, body: bytes) -> ProviderResponse:
+        secrets = (self._api_key,) if self._api_key else ()
+        payload = await post_json(
+            self._client, PROVIDER, CHAT_COMPLETIONS_PATH, body, headers=self._headers, secrets=secrets
+        )
+        return parse_response(payload)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"OpenAIProvider(base_url={str(self._client.base_url)!r}, api_key={key})"
