@@ -13,7 +13,7 @@ from .wire import block_to_json, header_to_json
 __all__ = ["GenerateOptions", "build_request", "request_to_json"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)
 class GenerateOptions:
     """What a provider adapter serializes. Every field is frozen; assigning anything raises."""
 
@@ -25,6 +25,10 @@ class GenerateOptions:
     @property
     def header(self) -> EpochHeader:
         return EpochHeader(self.config, self.system, self.tools)
+
+    def same_as(self, other: GenerateOptions) -> bool:
+        """Value equality of everything a provider sees."""
+        return self.header == other.header and tuple(self.messages) == tuple(other.messages)
 
 
 def build_request(messages: Sequence[Message], header: EpochHeader) -> GenerateOptions:

@@ -1,0 +1,64 @@
+"""Configuration → adapters, in one place. Everything else receives its ports as arguments."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .errors import ConfigError
+from .ports.attachments import AttachmentStore
+from .ports.event_log import EventLog
+
+__all__ = ["Backend", "Config", "Stores", "open_stores"]
+
+Backend = Literal["embedded", "kafka", "distributed"]
+BACKENDS: tuple[str, ...] = ("embedded", "kafka", "distributed")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    data_dir: Path
+    backend: Backend = "embedded"
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    s3_bucket: str = "foldline-attachments"
+
+    @staticmethod
+    def from_env(data_dir: str | Path | None = None, backend: str | None = None) -> Config:
+        chosen = backend or os.environ.get("FOLDLINE_BACKEND", "embedded")
+        if chosen not in BACKENDS:
+            raise ConfigError(f"unknown backend {chosen!r}; choose one of {', '.join(BACKENDS)}")
+        return Config(
+            data_dir=Path(data_dir or os.environ.get("FOLDLINE_DATA_DIR") or "foldline-data"),
+            backend=chosen,  # type: ignore[arg-type]
+            kafka_bootstrap=os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+            redis_url=os.environ.get("FOLDLINE_REDIS_URL", "redis://127.0.0.1:16379/0"),
+            s3_bucket=os.environ.get("FOLDLINE_S3_BUCKET", "foldline-attachments"),
+        )
+
+
+@dataclass(slots=True)
+class Stores:
+    log: EventLog
+    attachments: AttachmentStore
+
+    def close(self) -> None:
+        self.log.close()
+        self.attachments.close()
+
+
+def open_stores(config: Config) -> Stores:
+    """The event log and attachment store the configuration names."""
+    from .adapters.fs_attachments import FilesystemAttachmentStore
+    from .adapters.sqlite_log import SqliteEventLog
+
+    if config.backend == "embedded":
+        return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
+    if config.backend == "kafka":
+        from .adapters.kafka_log import KafkaEventLog  # type: ignore[import-not-found,unused-ignore]
+
+        log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap)
+        return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
+    raise ConfigError(f"backend {config.backend!r} is not available in this build")

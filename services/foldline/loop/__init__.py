@@ -1,0 +1,21 @@
+"""The agent loop: inbox, hooks, tools, invariant companion, and the step that builds each request."""
+
+from .agent import Agent, AgentOptions, TurnResult
+from .hooks import Enter, PreStepContext, Reject
+from .inbox import Inbox, InboxItem
+from .registry import is_loop_request
+from .tools import ToolOutput, Toolset
+
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "Enter",
+    "Inbox",
+    "InboxItem",
+    "PreStepContext",
+    "Reject",
+    "ToolOutput",
+    "Toolset",
+    "TurnResult",
+    "is_loop_request",
+]

@@ -1,0 +1,302 @@
+"""The agent loop. One step, in order (the reconstruction boundary):
+
+1. claim the inbox batch; run ``agent/pre-step`` hooks (reject → no step; enter → extra messages);
+2. append ``step/start`` and one sourced ``user/message`` per entered message;
+3. render system prompt and tools (every step, compared by value — no change signals);
+4. let ``agent/request`` hooks replace the frozen call-config seed (nothing else);
+5. append a full ``request/header`` snapshot when one is owed (initial | resume | change);
+6. build the request from the derived messages and folded header, frozen, marked as a loop request;
+7. the invariant companion rebuilds it from the raw log; a mismatch refuses to send;
+8. serialize to exact wire bytes, append ``request/dispatch`` with their digest, send;
+9. append the ``assistant/message`` and its ``tool/call`` events; run tools; append ``tool/result``s;
+   a tool's additional context goes to the inbox for a later claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..core import codec
+from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
+from ..core.events import (
+    AssistantMessage,
+    AttachmentQuarantine,
+    Envelope,
+    EventData,
+    RequestDispatch,
+    RequestHeader,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    UserMessage,
+)
+from ..core.header import CallConfig, EpochHeader
+from ..core.projection import Session
+from ..core.request import GenerateOptions, build_request
+from ..errors import AttachmentError, FoldlineError
+from ..ports.attachments import AttachmentStore
+from ..ports.event_log import EventLog, WriterLease
+from ..providers.base import Provider, ProviderResponse
+from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
+from .inbox import Inbox, InboxItem
+from .invariant import InvariantCompanion
+from .registry import mark_loop_request
+from .tools import Toolset
+
+__all__ = ["Agent", "AgentOptions", "StepRecord", "TurnResult"]
+
+SystemSource = str | Callable[[], str] | None
+
+
+@dataclass
+class AgentOptions:
+    """Explicit options of one loop instance.
+
+    ``config`` seeds the first request of this instance (fork overrides and resume reconfiguration
+    arrive here); later requests start from the folded header.
+    """
+
+    config: CallConfig
+    system: SystemSource = None
+    tools: Toolset = field(default_factory=Toolset)
+    max_steps_per_turn: int = 16
+    invariant: bool = True
+    archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    turn: int
+    step: int
+    dispatch_seq: int
+    digest: str
+    usage: Usage
+    header_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    turn: int
+    reason: TurnEndReason
+    steps: tuple[StepRecord, ...]
+    text: str
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Agent:
+    """One loop instance on one session. Create it, then ``await run_turn(...)``."""
+
+    def __init__(
+        self,
+        session_id: str,
+        log: EventLog,
+        provider: Provider,
+        options: AgentOptions,
+        *,
+        attachments: AttachmentStore | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.session_id = session_id
+        self.log = log
+        self.provider = provider
+        self.options = options
+        self.attachments = attachments
+        self.clock = clock
+        self.inbox = Inbox()
+        self._pre_step: list[PreStepHook] = []
+        self._request_hooks: list[RequestHook] = []
+        self.lease: WriterLease = log.acquire(session_id)
+        self.session = Session(session_id, log.read(session_id))  # validates on load
+        self._first_request = True
+        self.invariant = InvariantCompanion(log) if options.invariant else None
+        self.turn = self._next_turn()
+        self.last_request: GenerateOptions | None = None
+        self.step_listeners: list[Callable[[StepRecord], None]] = []
+
+    # -------------------------------------------------------------- public API
+
+    def inject(self, text: str | Sequence[ContentBlock], source: str = "inject") -> None:
+        """Queue a message for the next step's claim."""
+        content = (TextBlock(text),) if isinstance(text, str) else tuple(text)
+        self.inbox.put(InboxItem(content, source))
+
+    def on_pre_step(self, hook: PreStepHook) -> PreStepHook:
+        self._pre_step.append(hook)
+        return hook
+
+    def on_request(self, hook: RequestHook) -> RequestHook:
+        self._request_hooks.append(hook)
+        return hook
+
+    async def run_turn(self, text: str | Sequence[ContentBlock] | None = None, source: str = "user") -> TurnResult:
+        """Run one turn: steps until the model stops calling tools (or the step limit)."""
+        if text is not None:
+            self.inject(text, source)
+        turn = self.turn
+        self.turn += 1
+        self._append(TurnStart(turn))
+        records: list[StepRecord] = []
+        reason: TurnEndReason = "completed"
+        final_text = ""
+        step = 0
+        try:
+            while True:
+                outcome = await self._step(turn, step)
+                if outcome is None:
+                    reason = "blocked"
+                    break
+                record, response = outcome
+                records.append(record)
+                final_text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
+                step += 1
+                if response.stop_reason in ("max_tokens", "length"):
+                    reason = "max-tokens"
+                    break
+                if not any(isinstance(b, ToolCallBlock) for b in response.content):
+                    break
+                if step >= self.options.max_steps_per_turn:
+                    reason = "interrupted"
+                    break
+        except asyncio.CancelledError:
+            self._close_turn(turn, step, "aborted")
+            raise
+        except Exception:
+            self._close_turn(turn, step, "error")
+            raise
+        self._append(TurnEnd(turn, reason))
+        return TurnResult(turn, reason, tuple(records), final_text)
+
+    # -------------------------------------------------------------- the step
+
+    async def _step(self, turn: int, step: int) -> tuple[StepRecord, ProviderResponse] | None:
+        batch = self.inbox.claim()
+        extra: list[InboxItem] = []
+        for hook in self._pre_step:
+            decision = hook(PreStepContext(self.session_id, turn, step, batch))
+            if inspect.isawaitable(decision):
+                decision = await decision
+            if isinstance(decision, Reject):
+                self.inbox.give_back(batch)
+                return None
+            assert isinstance(decision, Enter)
+            extra.extend(decision.messages)
+        self._step_open = True
+        entered: list[EventData] = [StepStart(turn, step)]
+        for item in (*batch, *extra):
+            entered.append(UserMessage(self._id("u"), item.content, item.source))
+        self._append(*entered)
+
+        header, reason = self._render_header()
+        if reason is not None:
+            self._append(RequestHeader(header, reason))
+        folded = self.session.header()
+        assert folded is not None
+        request = mark_loop_request(build_request(self.session.derive_messages(), folded))
+        self.last_request = request
+        boundary = self.session.next_seq
+        if self.invariant is not None:
+            self.invariant.check(self.session_id, boundary, request)
+
+        serializer = self.provider.serializer
+        try:
+            body = serializer.serialize(request, self.attachments)
+        except AttachmentError as exc:
+            self._append(
+                AttachmentQuarantine(
+                    exc.attachment_id,
+                    f"{type(exc).__name__}: {exc}",
+                    "restore the object from a replica or re-upload the original bytes under the same digest, "
+                    "then resume the session; the log is unchanged",
+                )
+            )
+            raise
+        digest = codec.digest_bytes(body)
+        if self.options.archive_requests and self.attachments is not None:
+            self.attachments.put(body, "application/json")
+        self._append(RequestDispatch(turn, step, serializer.name, serializer.version, digest, len(body)))
+        dispatch_seq = self.session.next_seq - 1
+
+        response = await self.provider.send(body)
+
+        events: list[EventData] = [
+            AssistantMessage(self._id("a"), response.content, response.usage, response.stop_reason)
+        ]
+        calls = [b for b in response.content if isinstance(b, ToolCallBlock)]
+        events += [ToolCall(turn, step, c.id, c.name, c.arguments) for c in calls]
+        self._append(*events)
+        for call in calls:
+            output = await self.options.tools.call(call.name, call.arguments)
+            self._append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            if output.additional_context:
+                self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
+        self._append(StepEnd(turn, step))
+        self._step_open = False
+        record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason)
+        for listener in self.step_listeners:
+            listener(record)
+        return record, response
+
+    def _render_header(self) -> tuple[EpochHeader, Literal["initial", "resume", "change"] | None]:
+        folded = self.session.header()
+        seed = self.options.config if (self._first_request or folded is None) else folded.config
+        for hook in self._request_hooks:
+            seed = hook(seed)
+            if not isinstance(seed, CallConfig):
+                raise TypeError("an agent/request hook must return a CallConfig")
+        system = self.options.system() if callable(self.options.system) else self.options.system
+        header = EpochHeader(seed, system or None, self.options.tools.specs() or None)
+        if self._first_request:
+            self._first_request = False
+            return header, ("initial" if folded is None else "resume")
+        if header != folded:
+            return header, "change"
+        return header, None
+
+    # -------------------------------------------------------------- log writes
+
+    _step_open = False
+
+    def _append(self, *datas: EventData) -> None:
+        start = self.session.next_seq
+        now = self.clock()
+        events = [Envelope(start + i, now, d) for i, d in enumerate(datas)]
+        self.log.append(self.session_id, start, events, lease=self.lease)
+        self.session.extend(events)
+
+    def _close_turn(self, turn: int, step: int, reason: TurnEndReason) -> None:
+        """Leave the log consistent after a failure or cancellation: close the open step and turn."""
+        try:
+            closing: list[EventData] = []
+            if self._step_open:
+                closing.append(StepEnd(turn, step))
+            closing.append(TurnEnd(turn, reason))
+            self._step_open = False
+            self._append(*closing)
+        except FoldlineError:
+            pass  # the original error is what the caller needs to see; the log stays valid either way
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}{self.session.next_seq}"
+
+    def _next_turn(self) -> int:
+        turns = [e.data.turn for e in self.session.events if isinstance(e.data, TurnStart)]
+        return max(turns) + 1 if turns else 0
+
+
+async def run_agent_turns(agent: Agent, prompts: Sequence[str]) -> list[TurnResult]:
+    return [await agent.run_turn(p) for p in prompts]
+
+
+__all__ += ["run_agent_turns"]

@@ -1,0 +1,135 @@
+"""Tool registration: typed Python functions become tool specs with a JSON schema.
+
+A tool returns ``str`` or :class:`ToolOutput`. Whatever it raises becomes an error result the model
+sees (``isError``), so a failing tool never breaks the log. ``additional_context`` goes to the inbox
+and enters the conversation with a later step, as a sourced ``user/message``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
+
+from ..core import codec
+from ..core.content import ImageBlock, TextBlock, ToolResultPart
+from ..core.header import ToolSpec
+
+__all__ = ["ToolOutput", "Toolset", "schema_for"]
+
+ToolFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    content: str | tuple[ToolResultPart, ...]
+    is_error: bool = False
+    additional_context: str | None = None
+
+    def parts(self) -> tuple[ToolResultPart, ...]:
+        return (TextBlock(self.content),) if isinstance(self.content, str) else self.content
+
+
+_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _type_schema(tp: Any, where: str) -> dict[str, Any]:
+    if tp in _SCALARS:
+        return {"type": _SCALARS[tp]}
+    origin = get_origin(tp)
+    if origin is Literal:
+        values = list(get_args(tp))
+        return {"enum": values}
+    if origin in (list, tuple) or tp in (list, tuple):
+        args = get_args(tp)
+        item = _type_schema(args[0], where) if args else {}
+        return {"type": "array", "items": item} if item else {"type": "array"}
+    if origin is dict or tp is dict:
+        return {"type": "object"}
+    if origin in (Union, types.UnionType):
+        non_none = [a for a in get_args(tp) if a is not type(None)]
+        if len(non_none) == 1:
+            return _type_schema(non_none[0], where)
+    raise TypeError(f"{where}: unsupported parameter type {tp!r}; use str, int, float, bool, Literal, list or dict")
+
+
+def schema_for(fn: ToolFn) -> ToolSpec:
+    """The ToolSpec of a typed function: name, first docstring paragraph, JSON schema of its parameters."""
+    hints = typing.get_type_hints(fn)
+    sig = inspect.signature(fn)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for name, param in sig.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described to a model")
+        if name not in hints:
+            raise TypeError(f"tool {fn.__name__}: parameter {name!r} needs a type annotation")
+        props[name] = _type_schema(hints[name], f"tool {fn.__name__}({name})")
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+    doc = inspect.getdoc(fn) or ""
+    description = doc.split("\n\n")[0].replace("\n", " ").strip()
+    if not description:
+        raise TypeError(f"tool {fn.__name__}: add a docstring; the model reads it as the tool's description")
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return ToolSpec(fn.__name__, description, schema)
+
+
+class Toolset:
+    """The tools an agent offers. Registration order is the order the model sees."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, tuple[ToolSpec, ToolFn]] = {}
+
+    def tool(self, fn: ToolFn) -> ToolFn:
+        """Decorator: register ``fn`` as a tool."""
+        self.add(fn)
+        return fn
+
+    def add(self, fn: ToolFn, spec: ToolSpec | None = None) -> None:
+        spec = spec or schema_for(fn)
+        if spec.name in self._tools:
+            raise ValueError(f"tool {spec.name!r} is registered twice")
+        self._tools[spec.name] = (spec, fn)
+
+    def remove(self, name: str) -> None:
+        del self._tools[name]
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(spec for spec, _ in self._tools.values())
+
+    async def call(self, name: str, arguments: str) -> ToolOutput:
+        """Run a tool on the model's raw argument text; every failure becomes an error result."""
+        entry = self._tools.get(name)
+        if entry is None:
+            known = ", ".join(self._tools) or "none"
+            return ToolOutput(f"unknown tool {name!r} (available: {known})", is_error=True)
+        _, fn = entry
+        try:
+            args = codec.loads(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            return ToolOutput(f"arguments are not valid JSON: {exc}", is_error=True)
+        if not isinstance(args, dict):
+            return ToolOutput("arguments must be a JSON object", is_error=True)
+        try:
+            inspect.signature(fn).bind(**args)
+        except TypeError as exc:
+            return ToolOutput(f"bad arguments for {name}: {exc}", is_error=True)
+        try:
+            result = fn(**args)
+            if isinstance(result, Awaitable):
+                result = await result
+        except Exception as exc:
+            return ToolOutput(f"{type(exc).__name__}: {exc}", is_error=True)
+        if isinstance(result, ToolOutput):
+            return result
+        if isinstance(result, str):
+            return ToolOutput(result)
+        if isinstance(result, ImageBlock | TextBlock):
+            return ToolOutput((result,))
+        return ToolOutput(codec.canonical_json(result).decode())
