@@ -1,0 +1,421 @@
+"""Session events as Avro: the schemas in ``schemas/``, and Envelope <-> self-describing Avro bytes.
+
+Two framings, both self-describing:
+
+* **Avro single-object encoding** (default): ``C3 01`` + the 8-byte little-endian CRC-64-AVRO
+  fingerprint of the writer schema's parsing canonical form + the Avro binary body.
+* **Confluent wire framing** (when a schema registry is configured): ``00`` + the 4-byte big-endian
+  schema id the registry assigned + the body.
+
+Encoding goes through the logged JSON form (:func:`foldline.core.wire.envelope_to_json`) and decoding
+back through :func:`foldline.core.wire.envelope_from_json`, so the Avro form carries exactly the logged
+field names and every shape rule of the core is checked on decode. Every failure is typed:
+:class:`AvroDecodeError` (bytes that are not a record of ours) and :class:`UnknownSchemaError` (a
+fingerprint / schema id we have no writer schema for), both :class:`~foldline.errors.FormatError`.
+
+Schemas are files. In a wheel they ship as ``foldline/_schemas``; in a source checkout (editable
+install) they are read from the repository's ``schemas/``. Superseded versions of a schema are kept in
+``schemas/previous/`` so records written with them stay decodable (see docs/SCHEMAS.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import threading
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+import fastavro.schema
+
+from ..core import codec
+from ..core.events import Envelope
+from ..core.wire import envelope_from_json, envelope_to_json
+from ..errors import ConfigError, FormatError, StoreUnavailable
+
+__all__ = [
+    "EVENT_SCHEMA_NAME",
+    "AvroCodec",
+    "AvroDecodeError",
+    "SchemaRegistry",
+    "UnknownSchemaError",
+    "avro_to_envelope",
+    "crc64_avro",
+    "envelope_to_avro",
+    "load_schema_json",
+    "schema_dir",
+    "writer_schemas",
+]
+
+EVENT_SCHEMA_NAME = "foldline.session_event"
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = b"\x00"
+_NS = "foldline."
+
+
+class AvroDecodeError(FormatError):
+    """Bytes that are not a well-formed foldline Avro record."""
+
+    def __init__(self, message: str, *, seq: int | None = None) -> None:
+        super().__init__("avro-decode", message, seq=seq)
+
+
+class UnknownSchemaError(FormatError):
+    """A record names a writer schema (fingerprint or registry id) this process does not know."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("avro-unknown-schema", message)
+
+
+# ---------------------------------------------------------------- schema files
+
+
+def schema_dir() -> Path:
+    """The directory holding the ``.avsc`` files: packaged ``_schemas`` or the repo's ``schemas/``."""
+    here = Path(__file__).resolve().parent.parent  # .../foldline
+    packaged = here / "_schemas"
+    if packaged.is_dir():
+        return packaged
+    repo = here.parent.parent / "schemas"  # services/foldline -> repo root
+    if repo.is_dir():
+        return repo
+    raise ConfigError(f"foldline's Avro schemas are missing: neither {packaged} nor {repo} exists; reinstall foldline")
+
+
+def load_schema_json(name: str = EVENT_SCHEMA_NAME, directory: Path | None = None) -> dict[str, Any]:
+    """The JSON of ``<name>.avsc``."""
+    path = (directory or schema_dir()) / f"{name}.avsc"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load Avro schema {path}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"Avro schema {path} must be a JSON object")
+    return value
+
+
+_CRC64_EMPTY = 0xC15D213AA4D7A795
+
+
+@cache
+def _crc64_table() -> tuple[int, ...]:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (_CRC64_EMPTY & -(fp & 1))
+        table.append(fp)
+    return tuple(table)
+
+
+def crc64_avro(data: bytes) -> int:
+    """The CRC-64-AVRO (Rabin) fingerprint of ``data`` as the Avro specification defines it."""
+    table = _crc64_table()
+    fp = _CRC64_EMPTY
+    for b in data:
+        fp = (fp >> 8) ^ table[(fp ^ b) & 0xFF]
+    return fp
+
+
+def _parse(schema_json: Mapping[str, Any]) -> tuple[Any, bytes]:
+    parsed = fastavro.parse_schema(dict(schema_json))
+    canonical = fastavro.schema.to_parsing_canonical_form(parsed)
+    return parsed, crc64_avro(canonical.encode()).to_bytes(8, "little")
+
+
+@cache
+def writer_schemas(directory: Path | None = None) -> Mapping[bytes, Any]:
+    """Every event schema this process can read, by single-object fingerprint (current + previous)."""
+    root = directory or schema_dir()
+    out: dict[bytes, Any] = {}
+    files = [root / f"{EVENT_SCHEMA_NAME}.avsc", *sorted((root / "previous").glob(f"{EVENT_SCHEMA_NAME}*.avsc"))]
+    for path in files:
+        if path.is_file():
+            parsed, fp = _parse(load_schema_json(path.name.removesuffix(".avsc"), path.parent))
+            out[fp] = parsed
+    return out
+
+
+# ---------------------------------------------------------------- Envelope <-> Avro datum
+
+
+def _block_to_avro(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    kind = block["type"]
+    if kind == "text":
+        return (_NS + "TextBlock", {"text": block["text"]})
+    if kind == "image":
+        return (_NS + "ImageBlock", {"attachment": block["attachment"]})
+    if kind == "tool-call":
+        return (_NS + "ToolCallBlock", {"id": block["id"], "name": block["name"], "arguments": block["arguments"]})
+    return (
+        _NS + "ToolResultBlock",
+        {
+            "toolCallId": block["toolCallId"],
+            "content": [_block_to_avro(b) for b in block["content"]],
+            "isError": block.get("isError", False),
+        },
+    )
+
+
+def _surface_to_avro(d: dict[str, Any]) -> None:
+    op = d["surfaceOp"]
+    d["surfaceOp"] = "append" if op == "append" else (_NS + "ReplaceOp", {"start": op["start"], "end": op["end"]})
+    d.setdefault("sourceEventSeqs", None)
+
+
+_RECORD_NAMES = {
+    "user/message": "UserMessage",
+    "assistant/message": "AssistantMessage",
+    "tool/result": "ToolResult",
+    "turn/start": "TurnStart",
+    "turn/end": "TurnEnd",
+    "step/start": "StepStart",
+    "step/end": "StepEnd",
+    "tool/call": "ToolCall",
+    "request/header": "RequestHeader",
+    "request/dispatch": "RequestDispatch",
+    "session/end-seed": "SessionEndSeed",
+    "compaction/start": "CompactionStart",
+    "compaction/summary": "CompactionSummary",
+    "compaction/end": "CompactionEnd",
+    "attachment/quarantine": "AttachmentQuarantine",
+}
+_TYPES_BY_RECORD = {_NS + v: k for k, v in _RECORD_NAMES.items()}
+
+
+def envelope_to_avro(env: Envelope) -> dict[str, Any]:
+    """The Avro datum of an envelope (fastavro tuple notation selects each union branch)."""
+    j = envelope_to_json(env)
+    etype: str = j["type"]
+    data: dict[str, Any] = j["data"]
+    name = _RECORD_NAMES.get(etype)
+    if name is None:
+        branch: tuple[str, dict[str, Any]] = (_NS + "UnknownEvent", {"json": codec.canonical_json(data).decode()})
+    else:
+        if "content" in data:
+            data["content"] = [_block_to_avro(b) for b in data["content"]]
+        if "surfaceOp" in data:
+            data.pop("role", None)
+            _surface_to_avro(data)
+        elif etype == "request/header":
+            header = data["header"]
+            if "tools" in header:
+                header["tools"] = [
+                    {**t, "inputSchema": codec.canonical_json(t["inputSchema"]).decode()} for t in header["tools"]
+                ]
+        branch = (_NS + name, data)
+    return {"type": etype, "seq": env.seq, "time": env.time, "ignorable": env.ignorable, "data": branch}
+
+
+def _drop_nulls(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _block_from_avro(value: Any) -> dict[str, Any]:
+    name, d = value
+    if name == _NS + "TextBlock":
+        return {"type": "text", "text": d["text"]}
+    if name == _NS + "ImageBlock":
+        return {"type": "image", "attachment": d["attachment"]}
+    if name == _NS + "ToolCallBlock":
+        return {"type": "tool-call", **d}
+    out = {"type": "tool-result", "toolCallId": d["toolCallId"], "content": [_block_from_avro(b) for b in d["content"]]}
+    if d.get("isError"):
+        out["isError"] = True
+    return out
+
+
+def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
+    """Rebuild the envelope from a decoded datum (``return_record_name`` form); every core rule applies."""
+    seq = datum.get("seq")
+    try:
+        etype = datum["type"]
+        name, data = datum["data"]
+        data = dict(data)
+        if name == _NS + "UnknownEvent":
+            data = codec.loads(data["json"])
+        else:
+            expected = _TYPES_BY_RECORD.get(name)
+            if expected != etype:
+                raise AvroDecodeError(
+                    f"envelope type {etype!r} does not match its data record {name!r}",
+                    seq=seq if isinstance(seq, int) else None,
+                )
+            if "content" in data:
+                data["content"] = [_block_from_avro(b) for b in data["content"]]
+            if "surfaceOp" in data:
+                op = data["surfaceOp"]
+                if isinstance(op, tuple):  # (record name, value): the union also holds the named enum
+                    op = op[1]
+                data["surfaceOp"] = (
+                    "append" if op == "append" else {"op": "replace", "start": op["start"], "end": op["end"]}
+                )
+                if etype == "user/message":
+                    data["role"] = "user"
+                elif etype == "assistant/message":
+                    data["role"] = "assistant"
+                if not data.get("isError", True):
+                    del data["isError"]
+            if etype == "request/header":
+                header = _drop_nulls(data["header"])
+                header["config"] = _drop_nulls(header["config"])
+                if "tools" in header:
+                    header["tools"] = [{**t, "inputSchema": codec.loads(t["inputSchema"])} for t in header["tools"]]
+                data["header"] = header
+            data = _drop_nulls(data)
+        value: dict[str, Any] = {"type": etype, "seq": datum["seq"], "time": datum["time"], "data": data}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AvroDecodeError(f"malformed event datum: {exc!r}", seq=seq if isinstance(seq, int) else None) from exc
+    if datum.get("ignorable"):
+        value["ignorable"] = True
+    return envelope_from_json(value)
+
+
+# ---------------------------------------------------------------- framing
+
+
+class SchemaRegistry(Protocol):
+    """The part of confluent-kafka's ``SchemaRegistryClient`` the codec uses."""
+
+    def register_schema(self, subject_name: str, schema: Any, normalize_schemas: bool = ...) -> int: ...
+
+    def get_schema(self, schema_id: int, subject_name: str | None = ..., fmt: str | None = ...) -> Any: ...
+
+
+class AvroCodec:
+    """Envelope <-> self-describing Avro bytes.
+
+    ``AvroCodec()`` uses single-object encoding. ``AvroCodec(registry_url=..., subject=...)`` uses
+    Confluent framing with a ``confluent_kafka.schema_registry.SchemaRegistryClient`` (``mock://``
+    URLs give the client's in-process registry, for tests); the schema is registered on first encode.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry_url: str | None = None,
+        subject: str = "foldline.session-events-value",
+        registry: SchemaRegistry | None = None,
+        schema_directory: Path | None = None,
+    ) -> None:
+        schema_json = load_schema_json(EVENT_SCHEMA_NAME, schema_directory)
+        self._schema_json = schema_json
+        self._schema, self._fingerprint = _parse(schema_json)
+        self._readers = writer_schemas(schema_directory)
+        self.subject = subject
+        self._registry = registry
+        if registry is None and registry_url is not None:
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise ConfigError(
+                    "a schema registry URL is configured but confluent-kafka's schema registry client is not "
+                    "installed; install confluent-kafka[schemaregistry]"
+                ) from exc
+            self._registry = SchemaRegistryClient.new_client({"url": registry_url})
+        self._schema_id: int | None = None
+        self._by_id: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> SchemaRegistry | None:
+        return self._registry
+
+    @property
+    def framing(self) -> str:
+        return "confluent" if self._registry is not None else "single-object"
+
+    @property
+    def fingerprint(self) -> bytes:
+        """The 8-byte CRC-64-AVRO fingerprint of the current schema (little-endian, as framed)."""
+        return self._fingerprint
+
+    # -- encode
+
+    def encode(self, env: Envelope) -> bytes:
+        buf = io.BytesIO()
+        buf.write(self._prefix())
+        fastavro.schemaless_writer(buf, self._schema, envelope_to_avro(env))
+        return buf.getvalue()
+
+    def _prefix(self) -> bytes:
+        if self._registry is None:
+            return SINGLE_OBJECT_MAGIC + self._fingerprint
+        schema_id = self._schema_id
+        if schema_id is None:
+            schema_id = self._register()
+        return CONFLUENT_MAGIC + struct.pack(">I", schema_id)
+
+    def _register(self) -> int:
+        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        assert self._registry is not None
+        with self._lock:
+            if self._schema_id is None:
+                try:
+                    schema_id = self._registry.register_schema(
+                        self.subject, Schema(json.dumps(self._schema_json), "AVRO")
+                    )
+                except SchemaRegistryError as exc:
+                    raise StoreUnavailable(f"schema registry refused {self.subject!r}: {exc}") from exc
+                except Exception as exc:
+                    raise StoreUnavailable(f"schema registry unreachable: {exc}") from exc
+                self._schema_id = int(schema_id)
+                self._by_id[self._schema_id] = self._schema
+            return self._schema_id
+
+    # -- decode
+
+    def decode(self, data: bytes | None) -> Envelope:
+        """Decode one framed record (either framing is accepted); typed errors on anything else."""
+        if not data:
+            raise AvroDecodeError("empty record value")
+        if data[:2] == SINGLE_OBJECT_MAGIC:
+            writer = self._readers.get(bytes(data[2:10]))
+            if writer is None:
+                raise UnknownSchemaError(
+                    f"unknown schema fingerprint {bytes(data[2:10]).hex()} (single-object encoding); the record was "
+                    "written with a schema this foldline does not ship — upgrade, or add the old schema to "
+                    "schemas/previous/"
+                )
+            body = 10
+        elif data[:1] == CONFLUENT_MAGIC and len(data) >= 5:
+            writer = self._writer_by_id(struct.unpack(">I", data[1:5])[0])
+            body = 5
+        else:
+            raise AvroDecodeError(f"not a framed Avro record (starts with {bytes(data[:2]).hex()!r})")
+        try:
+            datum = fastavro.schemaless_reader(
+                io.BytesIO(data[body:]),
+                writer,
+                self._schema,
+                return_record_name=True,
+                return_record_name_override=True,
+            )
+        except Exception as exc:  # fastavro raises many types (EOFError, ValueError, SchemaResolutionError...)
+            raise AvroDecodeError(f"Avro body does not decode: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(datum, dict):
+            raise AvroDecodeError("Avro body is not a record")
+        return avro_to_envelope(datum)
+
+    def _writer_by_id(self, schema_id: int) -> Any:
+        writer = self._by_id.get(schema_id)
+        if writer is not None:
+            return writer
+        if self._registry is None:
+            raise UnknownSchemaError(
+                f"record is in Confluent framing (schema id {schema_id}) but no schema registry is configured"
+            )
+        try:
+            schema = self._registry.get_schema(schema_id)
+            parsed = fastavro.parse_schema(json.loads(schema.schema_str))
+        except Exception as exc:
+            raise UnknownSchemaError(f"schema id {schema_id} is not in the registry: {exc}") from exc
+        with self._lock:
+            self._by_id[schema_id] = parsed
+        return parsed

@@ -1,0 +1,234 @@
+"""Every event type round-trips through Avro (fastavro) in both framings; bad bytes get typed errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import avro.schema
+import fastavro
+import pytest
+from hypothesis import given, settings
+
+from foldline.adapters.avro import (
+    AvroCodec,
+    AvroDecodeError,
+    UnknownSchemaError,
+    avro_to_envelope,
+    crc64_avro,
+    envelope_to_avro,
+    load_schema_json,
+)
+from foldline.core import (
+    AssistantMessage,
+    CallConfig,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    ImageBlock,
+    ImageRef,
+    ReplaceOp,
+    RequestHeader,
+    TextBlock,
+    ToolCall,
+    ToolCallBlock,
+    ToolResult,
+    ToolResultBlock,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UserMessage,
+    make_header,
+)
+from foldline.core.events import (
+    AttachmentQuarantine,
+    RequestDispatch,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    UnknownEvent,
+)
+from foldline.core.frozen import freeze_json
+from foldline.core.header import ToolSpec
+from foldline.core.wire import KNOWN_TYPES, encode_event
+from foldline.errors import FormatError, ValidationError
+from tests.strategies import logs
+
+IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480)
+TOOLS = (
+    ToolSpec("read", "Read a file", freeze_json({"type": "object", "properties": {"path": {"type": "string"}}})),  # type: ignore[arg-type]
+    ToolSpec("noop", "", freeze_json({})),  # type: ignore[arg-type]
+)
+FULL_CONFIG = CallConfig("openai", "gpt-x", 0.7, 1024, ("END", "STOP"), "high")
+UNKNOWN = freeze_json({"nested": {"a": [1, 2.5, "x", None, True]}, "z": "ü"})
+
+EVERY_TYPE: list[Envelope] = [
+    Envelope(0, 1, RequestHeader(make_header(FULL_CONFIG, "system ✓", TOOLS), "initial")),
+    Envelope(1, 2, RequestHeader(make_header(CallConfig("anthropic", "m")), "change")),
+    Envelope(2, 3, UserMessage("u1", (TextBlock("hi"), ImageBlock(IMG)), "inject")),
+    Envelope(3, 4, UserMessage("u2", (TextBlock("sum"),), "compaction", ReplaceOp(0, 2), (2, 3))),
+    Envelope(
+        4,
+        5,
+        AssistantMessage(
+            "a1",
+            (
+                TextBlock("ok"),
+                ToolCallBlock("c1", "read", '{"path": "x"}'),
+                ToolResultBlock("c0", (TextBlock("r"), ImageBlock(IMG)), True),
+            ),
+            Usage(10, 5, 100, 7),
+            "tool_use",
+        ),
+    ),
+    Envelope(5, 6, AssistantMessage("a2", (), None, None, ReplaceOp(1, 1), (4,))),
+    Envelope(6, 7, ToolResult("c1", "read", (TextBlock("out"), ImageBlock(IMG)), True)),
+    Envelope(7, 8, ToolResult("c1", "read", (TextBlock("trim"),), False, ReplaceOp(3, 3), (6,))),
+    Envelope(8, 9, TurnStart(0)),
+    *(Envelope(9, 10, TurnEnd(0, reason)) for reason in ("completed", "max-tokens", "interrupted")),  # type: ignore[arg-type]
+    Envelope(10, 11, StepStart(0, 1)),
+    Envelope(11, 12, StepEnd(0, 1)),
+    Envelope(12, 13, ToolCall(0, 1, "c1", "read", '{"path":"x"}')),
+    Envelope(13, 14, RequestDispatch(0, 1, "anthropic-messages", 2, "sha256:" + "0f" * 32, 9876)),
+    Envelope(14, 15, SessionEndSeed()),
+    Envelope(15, 16, SessionEndSeed("parent", 42)),
+    Envelope(16, 17, CompactionStart(0, 5, 1200)),
+    Envelope(17, 18, CompactionSummary("summary", "anthropic", "m", 256)),
+    Envelope(18, 19, CompactionSummary("summary", "anthropic", "m", 256, Usage(1, 2, 3, 4))),
+    Envelope(19, 20, CompactionEnd()),
+    Envelope(20, 21, AttachmentQuarantine("sha256:" + "cd" * 32, "corrupt", "drop")),
+    Envelope(21, 22, UnknownEvent("future/thing", UNKNOWN), ignorable=True),  # type: ignore[arg-type]
+    Envelope(22, 23, TurnStart(3), ignorable=True),
+]
+
+
+@pytest.fixture(scope="module")
+def codec() -> AvroCodec:
+    return AvroCodec()
+
+
+def test_fixtures_cover_every_event_type() -> None:
+    assert {e.type for e in EVERY_TYPE} >= KNOWN_TYPES
+    assert any(isinstance(e.data, UnknownEvent) for e in EVERY_TYPE)
+
+
+@pytest.mark.parametrize("event", EVERY_TYPE, ids=lambda e: f"{e.seq}-{e.type}")
+def test_every_event_type_round_trips(codec: AvroCodec, event: Envelope) -> None:
+    data = codec.encode(event)
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == codec.fingerprint
+    back = codec.decode(data)
+    assert back == event
+    assert encode_event(back) == encode_event(event)
+
+
+def test_datum_is_plain_avro_readable_without_foldline(codec: AvroCodec) -> None:
+    """Another consumer needs only the .avsc file: the body is ordinary Avro binary."""
+    event = EVERY_TYPE[4]
+    body = codec.encode(event)[10:]
+    schema = fastavro.parse_schema(load_schema_json())
+    datum = fastavro.schemaless_reader(
+        io.BytesIO(body), schema, None, return_record_name=True, return_record_name_override=True
+    )
+    assert datum["type"] == "assistant/message"
+    assert datum["data"][0] == "foldline.AssistantMessage"
+    assert datum["data"][1]["usage"] == {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7}
+    assert avro_to_envelope(envelope_to_avro(event) | {"data": datum["data"]}) == event
+
+
+@settings(max_examples=60, deadline=None)
+@given(logs)
+def test_random_valid_logs_round_trip(log: list[Envelope]) -> None:
+    codec = AvroCodec()
+    for event in log:
+        back = codec.decode(codec.encode(event))
+        assert back == event
+        assert encode_event(back) == encode_event(event)
+
+
+def test_fingerprint_is_crc64_avro_of_the_parsing_canonical_form(codec: AvroCodec) -> None:
+    parsed = avro.schema.parse(json.dumps(load_schema_json()))
+    assert codec.fingerprint == parsed.fingerprint("CRC-64-AVRO")
+    # the specification's value for the empty string is the initial constant
+    assert crc64_avro(b"") == 0xC15D213AA4D7A795
+
+
+def test_unknown_fingerprint_is_a_typed_error(codec: AvroCodec) -> None:
+    data = codec.encode(EVERY_TYPE[8])
+    with pytest.raises(UnknownSchemaError) as info:
+        codec.decode(data[:2] + b"\x00" * 8 + data[10:])
+    assert info.value.rule == "avro-unknown-schema"
+    assert isinstance(info.value, FormatError)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"garbage", b"\xc3", b"{}", None],
+    ids=["empty", "garbage", "short-magic", "json", "none"],
+)
+def test_unframed_bytes_are_typed_errors(codec: AvroCodec, raw: bytes | None) -> None:
+    with pytest.raises(FormatError):
+        codec.decode(raw)
+
+
+def test_truncated_body_is_a_typed_error(codec: AvroCodec) -> None:
+    data = codec.encode(EVERY_TYPE[0])
+    with pytest.raises(AvroDecodeError):
+        codec.decode(data[: len(data) // 2])
+
+
+def test_type_that_disagrees_with_its_record_is_rejected(codec: AvroCodec) -> None:
+    datum = envelope_to_avro(EVERY_TYPE[8]) | {"type": "turn/end"}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(load_schema_json()), datum)
+    with pytest.raises(AvroDecodeError, match="does not match"):
+        codec.decode(b"\xc3\x01" + codec.fingerprint + buf.getvalue())
+
+
+def test_decoded_events_get_core_validation(codec: AvroCodec) -> None:
+    """An unknown, non-ignorable type and a legacy type decode to the core's typed rule errors."""
+    schema = fastavro.parse_schema(load_schema_json())
+    for etype, ignorable, rule in (("future/x", False, "unknown-type"), ("request/header-delta", True, "legacy")):
+        datum = {
+            "type": etype,
+            "seq": 5,
+            "time": 1,
+            "ignorable": ignorable,
+            "data": ("foldline.UnknownEvent", {"json": "{}"}),
+        }
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, datum)
+        with pytest.raises(ValidationError) as info:
+            codec.decode(b"\xc3\x01" + codec.fingerprint + buf.getvalue())
+        assert info.value.rule.startswith(rule)
+        assert info.value.seq == 5
+
+
+def test_confluent_framing_with_mock_registry() -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    codec = AvroCodec(registry_url="mock://foldline-test", subject="t-value")
+    assert codec.framing == "confluent"
+    assert type(codec.registry).__name__ == "MockSchemaRegistryClient"
+    data = codec.encode(EVERY_TYPE[4])
+    assert data[0] == 0
+    (schema_id,) = struct.unpack(">I", data[1:5])
+    assert schema_id > 0
+    assert codec.decode(data) == EVERY_TYPE[4]
+    # a second codec sharing the registry (as two processes share a server) resolves the schema by id
+    shared = SchemaRegistryClient.new_client({"url": "mock://shared"})
+    writer = AvroCodec(registry=shared, subject="t-value")
+    reader = AvroCodec(registry=shared, subject="t-value")
+    framed = writer.encode(EVERY_TYPE[6])
+    assert reader.decode(framed) == EVERY_TYPE[6]
+    # single-object records stay readable by a registry-configured codec
+    assert codec.decode(AvroCodec().encode(EVERY_TYPE[8])) == EVERY_TYPE[8]
+    with pytest.raises(UnknownSchemaError):
+        codec.decode(b"\x00" + struct.pack(">I", 987654) + data[5:])
+
+
+def test_confluent_framing_without_registry_is_a_typed_error(codec: AvroCodec) -> None:
+    with pytest.raises(UnknownSchemaError, match="no schema registry"):
+        codec.decode(b"\x00\x00\x00\x00\x01" + b"\x00")
