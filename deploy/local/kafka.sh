@@ -10,6 +10,7 @@
 # Data in $STATE/kafka/data (kept across stop/start), log $STATE/logs/kafka.log.
 # Needs java (17) and mvn; installs Debian's openjdk-17-jre-headless / maven if absent.
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 NAME=kafka
@@ -26,6 +27,7 @@ CONF="$HOME_DIR/config"
 DATA="$HOME_DIR/data"
 BUILD="$STATE/kafka-build"
 HEAP="${FOLDLINE_KAFKA_HEAP:--Xmx512m -Xms512m}"
+PROC_MATCH="$CONF/server.properties"
 
 write_pom() {
   local ver=$1
@@ -55,10 +57,10 @@ install_java_maven() {
 
 install() {
   ensure_venv   # confluent-kafka, for the health check and verify
+  install_java_maven
   if [[ -f $HOME_DIR/VERSION ]] && compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null; then
     return 0
   fi
-  install_java_maven
   local ver t0; t0=$(now_ms)
   for ver in $KAFKA_VERSIONS; do
     log "resolving Apache Kafka $ver from Maven Central"
@@ -69,7 +71,7 @@ install() {
       rm -rf "$LIBS"
       mv "$LIBS.tmp" "$LIBS"
       echo "$ver" >"$HOME_DIR/VERSION"
-      log "Kafka $ver installed: $(ls "$LIBS" | wc -l) jars in $LIBS ($(( $(now_ms) - t0 )) ms)"
+      log "Kafka $ver installed: $(find "$LIBS" -name '*.jar' | wc -l) jars in $LIBS ($(( $(now_ms) - t0 )) ms)"
       return 0
     fi
     log "Kafka $ver did not resolve (see $LOGS/kafka-install.log)"
@@ -250,9 +252,9 @@ EOF
 }
 
 case "${1:-}" in
-  install) install ;;
-  start) start ;;
-  stop) stop ;;
+  install) take_lock "$NAME"; install ;;
+  start) take_lock "$NAME"; start ;;
+  stop) take_lock "$NAME"; stop ;;
   status) status ;;
   verify) verify ;;
   *) echo "usage: $0 {install|start|stop|status|verify}" >&2; exit 2 ;;

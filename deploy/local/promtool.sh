@@ -5,6 +5,7 @@
 # no recommends; the package's own prometheus service is never started).
 # A symlink $STATE/bin/promtool is made for scripts that prefer $STATE/bin.
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install() {

@@ -7,11 +7,13 @@
 # appendonly no); working dir $STATE/redis, pid file $STATE/run/redis.pid,
 # log $STATE/logs/redis.log.
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 NAME=redis
 PORT="${FOLDLINE_REDIS_PORT:-16379}"
 DATA="$STATE/redis"
+PROC_MATCH="redis-server 127.0.0.1:$PORT"
 
 install() {
   if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
@@ -37,13 +39,14 @@ start() {
     --save "" --appendonly no \
     --daemonize yes --pidfile "$(pidfile $NAME)" \
     --dir "$DATA" --logfile "$(logfile $NAME)" \
-    --databases 16 --loglevel notice
+    --databases 16 --loglevel notice 8>&- 9>&-
   wait_until 15 healthy || { tail -n 20 "$(logfile $NAME)" >&2; die "redis did not answer PING"; }
   log "redis up on 127.0.0.1:$PORT in $(( $(now_ms) - t0 )) ms ($(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'))"
 }
 
 stop() {
   if is_running "$NAME"; then
+    log "stopping redis (pid $(read_pid $NAME))"
     cli shutdown nosave >/dev/null 2>&1 || true
   fi
   stop_pid "$NAME" 10
@@ -69,9 +72,9 @@ verify() {
 }
 
 case "${1:-}" in
-  install) install ;;
-  start) start ;;
-  stop) stop ;;
+  install) take_lock "$NAME"; install ;;
+  start) take_lock "$NAME"; start ;;
+  stop) take_lock "$NAME"; stop ;;
   status) status ;;
   verify) verify ;;
   *) echo "usage: $0 {install|start|stop|status|verify}" >&2; exit 2 ;;

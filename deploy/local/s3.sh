@@ -8,6 +8,7 @@
 #   (gRPC ports: +10000 each). Data under $STATE/seaweedfs.
 # Credentials: foldline-local / foldline-local-secret (admin identity).
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 NAME=s3
@@ -20,6 +21,7 @@ SECRET_KEY="foldline-local-secret"
 DATA="$STATE/seaweedfs"
 WEED="$VENV/bin/weed"
 ENDPOINT="http://127.0.0.1:$S3_PORT"
+PROC_MATCH="$WEED server"
 
 install() {
   ensure_venv
@@ -71,7 +73,7 @@ start() {
     -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -dir="$DATA/volume" -master.dir="$DATA/master" \
     -master.port="$MASTER_PORT" -master.port.grpc=$((MASTER_PORT + 10000)) \
-    -master.telemetry=false -master.volumeSizeLimitMB=64 \
+    -master.telemetry=false -master.resumeState=false -master.volumeSizeLimitMB=64 \
     -volume.port="$VOLUME_PORT" -volume.port.grpc=$((VOLUME_PORT + 10000)) \
     -volume.max=0 -volume.preStopSeconds=0 \
     -filer -filer.port="$FILER_PORT" -filer.port.grpc=$((FILER_PORT + 10000)) \
@@ -87,7 +89,10 @@ start() {
 }
 
 stop() {
-  stop_pid "$NAME" 20
+  # weed's filer waits 15 s for its own S3 gateway's gRPC streams before it
+  # gives up, so after a short grace the process is killed: data already
+  # written is in the volume files and the filer's leveldb log either way.
+  stop_pid "$NAME" 3
   kill_strays "$WEED server"
   # weed also opens gRPC unix sockets in /tmp named after the gRPC ports.
   local p
@@ -138,9 +143,9 @@ EOF
 }
 
 case "${1:-}" in
-  install) install ;;
-  start) start ;;
-  stop) stop ;;
+  install) take_lock "$NAME"; install ;;
+  start) take_lock "$NAME"; start ;;
+  stop) take_lock "$NAME"; stop ;;
   status) status ;;
   verify) verify ;;
   *) echo "usage: $0 {install|start|stop|status|verify}" >&2; exit 2 ;;

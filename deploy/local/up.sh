@@ -7,6 +7,7 @@
 # installed tools are not reinstalled. Installs run one after another (apt and
 # pip must not race); the servers then start in parallel.
 set -euo pipefail
+# shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 services=("$@")
