@@ -4,8 +4,11 @@ Wire mapping of serializer v1 (``POST /v1/messages``; canonical JSON, so object 
 prompt order the API caches on is tools → system → messages whatever the key order):
 
 * ``config.model`` → ``model``; ``config.max_tokens`` → ``max_tokens`` (the API requires it; absent means
-  :data:`DEFAULT_MAX_TOKENS` = 1024); ``temperature`` (the API accepts 0..1: a higher value raises
-  :class:`~foldline.errors.ProviderError`); ``stop`` → ``stop_sequences``.
+  :data:`DEFAULT_MAX_TOKENS` = 1024); ``stop`` → ``stop_sequences``.
+* ``temperature`` is sent only when set (the API takes 0..1; a higher value raises
+  :class:`~foldline.errors.ProviderError`). It is deprecated: the ``anthropic`` SDK 1.x request types no
+  longer declare it (SDK users send it via ``extra_body``) and recent models answer 400 to it, so leave it
+  unset for those models.
 * ``config.reasoning_effort`` is **not sent**. The only Anthropic equivalents are extended thinking, which
   would require sending back the model's thinking blocks on every tool-use continuation (foldline's
   content model does not log them), and the model-specific ``output_config.effort``, which older models

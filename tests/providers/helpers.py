@@ -1,0 +1,146 @@
+"""Shared builders for the provider tests: requests, an in-memory attachment store, strict SDK validation."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+from foldline.core import CallConfig, GenerateOptions, ImageBlock, ImageRef, TextBlock, ToolSpec, build_request
+from foldline.core.header import make_header
+from foldline.core.projection import Message
+from foldline.errors import AttachmentNotFound
+from foldline.ports.attachments import AttachmentMeta, AttachmentStore, describe, verify
+
+# A real 3x2 grey PNG, fixed bytes (not regenerated through zlib, so golden fixtures stay put).
+PNG_3X2 = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAAAAAC4HznGAAAAEElEQVR4nGNg5+Bk4ODkAgAAygA0amI95AAAAABJRU5ErkJggg=="
+)
+
+TOOLS = (
+    ToolSpec(
+        "read_file",
+        "Read a file from the workspace.",
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path"],
+        },
+    ),
+    ToolSpec("list_dir", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}}),
+    ToolSpec("now", ""),
+)
+
+
+class MemoryAttachmentStore(AttachmentStore):
+    """The AttachmentStore port over a dict, verifying like every adapter (digest + metadata)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, tuple[bytes, AttachmentMeta]] = {}
+        self.reads = 0
+
+    def put(
+        self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
+    ) -> AttachmentMeta:
+        meta = describe(data, media_type, width, height)
+        self.objects.setdefault(meta.attachment_id, (data, meta))
+        return self.objects[meta.attachment_id][1]
+
+    def get(self, attachment_id: str, expected: AttachmentMeta | ImageRef | None = None) -> bytes:
+        self.reads += 1
+        try:
+            data, meta = self.objects[attachment_id]
+        except KeyError:
+            raise AttachmentNotFound(attachment_id, "no such object") from None
+        return verify(attachment_id, data, meta, expected)
+
+    def meta(self, attachment_id: str) -> AttachmentMeta:
+        try:
+            return self.objects[attachment_id][1]
+        except KeyError:
+            raise AttachmentNotFound(attachment_id, "no such object") from None
+
+    def exists(self, attachment_id: str) -> bool:
+        return attachment_id in self.objects
+
+
+def image_block(store: AttachmentStore, data: bytes = PNG_3X2) -> ImageBlock:
+    return ImageBlock(store.put(data, "image/png").image_ref())
+
+
+def request(
+    messages: tuple[Message, ...] | list[Message],
+    *,
+    system: str | None = "You are a careful agent.",
+    tools: tuple[ToolSpec, ...] | None = TOOLS,
+    provider: str = "anthropic",
+    **config: Any,
+) -> GenerateOptions:
+    header = make_header(CallConfig(provider, config.pop("model", "model-x"), **config), system, tools)
+    return build_request(tuple(messages), header)
+
+
+def user(text: str) -> Message:
+    return Message("user", (TextBlock(text),))
+
+
+# ---------------------------------------------------------------------------- strict SDK validation
+
+
+@functools.cache
+def anthropic_request_type() -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
+
+
+@functools.cache
+def openai_request_type() -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(CompletionCreateParamsNonStreaming)
+
+
+def _materialize(value: Any) -> Any:
+    """Consume pydantic's lazy ``Iterable[...]`` validators so every nested item is actually validated."""
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_materialize(v) for v in value]
+    if isinstance(value, Iterator):
+        return [_materialize(v) for v in value]
+    return value
+
+
+class NotAValidRequest(AssertionError):
+    pass
+
+
+#: Body fields the SDK types no longer declare but the API still takes (the SDK sends them via ``extra_body``):
+#: anthropic>=1 removed ``temperature`` from ``MessageCreateParams`` (deprecated; accepted by models that
+#: support sampling options). These are checked for type here instead.
+ANTHROPIC_EXTRA_BODY: dict[str, type] = {"temperature": float}
+
+
+def strict_validate(adapter: pydantic.TypeAdapter[Any], body: bytes, extra_body: dict[str, type] | None = None) -> None:
+    """Validate a wire body against an SDK request TypedDict, strictly.
+
+    pydantic validates ``Iterable[X]`` fields lazily (a ``ValidatorIterator`` that checks items only when
+    iterated) and TypedDicts ignore unknown keys. So: validate, consume every lazy iterator (raising on
+    the first bad item), and require the result to equal the input — a dropped unknown key or a coerced
+    value shows up as a difference.
+    """
+    data = json.loads(body)
+    for key, kind in (extra_body or {}).items():
+        if key in data:
+            value = data.pop(key)
+            if not isinstance(value, kind):
+                raise NotAValidRequest(f"extra body field {key} must be {kind.__name__}, got {value!r}")
+    try:
+        validated = _materialize(adapter.validate_python(data))
+    except pydantic.ValidationError as exc:
+        raise NotAValidRequest(str(exc)) from exc
+    if validated != data:
+        raise NotAValidRequest(f"the SDK type does not describe the body exactly:\n{validated!r}\n!=\n{data!r}")

@@ -1,0 +1,45 @@
+"""Golden bytes: every registered serializer version reproduces its committed wire bodies exactly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from foldline.providers import SERIALIZERS
+
+from .golden_cases import GOLDEN_DIR, cases
+from .helpers import MemoryAttachmentStore
+
+UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
+CASE_NAMES = sorted(cases(MemoryAttachmentStore()))
+
+
+def _path(name: str, version: int, case: str) -> Path:
+    return GOLDEN_DIR / name / f"v{version}" / f"{case}.json"
+
+
+@pytest.mark.parametrize("key", sorted(SERIALIZERS), ids=lambda k: f"{k[0]}-v{k[1]}")
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_serializer_reproduces_golden_bytes(key: tuple[str, int], case: str) -> None:
+    store = MemoryAttachmentStore()
+    body = SERIALIZERS[key].serialize(cases(store)[case], store)
+    path = _path(*key, case)
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+    assert path.exists(), f"no golden file {path}; create it with FOLDLINE_UPDATE_GOLDEN=1 (see golden_cases.py)"
+    expected = path.read_bytes()
+    if body != expected:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(body, expected, strict=False)) if a != b), min(len(body), len(expected))
+        )
+        pytest.fail(f"{path.name}: bytes differ from offset {at}: {body[at : at + 60]!r} vs {expected[at : at + 60]!r}")
+
+
+def test_every_golden_file_belongs_to_a_registered_serializer_and_case() -> None:
+    """A stale fixture (renamed case, dropped version) is an error, not silently ignored."""
+    known = {_path(*key, case) for key in SERIALIZERS for case in CASE_NAMES}
+    on_disk = set(GOLDEN_DIR.glob("*/v*/*.json"))
+    assert on_disk == known
