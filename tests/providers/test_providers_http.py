@@ -1,0 +1,218 @@
+"""Provider.send: exact bytes on the wire, auth headers, response parsing, usage normalization, error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from foldline.core import TextBlock, ToolCallBlock, Usage
+from foldline.core.codec import canonical_json
+from foldline.errors import ProviderError
+from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse, ProviderStatusError
+from foldline.providers.anthropic import parse_response as parse_anthropic
+from foldline.providers.base import Provider
+from foldline.providers.openai import parse_response as parse_openai
+
+from .helpers import request, user
+
+KEY = "sk-test-SECRET-0123456789"
+
+ANTHROPIC_ANSWER: dict[str, Any] = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "m",
+    "content": [
+        {"type": "thinking", "thinking": "hmm", "signature": "x"},
+        {"type": "text", "text": "Let me check."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a", "limit": 3}},
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {
+        "input_tokens": 21,
+        "cache_creation_input_tokens": 188,
+        "cache_read_input_tokens": 1800,
+        "output_tokens": 42,
+    },
+}
+OPENAI_ANSWER: dict[str, Any] = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{ "path":"a"}'},
+                    }
+                ],
+            },
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 2006,
+        "completion_tokens": 42,
+        "total_tokens": 2048,
+        "prompt_tokens_details": {"cached_tokens": 1920},
+    },
+}
+
+
+def test_anthropic_answer_is_parsed_and_usage_is_taken_as_reported() -> None:
+    response = parse_anthropic(ANTHROPIC_ANSWER)
+    assert response == ProviderResponse(
+        (TextBlock("Let me check."), ToolCallBlock("toolu_1", "read_file", '{"limit":3,"path":"a"}')),
+        Usage(input=21, output=42, cache_read=1800, cache_write=188),
+        "tool_use",
+    )
+    assert response.usage.prompt_tokens == 21 + 1800 + 188
+    without_cache = {
+        **ANTHROPIC_ANSWER,
+        "usage": {"input_tokens": 5, "output_tokens": 1, "cache_read_input_tokens": None},
+    }
+    assert parse_anthropic(without_cache).usage == Usage(5, 1, 0, 0)
+
+
+def test_openai_usage_is_normalized_because_prompt_tokens_include_cached_tokens() -> None:
+    response = parse_openai(OPENAI_ANSWER)
+    assert response == ProviderResponse(
+        (TextBlock("Checking."), ToolCallBlock("call_1", "read_file", '{ "path":"a"}')),
+        Usage(input=2006 - 1920, output=42, cache_read=1920, cache_write=0),
+        "tool_use",
+    )
+    assert response.usage.prompt_tokens == 2006
+    no_details = {**OPENAI_ANSWER, "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}}
+    assert parse_openai(no_details).usage == Usage(7, 2, 0, 0)
+    for finish, stop in [("stop", "end_turn"), ("length", "max_tokens"), ("content_filter", "refusal"), ("x", "other")]:
+        choice = {**OPENAI_ANSWER["choices"][0], "finish_reason": finish}
+        assert parse_openai({**OPENAI_ANSWER, "choices": [choice]}).stop_reason == stop
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"content": [{"type": "server_tool_use", "id": "x", "name": "web", "input": {}}]},
+        {"usage": {"output_tokens": 1}},
+        {"usage": {"input_tokens": -1, "output_tokens": 1}},
+        {"content": "text"},
+    ],
+)
+def test_unusable_anthropic_answers_are_provider_errors(broken: dict[str, Any]) -> None:
+    with pytest.raises(ProviderError):
+        parse_anthropic({**ANTHROPIC_ANSWER, **broken})
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"choices": []},
+        {"usage": {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}},
+        {"usage": None},
+    ],
+)
+def test_unusable_openai_answers_are_provider_errors(broken: dict[str, Any]) -> None:
+    with pytest.raises(ProviderError):
+        parse_openai({**OPENAI_ANSWER, **broken})
+
+
+# ---------------------------------------------------------------------------- send over a mock transport
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _send(provider: Provider, body: bytes) -> ProviderResponse:
+    async def go() -> ProviderResponse:
+        try:
+            return await provider.send(body)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+def _capture(answer: dict[str, Any], seen: list[httpx.Request]) -> httpx.MockTransport:
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return httpx.Response(200, content=canonical_json(answer))
+
+    return httpx.MockTransport(handler)
+
+
+def test_anthropic_send_posts_the_exact_bytes_with_version_and_key_headers() -> None:
+    seen: list[httpx.Request] = []
+    provider = AnthropicProvider(_capture(ANTHROPIC_ANSWER, seen), KEY, "https://example.test")
+    body = provider.serializer.serialize(request([user("hi")]), None)
+    assert _send(provider, body).stop_reason == "tool_use"
+    (sent,) = seen
+    assert (sent.method, str(sent.url)) == ("POST", "https://example.test/v1/messages")
+    assert sent.content == body
+    assert sent.headers["x-api-key"] == KEY
+    assert sent.headers["anthropic-version"] == "2023-06-01"
+    assert sent.headers["content-type"] == "application/json"
+    assert "authorization" not in sent.headers
+    assert KEY not in repr(provider)
+
+
+def test_openai_send_posts_the_exact_bytes_with_a_bearer_key_and_no_key_means_no_header() -> None:
+    seen: list[httpx.Request] = []
+    provider = OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, "https://example.test")
+    body = provider.serializer.serialize(request([user("hi")], provider="openai"), None)
+    _send(provider, body)
+    _send(OpenAIProvider(_capture(OPENAI_ANSWER, seen), None, "https://example.test"), body)
+    first, second = seen
+    assert str(first.url) == "https://example.test/v1/chat/completions"
+    assert first.content == second.content == body
+    assert first.headers["authorization"] == f"Bearer {KEY}"
+    assert "authorization" not in second.headers
+
+
+PROVIDERS: list[Callable[[httpx.AsyncBaseTransport], Provider]] = [
+    lambda t: AnthropicProvider(t, KEY, "https://example.test"),
+    lambda t: OpenAIProvider(t, KEY, "https://example.test"),
+]
+
+
+@pytest.mark.parametrize("make", PROVIDERS, ids=["anthropic", "openai"])
+def test_a_non_2xx_answer_is_a_status_error_with_an_excerpt_and_never_the_key(
+    make: Callable[[httpx.AsyncBaseTransport], Provider],
+) -> None:
+    def echo_key(req: httpx.Request) -> httpx.Response:
+        leaked = req.headers.get("x-api-key") or req.headers["authorization"].removeprefix("Bearer ")
+        return httpx.Response(429, text=f'{{"error": "rate limited for key {leaked}"}}' + "x" * 5000)
+
+    with pytest.raises(ProviderStatusError) as info:
+        _send(make(httpx.MockTransport(echo_key)), b"{}")
+    err = info.value
+    assert err.status == 429
+    assert "retryable" in str(err)
+    assert "rate limited for key [redacted]" in err.excerpt
+    assert len(err.excerpt) <= 300
+    assert KEY not in str(err)
+    assert KEY not in err.excerpt
+
+
+@pytest.mark.parametrize("make", PROVIDERS, ids=["anthropic", "openai"])
+def test_transport_failures_and_non_json_answers_are_provider_errors_without_the_key(
+    make: Callable[[httpx.AsyncBaseTransport], Provider],
+) -> None:
+    def refuse(req: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"connection refused (sent {req.headers})", request=req)
+
+    with pytest.raises(ProviderError, match="failed before an answer arrived") as info:
+        _send(make(httpx.MockTransport(refuse)), b"{}")
+    assert KEY not in str(info.value)
+    with pytest.raises(ProviderError, match="non-JSON"):
+        _send(make(httpx.MockTransport(lambda r: httpx.Response(200, text="<html>oops</html>"))), b"{}")
