@@ -43,7 +43,7 @@ __all__ = ["run", "session_events"]
 
 APPEND_EVENTS = 100_000
 BATCH = 10
-APPEND_RUNS = 3
+APPEND_RUNS = 5
 APPEND_TARGET = 50_000.0
 RATIO_TARGET = 1.5
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z; events carry explicit times, the benchmark never reads a clock for them
