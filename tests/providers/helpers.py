@@ -12,11 +12,23 @@ import pydantic
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from foldline.core import CallConfig, GenerateOptions, ImageBlock, ImageRef, TextBlock, ToolSpec, build_request
+from foldline.core import (
+    CallConfig,
+    GenerateOptions,
+    ImageBlock,
+    ImageRef,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Usage,
+    build_request,
+)
 from foldline.core.header import make_header
 from foldline.core.projection import Message
 from foldline.errors import AttachmentNotFound
 from foldline.ports.attachments import AttachmentMeta, AttachmentStore, describe, verify
+from foldline.providers.base import Provider
 
 # A real 3x2 grey PNG, fixed bytes (not regenerated through zlib, so golden fixtures stay put).
 PNG_3X2 = base64.b64decode(
@@ -144,3 +156,44 @@ def strict_validate(adapter: pydantic.TypeAdapter[Any], body: bytes, extra_body:
         raise NotAValidRequest(str(exc)) from exc
     if validated != data:
         raise NotAValidRequest(f"the SDK type does not describe the body exactly:\n{validated!r}\n!=\n{data!r}")
+
+
+# ---------------------------------------------------------------------------- a tiny agent loop
+
+
+LONG_SYSTEM = "You are a careful agent working in a code repository. Explain what you do. " * 60  # > 1024 tokens
+
+
+async def drive(
+    provider: Provider,
+    steps: int,
+    *,
+    system: str | None = LONG_SYSTEM,
+    model: str = "model-x",
+    messages: list[Message] | None = None,
+    store: AttachmentStore | None = None,
+    result_text: str = "result",
+) -> tuple[list[Usage], list[Message]]:
+    """Run ``steps`` requests like the loop does; every tool call gets a text result. Usage per request."""
+    history = messages if messages is not None else [user("Please inspect the repository.")]
+    usages = []
+    for step in range(steps):
+        req = request(tuple(history), system=system, model=model, provider=provider.name, max_tokens=400)
+        answer = await provider.send(provider.serializer.serialize(req, store))
+        usages.append(answer.usage)
+        history.append(Message("assistant", answer.content))
+        calls = [b for b in answer.content if isinstance(b, ToolCallBlock)]
+        history.extend(
+            Message("tool", (ToolResultBlock(c.id, (TextBlock(f"{result_text} {c.arguments}"),)),)) for c in calls
+        )
+        if not calls:
+            history.append(user(f"Follow-up question {step}."))
+    return usages, history
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
