@@ -20,9 +20,7 @@ __all__ = ["emulated_provider", "emulated_provider_factory"]
 EMULATOR_BASE_URL = "http://emulator.local"
 
 
-def emulated_provider(
-    kind: Literal["anthropic", "openai"] = "anthropic", emulator: Emulator | None = None
-) -> Provider:
+def emulated_provider(kind: Literal["anthropic", "openai"] = "anthropic", emulator: Emulator | None = None) -> Provider:
     transport = EmulatorTransport(emulator or Emulator(ToolLoopScript(tool_steps=2)))
     if kind == "anthropic":
         return AnthropicProvider(transport, base_url=EMULATOR_BASE_URL)

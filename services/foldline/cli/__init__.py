@@ -1,0 +1,1 @@
+"""The ``foldline`` command line."""
