@@ -88,7 +88,9 @@ class EmulatorServer:
     def start(self) -> EmulatorServer:
         """Serve on a daemon thread; returns self."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, name="foldline-emulator", daemon=True)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="foldline-emulator", daemon=True
+            )
             self._thread.start()
         return self
 
