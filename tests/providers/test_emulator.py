@@ -307,3 +307,14 @@ def test_a_rejected_request_surfaces_as_a_provider_status_error() -> None:
         run(lambda: provider.send(provider.serializer.serialize(orphan, None)))
     assert info.value.status == 400
     assert isinstance(info.value, ProviderError)
+
+
+def test_emulated_providers_share_one_emulator_per_factory() -> None:
+    from foldline.providers.emulated import emulated_provider, emulated_provider_factory
+
+    make = emulated_provider_factory()
+    _, history = loop(make(), 2)
+    again, _ = loop(make(), 1, messages=history)
+    assert again[0].cache_read > 0  # the second provider saw the first one's cache
+    assert isinstance(make(), AnthropicProvider)
+    assert isinstance(emulated_provider("openai"), OpenAIProvider)

@@ -1,8 +1,7 @@
-"""The local emulator behind the real adapters: what the demo, the quickstart and the tests talk to.
+"""Providers wired to the in-process emulator: the real adapter (serializer + HTTP code) minus the network.
 
-Requests go through the adapter's real serializer and httpx client into an in-process
-:class:`~foldline.providers.emulator.Emulator`, so recorded digests are of real wire bytes and the
-path differs from production only by the network.
+This is what the embedded default (``foldline demo``, the quickstart, the loop tests) uses: the digests the loop
+records are of the real wire bytes an adapter would send to Anthropic or OpenAI.
 """
 
 from __future__ import annotations
@@ -12,24 +11,26 @@ from typing import Literal
 
 from .anthropic import AnthropicProvider
 from .base import Provider
-from .emulator import Emulator, EmulatorTransport, ToolLoopScript
+from .emulator import Emulator, EmulatorTransport
 from .openai import OpenAIProvider
 
-__all__ = ["emulated_provider", "emulated_provider_factory"]
+__all__ = ["EMULATOR_BASE_URL", "emulated_provider", "emulated_provider_factory"]
 
-EMULATOR_BASE_URL = "http://emulator.local"
+EMULATOR_BASE_URL = "http://emulator.invalid"
+WireFormat = Literal["anthropic", "openai"]
 
 
-def emulated_provider(kind: Literal["anthropic", "openai"] = "anthropic", emulator: Emulator | None = None) -> Provider:
-    transport = EmulatorTransport(emulator or Emulator(ToolLoopScript(tool_steps=2)))
-    if kind == "anthropic":
-        return AnthropicProvider(transport, base_url=EMULATOR_BASE_URL)
-    return OpenAIProvider(transport, base_url=EMULATOR_BASE_URL)
+def emulated_provider(wire: WireFormat = "anthropic", *, emulator: Emulator | None = None) -> Provider:
+    """An Anthropic (default) or OpenAI adapter whose transport is an in-process emulator."""
+    transport = EmulatorTransport(emulator if emulator is not None else Emulator())
+    if wire == "anthropic":
+        return AnthropicProvider(transport, None, EMULATOR_BASE_URL)
+    return OpenAIProvider(transport, None, EMULATOR_BASE_URL)
 
 
 def emulated_provider_factory(
-    kind: Literal["anthropic", "openai"] = "anthropic", emulator: Emulator | None = None
+    wire: WireFormat = "anthropic", *, emulator: Emulator | None = None
 ) -> Callable[[], Provider]:
-    """Providers that share one emulator (one provider backend, one set of prefix caches)."""
-    shared = emulator or Emulator(ToolLoopScript(tool_steps=2))
-    return lambda: emulated_provider(kind, shared)
+    """A factory of such providers sharing one emulator (one prompt cache, like one provider account)."""
+    shared = emulator if emulator is not None else Emulator()
+    return lambda: emulated_provider(wire, emulator=shared)
