@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..config import Config, Stores, open_stores
 from ..errors import FoldlineError
@@ -50,7 +51,7 @@ def fail_on_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except FoldlineError as exc:
-            err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}")
+            err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
             sys.exit(2)
 
     return wrapper
