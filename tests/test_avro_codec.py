@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from typing import Any
 
 import avro.schema
 import fastavro
@@ -87,7 +88,9 @@ EVERY_TYPE: list[Envelope] = [
     Envelope(6, 7, ToolResult("c1", "read", (TextBlock("out"), ImageBlock(IMG)), True)),
     Envelope(7, 8, ToolResult("c1", "read", (TextBlock("trim"),), False, ReplaceOp(3, 3), (6,))),
     Envelope(8, 9, TurnStart(0)),
-    *(Envelope(9, 10, TurnEnd(0, reason)) for reason in ("completed", "max-tokens", "interrupted")),  # type: ignore[arg-type]
+    Envelope(9, 10, TurnEnd(0, "completed")),
+    Envelope(9, 10, TurnEnd(0, "max-tokens")),
+    Envelope(9, 10, TurnEnd(0, "interrupted")),
     Envelope(10, 11, StepStart(0, 1)),
     Envelope(11, 12, StepEnd(0, 1)),
     Envelope(12, 13, ToolCall(0, 1, "c1", "read", '{"path":"x"}')),
@@ -129,7 +132,7 @@ def test_datum_is_plain_avro_readable_without_foldline(codec: AvroCodec) -> None
     event = EVERY_TYPE[4]
     body = codec.encode(event)[10:]
     schema = fastavro.parse_schema(load_schema_json())
-    datum = fastavro.schemaless_reader(
+    datum: Any = fastavro.schemaless_reader(
         io.BytesIO(body), schema, None, return_record_name=True, return_record_name_override=True
     )
     assert datum["type"] == "assistant/message"

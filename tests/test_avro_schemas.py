@@ -55,7 +55,8 @@ def _name_at(schema_json: str, location: str) -> str:
 
 def compatibility_problems(reader: str, writer: str) -> list[str]:
     """Why data written with ``writer`` cannot be read with ``reader`` (empty when it can)."""
-    result = ReaderWriterCompatibilityChecker().get_compatibility(avro.schema.parse(reader), avro.schema.parse(writer))
+    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+    result = checker.get_compatibility(avro.schema.parse(reader), avro.schema.parse(writer))
     if result.compatibility is SchemaCompatibilityType.compatible:
         return []
     return sorted(

@@ -1,0 +1,186 @@
+"""The Kafka event log against the real local broker: the shared contract, fencing, failure modes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from foldline.adapters.kafka_log import HEADER_BATCH, KafkaEventLog, partition_for
+from foldline.errors import ConflictError, FencedError, StoreUnavailable
+from foldline.ports.event_log import EventLog
+from tests.contracts.event_log import EventLogContract
+from tests.factories import simple_log
+from tests.kafka.conftest import MakeLog
+
+pytestmark = pytest.mark.kafka
+
+
+class TestKafkaEventLog(EventLogContract):
+    @pytest.fixture(autouse=True)
+    def _factory(self, make_log: MakeLog) -> None:
+        self._make = make_log
+
+    def make_log(self) -> EventLog:
+        return self._make()
+
+
+def _sid() -> str:
+    return f"k-{uuid.uuid4().hex}"
+
+
+def _committed_and_all(bootstrap: str, topic: str, part: int) -> tuple[list[bytes], list[bytes]]:
+    """Batch ids of the records in one partition, as read_committed and as read_uncommitted readers see them."""
+    out = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": uuid.uuid4().hex,
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            }
+        )
+        c.assign([TopicPartition(topic, part, 0)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 10
+        eof = False
+        while not eof and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if m.error():
+                    eof = True
+                    continue
+                headers = m.headers() or []
+                items = headers.items() if isinstance(headers, dict) else headers
+                seen.extend(v for k, v in items if k == HEADER_BATCH and isinstance(v, bytes))
+        c.close()
+        out.append(seen)
+    return out[0], out[1]
+
+
+def test_another_instance_reads_and_continues_a_session(make_log: MakeLog) -> None:
+    sid = _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    assert a.append(sid, 0, events[:4]) == 4
+    assert b.read(sid) == events[:4]
+    assert b.append(sid, 4, events[4:9]) == 9  # b's writer fences a's producer; a recovers on its next append
+    assert a.append(sid, 9, events[9:]) == len(events)
+    fresh = make_log()
+    assert fresh.read(sid) == events
+    assert fresh.head(sid) == len(events)
+    assert sid in fresh.sessions()
+
+
+def test_stale_expected_seq_across_instances_conflicts(make_log: MakeLog) -> None:
+    sid = _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    a.append(sid, 0, events[:3])
+    b.append(sid, 3, events[3:5])
+    with pytest.raises(ConflictError) as info:
+        a.append(sid, 3, events[3:5])  # a's view is stale: b moved the head
+    assert info.value.actual_seq == 5
+    assert make_log().read(sid) == events[:5]
+
+
+def test_stale_writer_in_another_process_is_fenced(make_log: MakeLog) -> None:
+    sid = _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    lease_a = a.acquire(sid)
+    a.append(sid, 0, events[:2], lease=lease_a)
+    lease_b = b.acquire(sid)
+    assert lease_b.epoch == lease_a.epoch + 1
+    with pytest.raises(FencedError) as info:
+        a.append(sid, 2, events[2:4], lease=lease_a)
+    assert (info.value.epoch, info.value.current_epoch) == (lease_a.epoch, lease_b.epoch)
+    assert b.append(sid, 2, events[2:4], lease=lease_b) == 4  # b was fenced by a's retry and recovers
+    with pytest.raises(FencedError):
+        a.append(sid, 4, events[4:6], lease=lease_a)
+    assert make_log().read(sid) == events[:4]
+
+
+def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootstrap: str) -> None:
+    """A writer pauses mid-transaction (records sent, not committed); a new writer acquires the session.
+
+    The coordinator aborts the paused transaction, the paused writer's commit fails, and read_committed
+    readers never see its records — although they were written to the partition.
+    """
+    sid = _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    lease_a = a.acquire(sid)
+    a.append(sid, 0, events[:2], lease=lease_a)
+    producer = a._writers[sid].producer
+    producer.begin_transaction()
+    for e in events[2:4]:
+        producer.produce(
+            a.topic,
+            value=a.codec.encode(e),
+            key=sid,
+            partition=partition_for(sid, a.partitions),
+            headers=[("fl-kind", b"event"), ("fl-epoch", b"1"), (HEADER_BATCH, b"zombie")],
+        )
+    assert producer.flush(10) == 0  # the records are on the broker, inside an open transaction
+    lease_b = b.acquire(sid)  # "the pause": another instance takes over meanwhile
+    with pytest.raises(Exception, match="fenced"):
+        producer.commit_transaction(10)
+    assert b.append(sid, 2, events[2:5], lease=lease_b) == 5
+    committed, everything = _committed_and_all(kafka_bootstrap, a.topic, partition_for(sid, a.partitions))
+    assert b"zombie" in everything
+    assert b"zombie" not in committed
+    assert make_log().read(sid) == events[:5]
+    with pytest.raises(FencedError):
+        a.append(sid, 5, events[5:6], lease=lease_a)
+
+
+def test_broker_down_fails_fast_with_store_unavailable() -> None:
+    log = KafkaEventLog("127.0.0.1:1", timeout_s=2.0)
+    for call in (lambda: log.append("s", 0, simple_log()[:1]), lambda: log.head("s"), lambda: log.acquire("s")):
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="did not answer"):
+            call()
+        assert time.monotonic() - start < 4.0
+    log.close()
+
+
+def test_confluent_framing_with_mock_registry(make_log: MakeLog, kafka_bootstrap: str) -> None:
+    sid = _sid()
+    events = simple_log(1, 1)
+    log = make_log(registry_url="mock://kafka-test")
+    assert log.codec.framing == "confluent"
+    log.append(sid, 0, events)
+    assert log.read(sid) == events
+    c = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed"}
+    )
+    part = partition_for(sid, log.partitions)
+    c.assign([TopicPartition(log.topic, part, log._index[sid].offsets[0])])
+    msg = None
+    while msg is None:
+        msg = c.poll(5)
+    c.close()
+    value = msg.value()
+    assert value is not None
+    assert value[0] == 0  # magic byte 0 + 4-byte schema id
+    assert log.codec.decode(value) == events[0]
+
+
+def test_large_session_reads_only_its_own_records(make_log: MakeLog) -> None:
+    """Reading fetches the session's listed offsets, not the whole partition."""
+    log = make_log(partitions=4)
+    target = _sid()
+    part = partition_for(target, 4)
+    others = [s for s in (_sid() for _ in range(200)) if partition_for(s, 4) == part][:5]
+    events = simple_log(4, 2)
+    log.append(target, 0, events[:3])
+    for s in others:
+        log.append(s, 0, simple_log(6, 3))  # noise in the same partition
+    log.append(target, 3, events[3:])
+    state = log._load_state(target, time.monotonic() + 10)
+    assert len(state.offsets) == len(events)
+    assert log.read(target) == events
