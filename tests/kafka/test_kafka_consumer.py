@@ -1,0 +1,97 @@
+"""Consuming the session topic: bad records get typed errors, go to the DLQ with the reason, and consumption goes on."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer
+
+from foldline.adapters.avro import AvroCodec, AvroDecodeError, UnknownSchemaError
+from foldline.adapters.kafka_consumer import (
+    DLQ_HEADER_ERROR,
+    DLQ_HEADER_OFFSET,
+    DLQ_HEADER_REASON,
+    DLQ_HEADER_RULE,
+    ConsumedEvent,
+    ConsumedItem,
+    ConsumedLease,
+    DeadLetter,
+    SessionEventConsumer,
+)
+from foldline.adapters.kafka_log import partition_for
+from foldline.core import Envelope, TextBlock, UserMessage
+from foldline.errors import ValidationError
+from tests.factories import simple_log
+from tests.kafka.conftest import MakeLog
+
+pytestmark = pytest.mark.kafka
+
+
+def _drain(consumer: SessionEventConsumer, want: int, timeout_s: float = 20) -> list[ConsumedItem]:
+    items: list[ConsumedItem] = []
+    deadline = time.monotonic() + timeout_s
+    while len(items) < want and time.monotonic() < deadline:
+        items.extend(consumer.poll(500, 0.5))
+    return items
+
+
+def test_bad_records_are_dead_lettered_and_consumption_goes_on(make_log: MakeLog, kafka_bootstrap: str) -> None:
+    topic = f"test.dlq.{uuid.uuid4().hex[:8]}"
+    log = make_log(topic=topic, partitions=2)
+    good = f"good-{uuid.uuid4().hex[:6]}"
+    bad = f"bad-{uuid.uuid4().hex[:6]}"
+    events = simple_log(1, 1)
+    lease = log.acquire(good)
+    log.append(good, 0, events[:3], lease=lease)
+
+    # A misbehaving producer (not foldline's writer) puts garbage on the session's partition.
+    codec = AvroCodec()
+    raw = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "acks": "all"})
+    part = partition_for(bad, 2)
+    fine = codec.encode(Envelope(0, 1, UserMessage("u", (TextBlock("hi"),))))
+    gap = codec.encode(Envelope(5, 1, UserMessage("u", (TextBlock("gap"),))))
+    unknown_fp = fine[:2] + b"\x01" * 8 + fine[10:]
+    for value in (b"not avro at all", unknown_fp, fine, gap):
+        raw.produce(topic, value=value, key=bad, partition=part, headers=[("fl-kind", b"event")])
+    assert raw.flush(10) == 0
+    log.append(good, 3, events[3:], lease=lease)  # consumption must go on past the bad records
+
+    consumer = SessionEventConsumer(kafka_bootstrap, f"g-{uuid.uuid4().hex}", topic=topic, log=log)
+    try:
+        items = _drain(consumer, want=1 + len(events) + 4)
+        consumer.commit()
+    finally:
+        consumer.close()
+    consumed = [i for i in items if isinstance(i, ConsumedEvent)]
+    dead = [i for i in items if isinstance(i, DeadLetter)]
+    leases = [i for i in items if isinstance(i, ConsumedLease)]
+    assert [c.event for c in consumed if c.session_id == good] == events
+    assert [c.event.seq for c in consumed if c.session_id == bad] == [0]
+    assert leases == [ConsumedLease(good, 1, partition_for(good, 2), leases[0].offset)]
+    assert [type(d.error) for d in dead] == [AvroDecodeError, UnknownSchemaError, ValidationError]
+    assert isinstance(dead[2].error, ValidationError)
+    assert dead[2].error.rule == "seq-gapless"
+
+    dlq = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
+    )
+    dlq.subscribe([topic + ".dlq"])
+    records: list[Message] = []
+    deadline = time.monotonic() + 20
+    while len(records) < 3 and time.monotonic() < deadline:
+        m = dlq.poll(0.5)
+        if m is not None and m.error() is None:
+            records.append(m)
+    dlq.close()
+    assert len(records) == 3
+    for record, letter in zip(records, dead, strict=True):
+        headers = record.headers() or []
+        h = dict(headers.items() if isinstance(headers, dict) else headers)
+        assert h[DLQ_HEADER_ERROR] == type(letter.error).__name__.encode()
+        assert h[DLQ_HEADER_OFFSET] == str(letter.offset).encode()
+        assert h[DLQ_HEADER_REASON] == str(letter.error).encode()
+        assert record.key() == bad.encode()
+    assert h[DLQ_HEADER_RULE] == b"seq-gapless"
+    assert records[0].value() == b"not avro at all"  # the original bytes are kept for inspection
