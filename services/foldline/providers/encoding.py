@@ -1,10 +1,4 @@
-"""Pieces shared by the wire serializers: canonical object assembly, image resolution, tool schemas.
-
-A serializer builds its body from fragments that are each ``canonical_json`` output, joined under object
-keys in sorted order: the result is byte-identical to ``canonical_json`` of the whole body (each
-serializer's tests check this against its plain-JSON ``body()``), while letting unchanged messages reuse
-their encoded bytes.
-"""
+"""Pieces shared by the wire serializers: image resolution, tool arguments and tool schemas."""
 
 from __future__ import annotations
 
@@ -13,14 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.codec import loads
-from ..core.content import ContentBlock, ImageBlock, ImageRef, ToolResultBlock
+from ..core.content import ImageRef
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 
 __all__ = [
     "EMPTY_OBJECT_SCHEMA",
-    "encode_object",
-    "has_image",
     "image_base64",
     "tool_input_object",
     "tool_schema",
@@ -28,23 +20,6 @@ __all__ = [
 
 #: A tool without a schema takes no arguments; both APIs want an object schema, so it is sent as this.
 EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"properties": {}, "type": "object"}
-
-
-def encode_object(fields: Mapping[str, bytes]) -> bytes:
-    """``{"k":v,...}`` from already-encoded values, keys in sorted order (= canonical_json of the object).
-
-    Keys must be plain ASCII identifiers (no JSON escaping); every caller passes literal field names.
-    """
-    return b"{" + b",".join(b'"' + k.encode("ascii") + b'":' + fields[k] for k in sorted(fields)) + b"}"
-
-
-def has_image(content: tuple[ContentBlock, ...]) -> bool:
-    for block in content:
-        if isinstance(block, ImageBlock):
-            return True
-        if isinstance(block, ToolResultBlock) and any(isinstance(p, ImageBlock) for p in block.content):
-            return True
-    return False
 
 
 def image_base64(ref: ImageRef, attachments: AttachmentStore | None, provider: str) -> str:

@@ -31,7 +31,6 @@ its message list closes. OpenAI caches automatically; there are no markers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final, assert_never
 
 import httpx
@@ -44,8 +43,7 @@ from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .base import Provider, ProviderResponse
-from .encoding import encode_object, has_image, image_base64, tool_schema
-from .fragments import FragmentCache
+from .encoding import image_base64, tool_schema
 from .http import post_json
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "OpenAIChatSerializer", "OpenAIProvider", "parse_response"]
@@ -157,16 +155,11 @@ def _function(spec: ToolSpec) -> dict[str, Any]:
 class OpenAIChatSerializer:
     """``openai-chat`` v1: GenerateOptions → exact Chat Completions body bytes.
 
-    ``serialize`` equals ``canonical_json(self.body(...))`` byte for byte and reuses the encoded bytes of
-    messages it has seen; ``cache_capacity=0`` turns that off.
+    ``serialize`` is ``canonical_json(self.body(...))``. Stateless; one instance serves every session.
     """
 
     name: str = "openai-chat"
     version: int = 1
-
-    def __init__(self, *, cache_capacity: int = 65_536) -> None:
-        self._messages: FragmentCache[Message, bytes] = FragmentCache(cache_capacity)
-        self._tools: FragmentCache[tuple[ToolSpec, ...], bytes] = FragmentCache(min(cache_capacity, 256))
 
     def _head(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
@@ -181,74 +174,39 @@ class OpenAIChatSerializer:
             out["reasoning_effort"] = config.reasoning_effort
         return out
 
-    def _wire_messages(
-        self, messages: Sequence[Message], attachments: AttachmentStore | None, *, use_cache: bool
-    ) -> list[dict[str, Any] | bytes]:
-        """Wire messages in order; with ``use_cache``, text-only messages appear as their encoded bytes."""
-        out: list[dict[str, Any] | bytes] = []
-        pending_images: list[dict[str, Any]] = []
-        for i, message in enumerate(messages):
-            if message.role != "tool" and pending_images:
-                out.append({"content": pending_images, "role": "user"})
-                pending_images = []
-            if use_cache:
-                cached = self._messages.get(message)
-                if cached is not None:
-                    if cached:
-                        out.append(cached)
-                    continue
-            wire: list[dict[str, Any]] = []
-            match message.role:
-                case "user":
-                    item = _user(message, i, attachments)
-                    wire = [item] if item is not None else []
-                case "assistant":
-                    item = _assistant(message, i)
-                    wire = [item] if item is not None else []
-                case "tool":
-                    wire, images = _tool(message, i, attachments)
-                    pending_images.extend(images)
-                case _:
-                    assert_never(message.role)
-            if use_cache and not has_image(message.content):
-                encoded = b",".join(canonical_json(w) for w in wire)
-                self._messages.put(message, encoded)
-                if encoded:
-                    out.append(encoded)
-            else:
-                out.extend(wire)
-        if pending_images:
-            out.append({"content": pending_images, "role": "user"})
-        return out
-
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
-        """The request body as plain JSON values (no caches)."""
+        """The request body as plain JSON values."""
         out = self._head(request)
         if request.tools:
             out["tools"] = [_function(t) for t in request.tools]
         messages: list[dict[str, Any]] = [{"content": request.system, "role": "system"}] if request.system else []
-        for item in self._wire_messages(request.messages, attachments, use_cache=False):
-            assert isinstance(item, dict)
-            messages.append(item)
+        pending_images: list[dict[str, Any]] = []
+        for i, message in enumerate(request.messages):
+            if message.role != "tool" and pending_images:
+                messages.append({"content": pending_images, "role": "user"})
+                pending_images = []
+            match message.role:
+                case "user":
+                    item = _user(message, i, attachments)
+                    if item is not None:
+                        messages.append(item)
+                case "assistant":
+                    item = _assistant(message, i)
+                    if item is not None:
+                        messages.append(item)
+                case "tool":
+                    tool_messages, images = _tool(message, i, attachments)
+                    messages.extend(tool_messages)
+                    pending_images.extend(images)
+                case _:
+                    assert_never(message.role)
+        if pending_images:
+            messages.append({"content": pending_images, "role": "user"})
         out["messages"] = messages
         return out
 
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        fields = {k: canonical_json(v) for k, v in self._head(request).items()}
-        if request.tools:
-            fields["tools"] = self._tools_bytes(request.tools)
-        encoded: list[bytes] = [canonical_json({"content": request.system, "role": "system"})] if request.system else []
-        for item in self._wire_messages(request.messages, attachments, use_cache=True):
-            encoded.append(item if isinstance(item, bytes) else canonical_json(item))
-        fields["messages"] = b"[" + b",".join(encoded) + b"]"
-        return encode_object(fields)
-
-    def _tools_bytes(self, tools: tuple[ToolSpec, ...]) -> bytes:
-        cached = self._tools.get(tools)
-        if cached is None:
-            cached = canonical_json([_function(t) for t in tools])
-            self._tools.put(tools, cached)
-        return cached
+        return canonical_json(self.body(request, attachments))
 
 
 # ---------------------------------------------------------------------- responses
