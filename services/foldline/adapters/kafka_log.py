@@ -633,7 +633,8 @@ class KafkaEventLog(EventLog):
         consumer.assign([TopicPartition(topic, part, start)])
         try:
             while True:
-                batch = consumer.consume(1000, timeout=min(0.2, max(0.0, self._remaining(deadline))))
+                # consume() waits for the whole batch or the timeout: keep the timeout short
+                batch = consumer.consume(1000, timeout=min(0.005, max(0.0, self._remaining(deadline))))
                 done = False
                 for msg in batch:
                     err = msg.error()

@@ -1,0 +1,207 @@
+"""Kafka backbone figures against the local broker (FOLDLINE_KAFKA_BOOTSTRAP, deploy/local/up.sh kafka).
+
+* producer throughput from one process: Avro-encode ~200-byte events and produce them on an idempotent
+  ``acks=all`` producer (the issue's target), and the same through ``KafkaEventLog.append`` (one
+  transaction per batch of 500, with its index record);
+* append -> visible to a ``read_committed`` consumer, p50/p99 at 5,000 events/s (batches of 50 every 10 ms).
+
+``run() -> list[dict]`` returns rows {"name", "value", "unit", "target", "ok"}; ``python -m
+benchmarks.bench_kafka`` prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from tests.factories import HEADER
+
+from foldline.adapters.avro import AvroCodec
+from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
+from foldline.core.wire import encode_event
+
+THROUGHPUT_TARGET = 50_000.0
+P99_TARGET_MS = 50.0
+RATE = 5_000
+BATCH = 50
+
+
+def _events(n: int, start: int = 0) -> list[Envelope]:
+    text = "x" * 60
+    out = [Envelope(start, 1_700_000_000_000, RequestHeader(HEADER, "initial"))] if start == 0 else []
+    first = start + len(out)
+    out += [
+        Envelope(s, 1_700_000_000_000 + s, UserMessage(f"u{s}", (TextBlock(text),))) for s in range(first, start + n)
+    ]
+    return out
+
+
+def _row(name: str, value: float, unit: str, target: float, higher_is_better: bool = True) -> dict[str, Any]:
+    ok = value >= target if higher_is_better else value <= target
+    return {"name": name, "value": round(value, 1), "unit": unit, "target": target, "ok": ok}
+
+
+def _bootstrap() -> str:
+    bootstrap = os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise RuntimeError("FOLDLINE_KAFKA_BOOTSTRAP is not set; run deploy/local/up.sh kafka and source .local/env.sh")
+    return bootstrap
+
+
+def bench_producer(bootstrap: str, topic: str, n: int = 200_000) -> float:
+    codec = AvroCodec()
+    events = _events(1000, 1)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+            "batch.num.messages": 10_000,
+        }
+    )
+    sessions = [f"s{i}" for i in range(64)]
+    start = time.perf_counter()
+    for i in range(n):
+        value = codec.encode(events[i % 1000])
+        while True:
+            try:
+                producer.produce(topic, value=value, key=sessions[i % 64])
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError("producer did not deliver everything")
+    return n / (time.perf_counter() - start)
+
+
+def bench_append(log: KafkaEventLog, batches: int = 100, size: int = 500) -> float:
+    sid = f"bench-append-{uuid.uuid4().hex[:8]}"
+    events = _events(batches * size)
+    log.append(sid, 0, events[:size])  # writer init, topic metadata
+    start = time.perf_counter()
+    for b in range(1, batches):
+        log.append(sid, b * size, events[b * size : (b + 1) * size])
+    return (batches - 1) * size / (time.perf_counter() - start)
+
+
+def bench_visibility(log: KafkaEventLog, bootstrap: str, seconds: float = 4.0) -> tuple[float, float]:
+    sid = f"bench-vis-{uuid.uuid4().hex[:8]}"
+    from foldline.adapters.kafka_log import partition_for
+
+    part = partition_for(sid, log.partitions)
+    log.append(sid, 0, _events(1))
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 5,
+            "enable.auto.commit": False,
+        }
+    )
+    _low, high = consumer.get_watermark_offsets(TopicPartition(log.topic, part), timeout=10, cached=False)
+    consumer.assign([TopicPartition(log.topic, part, high)])
+    sent: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    codec = log.codec
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for m in consumer.consume(1000, timeout=0.002):
+                if m.error() is None and m.key() == sid.encode() and m.value():
+                    seen[codec.decode(m.value()).seq] = time.perf_counter()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    time.sleep(1.0)  # let the consumer fetch from its position
+    seq = 1
+    total = int(seconds * RATE)
+    interval = BATCH / RATE
+    next_at = time.perf_counter()
+    while seq < total:
+        batch = _events(BATCH, seq)
+        t = time.perf_counter()
+        for e in batch:
+            sent[e.seq] = t
+        log.append(sid, seq, batch)
+        seq += BATCH
+        next_at += interval
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    deadline = time.perf_counter() + 10
+    while len(seen) < len(sent) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join()
+    consumer.close()
+    lat = sorted((seen[s] - sent[s]) * 1000 for s in sent if s in seen)
+    if len(lat) < len(sent):
+        raise RuntimeError(f"only {len(lat)} of {len(sent)} appended events became visible")
+    return lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
+
+
+def run() -> list[dict[str, Any]]:
+    bootstrap = _bootstrap()
+    topic = f"bench.session-events.{uuid.uuid4().hex[:8]}"
+    size = len(encode_event(_events(2, 1)[1]))
+    log = KafkaEventLog(bootstrap, topic=topic, partitions=12)
+    try:
+        log.head("warm-up")  # creates the topics
+        rows = [
+            _row(
+                f"producer throughput (Avro, idempotent, acks=all, {size}-byte events)",
+                bench_producer(bootstrap, topic + ".raw-bench") if _create(bootstrap, topic + ".raw-bench") else 0.0,
+                "events/s",
+                THROUGHPUT_TARGET,
+            ),
+            _row(
+                "KafkaEventLog.append throughput (transaction per 500-event batch)",
+                bench_append(log),
+                "events/s",
+                THROUGHPUT_TARGET,
+            ),
+        ]
+        p50, p99 = bench_visibility(log, bootstrap)
+        rows.append(_row(f"append -> visible p50 at {RATE} events/s", p50, "ms", P99_TARGET_MS, False))
+        rows.append(_row(f"append -> visible p99 at {RATE} events/s", p99, "ms", P99_TARGET_MS, False))
+        return rows
+    finally:
+        log.close()
+        _delete(bootstrap, [topic, topic + ".index", topic + ".dlq", topic + ".raw-bench"])
+
+
+def _create(bootstrap: str, topic: str) -> bool:
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, 12, 1)]).values():
+        fut.result(timeout=30)
+    time.sleep(0.5)
+    return True
+
+
+def _delete(bootstrap: str, topics: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=10).topics
+    doomed = [t for t in topics if t in existing]
+    if doomed:
+        for fut in admin.delete_topics(doomed).values():
+            fut.result(timeout=30)
+
+
+if __name__ == "__main__":
+    for row in run():
+        mark = "ok " if row["ok"] else "MISS"
+        print(f"{mark} {row['name']}: {row['value']} {row['unit']} (target {row['target']})")
