@@ -22,6 +22,7 @@ class Config:
     data_dir: Path
     backend: Backend = "embedded"
     kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_topic: str = "foldline.session-events"
     redis_url: str = "redis://127.0.0.1:16379/0"
     s3_bucket: str = "foldline-attachments"
 
@@ -34,6 +35,7 @@ class Config:
             data_dir=Path(data_dir or os.environ.get("FOLDLINE_DATA_DIR") or "foldline-data"),
             backend=chosen,  # type: ignore[arg-type]
             kafka_bootstrap=os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+            kafka_topic=os.environ.get("FOLDLINE_KAFKA_TOPIC", "foldline.session-events"),
             redis_url=os.environ.get("FOLDLINE_REDIS_URL", "redis://127.0.0.1:16379/0"),
             s3_bucket=os.environ.get("FOLDLINE_S3_BUCKET", "foldline-attachments"),
         )
@@ -57,8 +59,8 @@ def open_stores(config: Config) -> Stores:
     if config.backend == "embedded":
         return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
     if config.backend == "kafka":
-        from .adapters.kafka_log import KafkaEventLog  # type: ignore[import-not-found,unused-ignore]
+        from .adapters.kafka_log import KafkaEventLog
 
-        log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap)
+        log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
         return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
     raise ConfigError(f"backend {config.backend!r} is not available in this build")

@@ -163,10 +163,11 @@ async def run_session(
 
     agent.step_listeners.append(record)
     turn = 0
+    offset = sum(session_id.encode())  # sessions share the agent's prefix, not their conversations
     try:
         while len(result.steps) < steps:
             agent.options.max_steps_per_turn = steps - len(result.steps)
-            await agent.run_turn(PROMPTS[turn % len(PROMPTS)])
+            await agent.run_turn(f"[{session_id}] {PROMPTS[(turn + offset) % len(PROMPTS)]}")
             turn += 1
     finally:
         await provider.aclose()
