@@ -116,18 +116,15 @@ def test_reconstruction_theorem_over_random_sessions(script: list[str]) -> None:
             agent, provider = make_agent(log, system=lambda: system[0])
         asyncio.run(agent.run_turn(f"question {i}"))
     sent += provider.bodies
-    rebuilt = [r.serializer.serialize(req, None) for r, req in _rebuilt(log)]
+    from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
+
+    rebuilt = [ANTHROPIC_MESSAGES_V1.serialize(req, None) for req in _rebuilt(log)]
     assert rebuilt == sent
     assert verify_events("s", log.read("s")).ok
 
 
-def _rebuilt(log: EventLog) -> list[tuple[Provider, GenerateOptions]]:
-    from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
-
-    class _P:
-        serializer = ANTHROPIC_MESSAGES_V1
-
-    return [(_P(), req) for _, _, req in rebuild_requests("s", log.read("s"))]  # type: ignore[misc]
+def _rebuilt(log: EventLog) -> list[GenerateOptions]:
+    return [req for _, _, req in rebuild_requests("s", log.read("s"))]
 
 
 def test_append_extension_bytes_while_header_unchanged() -> None:
