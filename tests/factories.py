@@ -20,7 +20,7 @@ from foldline.core import (
     UserMessage,
     make_header,
 )
-from foldline.core.header import EpochHeader
+from foldline.core.header import EpochHeader, HeaderReason
 
 HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
 
@@ -43,8 +43,8 @@ class LogBuilder:
         self.seq += 1
         return e
 
-    def header(self, header: EpochHeader = HEADER, reason: str = "initial") -> LogBuilder:
-        self.add(RequestHeader(header, reason))  # type: ignore[arg-type]
+    def header(self, header: EpochHeader = HEADER, reason: HeaderReason = "initial") -> LogBuilder:
+        self.add(RequestHeader(header, reason))
         return self
 
     def user(self, text: str, source: str = "user") -> LogBuilder:

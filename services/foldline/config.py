@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from .errors import ConfigError
 from .ports.attachments import AttachmentStore
@@ -28,12 +28,13 @@ class Config:
 
     @staticmethod
     def from_env(data_dir: str | Path | None = None, backend: str | None = None) -> Config:
-        chosen = backend or os.environ.get("FOLDLINE_BACKEND", "embedded")
-        if chosen not in BACKENDS:
-            raise ConfigError(f"unknown backend {chosen!r}; choose one of {', '.join(BACKENDS)}")
+        name = backend or os.environ.get("FOLDLINE_BACKEND", "embedded")
+        if name not in BACKENDS:
+            raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        chosen = cast(Backend, name)
         return Config(
             data_dir=Path(data_dir or os.environ.get("FOLDLINE_DATA_DIR") or "foldline-data"),
-            backend=chosen,  # type: ignore[arg-type]
+            backend=chosen,
             kafka_bootstrap=os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
             kafka_topic=os.environ.get("FOLDLINE_KAFKA_TOPIC", "foldline.session-events"),
             redis_url=os.environ.get("FOLDLINE_REDIS_URL", "redis://127.0.0.1:16379/0"),
