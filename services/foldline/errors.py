@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "FencedError",
+    "FoldTimeout",
     "FoldlineError",
     "FormatError",
     "ImportFailed",
@@ -126,6 +127,10 @@ class AttachmentReadFailed(AttachmentError):
 
 class StoreUnavailable(FoldlineError):
     """A backing server did not answer within the bounded wait."""
+
+
+class FoldTimeout(FoldlineError):
+    """A fold did not reach the awaited seq within the bounded wait."""
 
 
 class ImportFailed(FoldlineError):
