@@ -20,7 +20,8 @@ driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge
     ├── InvariantViolation              a request differs from its rebuild from the log; not sent
     ├── ProviderError                   the model provider failed or answered something unusable
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
-    └── ConfigError                     configuration names something that does not exist
+    ├── ConfigError                     configuration names something that does not exist
+    └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "FormatError",
     "ImportFailed",
     "InvariantViolation",
+    "MetricsServerError",
     "ProviderError",
     "ReconstructionError",
     "SessionExists",
@@ -158,3 +160,7 @@ class ReconstructionError(FoldlineError):
 
 class ConfigError(FoldlineError):
     """Configuration is invalid or names something unavailable."""
+
+
+class MetricsServerError(FoldlineError):
+    """The metrics and health endpoint could not start (usually: the port is already taken)."""

@@ -1,0 +1,270 @@
+"""Cache-read drops, classified from the log alone.
+
+A **step** is a loop request (``request/dispatch``) together with the usage of its response (the next
+appended ``assistant/message`` carrying usage). A dispatch that never got a response is not a step;
+what happened before it still counts towards the next step's causes.
+
+A step **drops** when
+
+* it is not the session's first step and it read fewer tokens from the provider's prompt cache than the
+  previous step of the same session (``cache_read < previous.cache_read``) — an append-only
+  conversation under a live cache reads at least the prefix the previous request read; or
+* it is the session's first step and it read nothing from the cache while sending a prompt (a cold
+  start).
+
+Every drop gets the causes the log shows between the previous step's dispatch (exclusive) and this
+step's dispatch (inclusive), in this order of precedence — ``cause`` is the first, ``causes`` all:
+
+``first-request``  no earlier step in the session;
+``header-change``  a ``request/header`` with reason ``change`` (system prompt, tools or config changed);
+``resume``         a ``request/header`` with reason ``resume`` or a ``session/end-seed`` (fork seed):
+                   a new loop instance rendered its header afresh;
+``compaction``     ``compaction/*`` events or a replacing ``user/message`` (source ``compaction``), or
+                   any surface replace of more than one entry;
+``trim``           a single-entry surface replace of a tool result;
+``cache-ttl``      the time between the two dispatches' envelope timestamps is at least the provider's
+                   cache TTL (entries expire ``ttl`` seconds after their last use);
+``unexplained``    none of the above: the log does not account for the drop.
+
+Pure: no I/O and no clock — times come from envelope timestamps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .content import Usage
+from .events import (
+    AssistantMessage,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    ReplaceOp,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    ToolResult,
+    UserMessage,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_TTL_SECONDS",
+    "DROP_CAUSES",
+    "EXPLAINED_CAUSES",
+    "Drop",
+    "DropTracker",
+    "Step",
+    "StepVerdict",
+    "classify_session",
+    "session_drops",
+]
+
+EXPLAINED_CAUSES: tuple[str, ...] = ("first-request", "header-change", "resume", "compaction", "trim", "cache-ttl")
+DROP_CAUSES: tuple[str, ...] = (*EXPLAINED_CAUSES, "unexplained")
+
+#: Shortest prompt-cache lifetime per provider, in seconds since the entry's last use (both providers
+#: default to five minutes; the emulator's AnthropicCachePolicy / OpenAICachePolicy use the same).
+DEFAULT_CACHE_TTL_SECONDS: Mapping[str, float] = {"anthropic": 300.0, "openai": 300.0}
+FALLBACK_TTL_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One loop request and the usage its response reported."""
+
+    dispatch_seq: int
+    response_seq: int
+    turn: int
+    step: int
+    time_ms: int  # the dispatch envelope's timestamp
+    provider: str
+    model: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A step that read fewer cache tokens than its baseline, and why."""
+
+    session_id: str
+    step: Step
+    previous: Step | None
+    cause: str
+    causes: tuple[str, ...]
+    gap_seconds: float | None  # between the two dispatches; None for a first request
+
+    @property
+    def explained(self) -> bool:
+        return self.cause != "unexplained"
+
+    @property
+    def baseline_tokens(self) -> int:
+        """What the step was expected to read at least (previous step's cache read; 0 when first)."""
+        return self.previous.usage.cache_read if self.previous is not None else 0
+
+    @property
+    def lost_tokens(self) -> int:
+        """Cache-read tokens missing against the baseline (a cold first request: its whole prompt)."""
+        if self.previous is None:
+            return self.step.usage.prompt_tokens
+        return self.previous.usage.cache_read - self.step.usage.cache_read
+
+    def to_json(self) -> dict[str, object]:
+        s = self.step
+        return {
+            "session": self.session_id,
+            "seq": s.dispatch_seq,
+            "turn": s.turn,
+            "step": s.step,
+            "provider": s.provider,
+            "model": s.model,
+            "cause": self.cause,
+            "causes": list(self.causes),
+            "explained": self.explained,
+            "cache_read_tokens": s.usage.cache_read,
+            "previous_cache_read_tokens": self.previous.usage.cache_read if self.previous else None,
+            "previous_seq": self.previous.dispatch_seq if self.previous else None,
+            "lost_tokens": self.lost_tokens,
+            "prompt_tokens": s.usage.prompt_tokens,
+            "gap_seconds": self.gap_seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """Every step gets one: the step, the one before it, and its drop (``None`` when it did not drop)."""
+
+    session_id: str
+    step: Step
+    previous: Step | None
+    drop: Drop | None
+
+    @property
+    def provider(self) -> str:
+        return self.step.provider
+
+    @property
+    def model(self) -> str:
+        return self.step.model
+
+
+@dataclass(slots=True)
+class _Pending:
+    seq: int
+    turn: int
+    step: int
+    time_ms: int
+    provider: str
+    model: str
+    causes: set[str] = field(default_factory=set)
+
+
+def _rewrites_history(data: object) -> bool:
+    """Compaction events, the replacing user message, or a multi-entry replace of a message."""
+    if isinstance(data, CompactionStart | CompactionSummary | CompactionEnd):
+        return True
+    if isinstance(data, UserMessage):
+        return data.source == "compaction" or isinstance(data.surface_op, ReplaceOp)
+    return isinstance(data, AssistantMessage) and isinstance(data.surface_op, ReplaceOp)
+
+
+class DropTracker:
+    """Incremental classifier of one session: feed its envelopes in seq order, get one verdict per step.
+
+    ``classify_session`` folds a whole log; the metrics decorator keeps one tracker per live session.
+    """
+
+    def __init__(self, session_id: str, ttl_seconds: Mapping[str, float] | None = None) -> None:
+        self.session_id = session_id
+        self.ttl_seconds = dict(DEFAULT_CACHE_TTL_SECONDS if ttl_seconds is None else ttl_seconds)
+        self.next_seq = 0
+        self.previous: Step | None = None
+        self._provider = ""
+        self._model = ""
+        self._causes: set[str] = set()  # seen since the last dispatch
+        self._pending: _Pending | None = None
+
+    def ttl_for(self, provider: str) -> float:
+        return self.ttl_seconds.get(provider, FALLBACK_TTL_SECONDS)
+
+    def feed(self, envelopes: Iterable[Envelope]) -> Iterator[StepVerdict]:
+        """Consume ``envelopes`` (next in seq order); yields a verdict for each step they complete."""
+        for env in envelopes:
+            if env.seq != self.next_seq:
+                raise ValueError(
+                    f"session {self.session_id!r}: drop classifier expected seq {self.next_seq}, got {env.seq}; "
+                    "feed the session's events in order from seq 0"
+                )
+            self.next_seq += 1
+            verdict = self._one(env)
+            if verdict is not None:
+                yield verdict
+
+    def _one(self, env: Envelope) -> StepVerdict | None:
+        data = env.data
+        if isinstance(data, RequestHeader):
+            self._provider, self._model = data.header.config.provider, data.header.config.model
+            if data.reason == "change":
+                self._causes.add("header-change")
+            elif data.reason == "resume":
+                self._causes.add("resume")
+        elif isinstance(data, SessionEndSeed):
+            self._causes.add("resume")
+        elif _rewrites_history(data):
+            self._causes.add("compaction")
+        elif isinstance(data, ToolResult) and isinstance(data.surface_op, ReplaceOp):
+            op = data.surface_op
+            self._causes.add("trim" if op.start == op.end else "compaction")
+        elif isinstance(data, RequestDispatch):
+            carried = self._pending.causes if self._pending is not None else set()  # an unanswered dispatch
+            self._pending = _Pending(
+                env.seq, data.turn, data.step, env.time, self._provider, self._model, carried | self._causes
+            )
+            self._causes = set()
+        elif isinstance(data, AssistantMessage) and self._pending is not None and data.usage is not None:
+            pending, self._pending = self._pending, None
+            step = Step(
+                pending.seq,
+                env.seq,
+                pending.turn,
+                pending.step,
+                pending.time_ms,
+                pending.provider,
+                pending.model,
+                data.usage,
+            )
+            return self._judge(step, pending.causes)
+        return None
+
+    def _judge(self, step: Step, seen: set[str]) -> StepVerdict:
+        previous, self.previous = self.previous, step
+        if previous is None:
+            cold = step.usage.cache_read == 0 and step.usage.prompt_tokens > 0
+            drop = Drop(self.session_id, step, None, "first-request", ("first-request",), None) if cold else None
+            return StepVerdict(self.session_id, step, None, drop)
+        if step.usage.cache_read >= previous.usage.cache_read:
+            return StepVerdict(self.session_id, step, previous, None)
+        gap = (step.time_ms - previous.time_ms) / 1000.0
+        causes = set(seen)
+        if gap >= self.ttl_for(previous.provider):
+            causes.add("cache-ttl")
+        ordered = tuple(c for c in EXPLAINED_CAUSES if c in causes) or ("unexplained",)
+        return StepVerdict(
+            self.session_id, step, previous, Drop(self.session_id, step, previous, ordered[0], ordered, gap)
+        )
+
+
+def classify_session(
+    session_id: str, events: Iterable[Envelope], ttl_seconds: Mapping[str, float] | None = None
+) -> list[StepVerdict]:
+    """One verdict per step of a whole session log (events from seq 0, in order)."""
+    return list(DropTracker(session_id, ttl_seconds).feed(events))
+
+
+def session_drops(
+    session_id: str, events: Iterable[Envelope], ttl_seconds: Mapping[str, float] | None = None
+) -> list[Drop]:
+    """Every drop of a session log, with its cause."""
+    return [v.drop for v in classify_session(session_id, events, ttl_seconds) if v.drop is not None]

@@ -1,0 +1,529 @@
+"""Prometheus metrics of every foldline process, and the health server that exposes them.
+
+One :class:`~prometheus_client.CollectorRegistry` per process component (never the global default
+registry), so tests and in-process deployments can run several components side by side. Labels are
+bounded: ``provider``, ``model``, ``reason``, ``cause``, ``kind`` (an error type) and ``partition`` —
+never a session id. Units are base units (tokens, seconds, events); counters end in ``_total``.
+``docs/METRICS.md`` lists every metric with its meaning.
+
+Public API::
+
+    registry = new_registry()                       # a fresh registry with process metrics
+    loop = LoopMetrics(registry)                     # what the log says about steps
+    loop.observe_step(provider, model, usage)        # one model call's token usage
+    loop.header_snapshot(reason)                     # a request/header appended (initial|resume|change)
+    loop.compaction(); loop.trim()
+    loop.cache_read_drop(provider, model, cause)     # a classified drop (foldline.core.drops)
+    loop.invariant_violation()
+    loop.attachment_error(kind)                      # e.g. "AttachmentNotFound"
+    loop.observe_events(session_id, envelopes)       # all of the above, derived from appended events
+
+    projector = ProjectorMetrics(registry)
+    projector.projector_applied(events, seconds)     # one batch applied to the fold store
+    projector.set_lag(events=..., seconds=..., partition="0")
+    projector.seq_gap(); projector.fenced_write(); projector.duplicate(n); projector.fold_rebuilt()
+
+    dispatcher = DispatcherMetrics(registry)         # has .loop (a LoopMetrics on the same registry)
+    dispatcher.dispatch_latency(provider, model, seconds)
+    dispatcher.fold_wait(seconds)                    # waiting for the fold to reach the boundary
+    dispatcher.dispatch_error(kind)                  # e.g. "ProviderError", "FoldWaitTimeout"
+    dispatcher.fenced_write()
+    dispatcher.attachment_error(kind); dispatcher.invariant_violation()
+
+    server = serve(port, registry, ready=lambda: True)   # /metrics, /healthz, /readyz
+    server.port; server.close()
+
+:class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog` and feeds every
+successful append to a :class:`LoopMetrics`, so an embedded loop is measured without touching it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.process_collector import ProcessCollector
+
+from .core.content import Usage
+from .core.drops import DROP_CAUSES, DropTracker
+from .core.events import (
+    AttachmentQuarantine,
+    CompactionEnd,
+    Envelope,
+    ReplaceOp,
+    RequestHeader,
+    ToolResult,
+)
+from .errors import MetricsServerError
+from .ports.event_log import EventLog, WriterLease
+
+__all__ = [
+    "CACHE_READ_RATIO_BUCKETS",
+    "LATENCY_BUCKETS",
+    "DispatcherMetrics",
+    "HealthServer",
+    "LoopMetrics",
+    "MeteredEventLog",
+    "ProjectorMetrics",
+    "ReadyCheck",
+    "new_registry",
+    "serve",
+]
+
+NAMESPACE: Final = "foldline"
+CACHE_READ_RATIO_BUCKETS: Final = (0.0, 0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)
+LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+HEADER_REASONS: Final = ("initial", "resume", "change")
+
+ReadyCheck = Callable[[], bool]
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` series: they double the exposition and no rule reads them
+
+
+def new_registry(*, process: bool = True) -> CollectorRegistry:
+    """A fresh registry for one process component (with the standard ``process_*`` metrics)."""
+    registry = CollectorRegistry(auto_describe=True)
+    if process:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+class LoopMetrics:
+    """What the log says about model calls: token usage, header snapshots, compactions, drops."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        pm = ("provider", "model")
+        self.steps = Counter(
+            "steps", "Loop model calls (steps) with reported usage.", pm, namespace=NAMESPACE, registry=registry
+        )
+        self.input_tokens = Counter(
+            "step_input_tokens",
+            "Uncached input tokens of loop model calls.",
+            pm,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.cache_read_tokens = Counter(
+            "step_cache_read_tokens",
+            "Input tokens read from the provider's prompt cache.",
+            pm,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.cache_write_tokens = Counter(
+            "step_cache_write_tokens",
+            "Input tokens written to the provider's prompt cache.",
+            pm,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.output_tokens = Counter(
+            "step_output_tokens", "Output tokens of loop model calls.", pm, namespace=NAMESPACE, registry=registry
+        )
+        self.cache_read_ratio = Histogram(
+            "step_cache_read_ratio",
+            "Per step: cache-read tokens / all prompt tokens (uncached + cache read + cache write).",
+            pm,
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=CACHE_READ_RATIO_BUCKETS,
+        )
+        self.header_snapshots = Counter(
+            "request_header_snapshots",
+            "request/header snapshots appended, by reason.",
+            ("reason",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.compactions = Counter(
+            "compactions", "Completed compactions (compaction/end).", namespace=NAMESPACE, registry=registry
+        )
+        self.trims = Counter(
+            "trims",
+            "Tool results replaced in place (single-entry surface replace).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.drops = Counter(
+            "cache_read_drops",
+            "Steps whose cache-read tokens dropped against the previous loop request, by cause "
+            "(see docs/METRICS.md for the definition).",
+            ("provider", "model", "cause"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.invariant_violations = Counter(
+            "invariant_violations",
+            "Requests refused because they differ from their rebuild from the log.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.attachment_errors = Counter(
+            "attachment_errors",
+            "Attachments that could not be used, by error type.",
+            ("kind",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        for reason in HEADER_REASONS:  # export zeros, so rate() and absence alerts work from the start
+            self.header_snapshots.labels(reason)
+        self._trackers: OrderedDict[str, DropTracker] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- recorders
+
+    def observe_step(self, provider: str, model: str, usage: Usage) -> None:
+        """One loop model call and its normalized usage."""
+        self.steps.labels(provider, model).inc()
+        self.input_tokens.labels(provider, model).inc(usage.input)
+        self.cache_read_tokens.labels(provider, model).inc(usage.cache_read)
+        self.cache_write_tokens.labels(provider, model).inc(usage.cache_write)
+        self.output_tokens.labels(provider, model).inc(usage.output)
+        prompt = usage.prompt_tokens
+        if prompt:
+            self.cache_read_ratio.labels(provider, model).observe(usage.cache_read / prompt)
+
+    def header_snapshot(self, reason: str) -> None:
+        self.header_snapshots.labels(reason).inc()
+
+    def compaction(self) -> None:
+        self.compactions.inc()
+
+    def trim(self) -> None:
+        self.trims.inc()
+
+    def cache_read_drop(self, provider: str, model: str, cause: str) -> None:
+        if cause not in DROP_CAUSES:
+            raise ValueError(f"unknown drop cause {cause!r}; expected one of {', '.join(DROP_CAUSES)}")
+        self.drops.labels(provider, model, cause).inc()
+
+    def invariant_violation(self) -> None:
+        self.invariant_violations.inc()
+
+    def attachment_error(self, kind: str) -> None:
+        self.attachment_errors.labels(kind).inc()
+
+    # ----------------------------------------------------------------- from the log
+
+    def observe_events(
+        self,
+        session_id: str,
+        envelopes: Sequence[Envelope],
+        *,
+        history: Callable[[], Sequence[Envelope]] | None = None,
+        capacity: int = 4096,
+    ) -> None:
+        """Derive every loop metric from events just appended to ``session_id`` (in seq order).
+
+        Step usage is labelled with the provider/model of the header in force; drops are classified
+        by :class:`foldline.core.drops.DropTracker`. When this session has not been seen yet and its
+        first envelope is not seq 0, ``history`` must return the events before it (the tracker is
+        rebuilt from them without counting them again). The session id never becomes a label.
+        """
+        if not envelopes:
+            return
+        with self._lock:
+            tracker = self._trackers.get(session_id)
+            if tracker is None or tracker.next_seq != envelopes[0].seq:
+                tracker = DropTracker(session_id)
+                if envelopes[0].seq != 0:
+                    if history is None:
+                        raise ValueError(
+                            f"session {session_id!r}: events start at seq {envelopes[0].seq} but no history was "
+                            "given to rebuild the drop tracker from"
+                        )
+                    for _ in tracker.feed(history()):
+                        pass
+                self._trackers[session_id] = tracker
+            self._trackers.move_to_end(session_id)
+            while len(self._trackers) > capacity:
+                self._trackers.popitem(last=False)
+            verdicts = list(tracker.feed(envelopes))
+        for env in envelopes:
+            data = env.data
+            if isinstance(data, RequestHeader):
+                self.header_snapshot(data.reason)
+            elif isinstance(data, CompactionEnd):
+                self.compaction()
+            elif isinstance(data, ToolResult) and isinstance(data.surface_op, ReplaceOp):
+                self.trim()
+            elif isinstance(data, AttachmentQuarantine):
+                self.attachment_error(data.failure.split(":", 1)[0] or "unknown")
+        for verdict in verdicts:
+            self.observe_step(verdict.provider, verdict.model, verdict.step.usage)
+            if verdict.drop is not None:
+                self.cache_read_drop(verdict.provider, verdict.model, verdict.drop.cause)
+
+
+class ProjectorMetrics:
+    """A projector process: fold applies, lag, seq gaps, fenced writes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.events_applied = Counter(
+            "projector_events_applied",
+            "Events applied to folds (redeliveries excluded).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.batches_applied = Counter(
+            "projector_batches_applied",
+            "Batches applied atomically to the fold store.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.apply_seconds = Histogram(
+            "projector_apply_duration_seconds",
+            "Time to apply one batch to the fold store.",
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.lag_events = Gauge(
+            "projector_lag_events",
+            "Events in the log not yet applied (end offset - committed), per partition.",
+            ("partition",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.lag_seconds = Gauge(
+            "projector_lag_seconds",
+            "Age of the newest applied event when it was applied, per partition.",
+            ("partition",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.seq_gaps = Counter(
+            "projector_seq_gaps",
+            "Seq gaps detected (an event arrived past the fold's next seq).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.fenced_writes = Counter(
+            "projector_fenced_writes",
+            "Fold writes refused because a newer writer epoch owns the session.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "projector_duplicate_events",
+            "Redelivered events recognised by seq and skipped.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.fold_rebuilds = Counter(
+            "projector_fold_rebuilds",
+            "Session folds rebuilt (surface replace, missing fold, --rebuild).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def projector_applied(self, events: int, seconds: float) -> None:
+        """One batch of ``events`` events applied in ``seconds``."""
+        self.batches_applied.inc()
+        self.events_applied.inc(events)
+        self.apply_seconds.observe(seconds)
+
+    def set_lag(self, *, events: int, seconds: float, partition: str = "all") -> None:
+        self.lag_events.labels(partition).set(events)
+        self.lag_seconds.labels(partition).set(seconds)
+
+    def seq_gap(self, count: int = 1) -> None:
+        self.seq_gaps.inc(count)
+
+    def fenced_write(self) -> None:
+        self.fenced_writes.inc()
+
+    def duplicate(self, count: int = 1) -> None:
+        self.duplicates.inc(count)
+
+    def fold_rebuilt(self) -> None:
+        self.fold_rebuilds.inc()
+
+
+class DispatcherMetrics:
+    """A dispatcher process: request latency and errors; ``.loop`` records the steps it completes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.loop = LoopMetrics(registry)
+        self.dispatch_seconds = Histogram(
+            "dispatch_duration_seconds",
+            "Step boundary to response appended, per provider and model.",
+            ("provider", "model"),
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.fold_wait_seconds = Histogram(
+            "dispatcher_fold_wait_seconds",
+            "Time waiting for the fold to reach the step boundary.",
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.errors = Counter(
+            "dispatch_errors",
+            "Dispatches that failed, by error type.",
+            ("kind",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.fenced_writes = Counter(
+            "dispatcher_fenced_writes",
+            "Response appends refused because the session's writer was fenced.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def dispatch_latency(self, provider: str, model: str, seconds: float) -> None:
+        self.dispatch_seconds.labels(provider, model).observe(seconds)
+
+    def fold_wait(self, seconds: float) -> None:
+        self.fold_wait_seconds.observe(seconds)
+
+    def dispatch_error(self, kind: str | BaseException) -> None:
+        """Count a failed dispatch; pass the exception or its type name (e.g. ``"ProviderError"``)."""
+        self.errors.labels(kind if isinstance(kind, str) else type(kind).__name__).inc()
+
+    def fenced_write(self) -> None:
+        self.fenced_writes.inc()
+
+    def attachment_error(self, kind: str | BaseException) -> None:
+        self.loop.attachment_error(kind if isinstance(kind, str) else type(kind).__name__)
+
+    def invariant_violation(self) -> None:
+        self.loop.invariant_violation()
+
+
+# ---------------------------------------------------------------------------- the log decorator
+
+
+class MeteredEventLog(EventLog):
+    """An :class:`EventLog` that feeds every successful append to :meth:`LoopMetrics.observe_events`.
+
+    Reads, leases and errors pass through unchanged; a failed append records nothing, so the
+    counters only ever report what the log holds.
+    """
+
+    def __init__(self, inner: EventLog, metrics: LoopMetrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        head = self.inner.append(session_id, expected_seq, events, lease=lease)
+        batch = list(events)
+        self.metrics.observe_events(session_id, batch, history=lambda: self.inner.read(session_id, 0, expected_seq))
+        return head
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        return self.inner.read(session_id, from_seq, to_seq)
+
+    def head(self, session_id: str) -> int:
+        return self.inner.head(session_id)
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
+
+    def acquire(self, session_id: str) -> WriterLease:
+        return self.inner.acquire(session_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# ---------------------------------------------------------------------------- health server
+
+
+class HealthServer:
+    """A running ``/metrics`` + ``/healthz`` + ``/readyz`` server on a daemon thread."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
+        self._httpd = httpd
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._httpd.server_address[0]
+        return f"http://{host!s}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> HealthServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(
+    port: int,
+    registry: CollectorRegistry,
+    *,
+    ready: ReadyCheck | None = None,
+    live: ReadyCheck | None = None,
+    host: str = "0.0.0.0",
+) -> HealthServer:
+    """Serve ``registry`` on ``http://host:port/metrics``; ``port=0`` picks a free port.
+
+    ``/healthz`` answers 200 while ``live()`` (default: always) is true — the process is not wedged;
+    ``/readyz`` answers 200 while ``ready()`` (default: always) is true — e.g. the projector holds its
+    partitions and reaches Redis. A check that raises counts as false and its message is returned.
+    """
+
+    def check(fn: ReadyCheck | None) -> tuple[int, bytes]:
+        if fn is None:
+            return 200, b"ok\n"
+        try:
+            ok = fn()
+        except Exception as exc:  # a failing probe must answer, not crash the server thread
+            return 503, f"{type(exc).__name__}: {exc}\n".encode()
+        return (200, b"ok\n") if ok else (503, b"not ready\n")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            content_type = "text/plain; charset=utf-8"
+            if path == "/metrics":
+                status, body, content_type = 200, generate_latest(registry), CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                status, body = check(live)
+            elif path == "/readyz":
+                status, body = check(ready)
+            else:
+                status, body = 404, b"not found: try /metrics, /healthz or /readyz\n"
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # scrapes and probes are not worth a log line each
+
+    try:
+        httpd = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        raise MetricsServerError(
+            f"cannot serve metrics on {host}:{port}: {exc}; choose another --metrics-port"
+        ) from exc
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, name=f"foldline-metrics-{port}", daemon=True)
+    thread.start()
+    return HealthServer(httpd, thread)
