@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import log_commands, run_commands
+from . import log_commands, ops_commands, run_commands
 
 app = typer.Typer(
     name="foldline",
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 log_commands.register(app)
 run_commands.register(app)
+ops_commands.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -7,8 +7,9 @@ what happened before it still counts towards the next step's causes.
 A step **drops** when
 
 * it is not the session's first step and it read fewer tokens from the provider's prompt cache than the
-  previous step of the same session (``cache_read < previous.cache_read``) — an append-only
-  conversation under a live cache reads at least the prefix the previous request read; or
+  previous step of the same session left there: ``cache_read < previous.cache_read +
+  previous.cache_write`` (the *baseline*). An append-only conversation under a live cache reads at least
+  the prefix its previous request read or wrote, so anything less means cached work was thrown away; or
 * it is the session's first step and it read nothing from the cache while sending a prompt (a cold
   start).
 
@@ -101,15 +102,15 @@ class Drop:
 
     @property
     def baseline_tokens(self) -> int:
-        """What the step was expected to read at least (previous step's cache read; 0 when first)."""
-        return self.previous.usage.cache_read if self.previous is not None else 0
+        """What the step was expected to read at least: the previous step's cache read + write (0 when first)."""
+        return _baseline(self.previous)
 
     @property
     def lost_tokens(self) -> int:
         """Cache-read tokens missing against the baseline (a cold first request: its whole prompt)."""
         if self.previous is None:
             return self.step.usage.prompt_tokens
-        return self.previous.usage.cache_read - self.step.usage.cache_read
+        return self.baseline_tokens - self.step.usage.cache_read
 
     def to_json(self) -> dict[str, object]:
         s = self.step
@@ -124,7 +125,7 @@ class Drop:
             "causes": list(self.causes),
             "explained": self.explained,
             "cache_read_tokens": s.usage.cache_read,
-            "previous_cache_read_tokens": self.previous.usage.cache_read if self.previous else None,
+            "baseline_tokens": self.baseline_tokens,
             "previous_seq": self.previous.dispatch_seq if self.previous else None,
             "lost_tokens": self.lost_tokens,
             "prompt_tokens": s.usage.prompt_tokens,
@@ -159,6 +160,10 @@ class _Pending:
     provider: str
     model: str
     causes: set[str] = field(default_factory=set)
+
+
+def _baseline(previous: Step | None) -> int:
+    return previous.usage.cache_read + previous.usage.cache_write if previous is not None else 0
 
 
 def _rewrites_history(data: object) -> bool:
@@ -244,7 +249,7 @@ class DropTracker:
             cold = step.usage.cache_read == 0 and step.usage.prompt_tokens > 0
             drop = Drop(self.session_id, step, None, "first-request", ("first-request",), None) if cold else None
             return StepVerdict(self.session_id, step, None, drop)
-        if step.usage.cache_read >= previous.usage.cache_read:
+        if step.usage.cache_read >= _baseline(previous):
             return StepVerdict(self.session_id, step, previous, None)
         gap = (step.time_ms - previous.time_ms) / 1000.0
         causes = set(seen)

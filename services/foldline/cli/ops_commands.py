@@ -1,0 +1,75 @@
+"""Operations commands: ``foldline drops`` lists every cache-read drop and its cause, from the log alone."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from ..core.drops import DROP_CAUSES, Drop, session_drops
+from ..errors import SessionNotFound
+from .common import BackendOpt, DataDirOpt, JsonOpt, console, fail_on_errors, stores_for
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("drops")(fail_on_errors(drops))
+
+
+def drops(
+    sessions: Annotated[list[str] | None, typer.Argument(help="Sessions to classify (default: all).")] = None,
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = "embedded",
+    json: JsonOpt = False,
+    unexplained: Annotated[
+        bool, typer.Option("--unexplained", help="List only the drops the log does not explain.")
+    ] = False,
+    fail_on_unexplained: Annotated[
+        bool, typer.Option("--fail-on-unexplained", help="Exit with status 1 when any drop is unexplained.")
+    ] = False,
+) -> None:
+    """List every step whose cache-read tokens dropped against the previous request, with its cause.
+
+    Causes: first-request, header-change, resume, compaction, trim, cache-ttl, or unexplained
+    (docs/METRICS.md defines a drop and each cause).
+    """
+    found: list[Drop] = []
+    with stores_for(data_dir, backend) as stores:
+        ids = sessions or stores.log.sessions()
+        for sid in ids:
+            events = stores.log.read(sid)
+            if not events:
+                raise SessionNotFound(sid)
+            found.extend(session_drops(sid, events))
+    counts = {cause: sum(1 for d in found if d.cause == cause) for cause in DROP_CAUSES}
+    listed = [d for d in found if not d.explained] if unexplained else found
+    if json:
+        out = {"sessions": len(ids), "counts": counts, "drops": [d.to_json() for d in listed]}
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+    else:
+        table = Table(title=f"cache-read drops in {len(ids)} session(s)")
+        table.add_column("session")
+        for col in ("seq", "turn.step", "read", "baseline", "gap s"):
+            table.add_column(col, justify="right")
+        table.add_column("cause")
+        for d in listed:
+            s = d.step
+            colour = "red" if not d.explained else "green"
+            table.add_row(
+                d.session_id,
+                str(s.dispatch_seq),
+                f"{s.turn}.{s.step}",
+                str(s.usage.cache_read),
+                str(d.baseline_tokens),
+                "" if d.gap_seconds is None else f"{d.gap_seconds:.1f}",
+                f"[{colour}]{', '.join(d.causes)}[/]",
+            )
+        console.print(table)
+        summary = ", ".join(f"{cause} {n}" for cause, n in counts.items() if n)
+        console.print(f"{len(found)} drop(s){': ' + summary if summary else ''}")
+    if fail_on_unexplained and counts["unexplained"]:
+        raise typer.Exit(1)
