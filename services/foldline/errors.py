@@ -21,6 +21,7 @@ driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge
     ├── ProviderError                   the model provider failed or answered something unusable
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
     ├── ConfigError                     configuration names something that does not exist
+    ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
     └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "FencedError",
     "FoldTimeout",
     "FoldlineError",
+    "ForkError",
     "FormatError",
     "ImportFailed",
     "InvariantViolation",
@@ -160,6 +162,10 @@ class ReconstructionError(FoldlineError):
 
 class ConfigError(FoldlineError):
     """Configuration is invalid or names something unavailable."""
+
+
+class ForkError(FoldlineError):
+    """A fork point the parent log cannot be cut at (past its end, inside a step or a compaction)."""
 
 
 class MetricsServerError(FoldlineError):
