@@ -14,6 +14,7 @@ ALLOWED_MODULES = {
     "collections",
     "collections.abc",
     "dataclasses",
+    "difflib",  # pure text diffs (header snapshot diffs)
     "enum",
     "functools",
     "hashlib",
