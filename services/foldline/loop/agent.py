@@ -49,6 +49,7 @@ from ..providers.base import Provider, ProviderResponse
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .invariant import InvariantCompanion
+from .pressure import PressurePolicy, relieve_pressure
 from .registry import mark_loop_request
 from .tools import Toolset
 
@@ -71,6 +72,7 @@ class AgentOptions:
     max_steps_per_turn: int = 16
     invariant: bool = True
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
+    pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,8 @@ class Agent:
         step = 0
         try:
             while True:
+                if self.options.pressure is not None:
+                    await relieve_pressure(self, self.options.pressure)
                 outcome = await self._step(turn, step)
                 if outcome is None:
                     reason = "blocked"

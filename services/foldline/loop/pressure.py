@@ -1,0 +1,161 @@
+"""Context pressure in the loop: batched tool-result trims and compaction with a summarize one-shot.
+
+Between steps, when the deterministic estimate of the derived messages exceeds
+:attr:`PressurePolicy.budget_tokens`, the loop relieves pressure in one of two ways, each one logged
+batch and therefore one cache miss:
+
+* **Trim** — when trimming old, large tool results (``foldline.core.compaction.plan_trims``) brings the
+  estimate under budget, every trim is appended in the same batch: one single-entry surface replace per
+  ``tool/result`` (same callId, trimmed content, the hidden event listed in ``sourceEventSeqs``).
+* **Compact** — otherwise the range ``0..end`` before the recent window is summarized:
+  ``compaction/start {start, end, estimatedTokens}`` is appended, the summarize one-shot is built by pure
+  code from the logged region (:func:`~foldline.core.compaction.summarize_request`), serialized with the
+  loop's serializer (images resolved and verified through the store) and sent; then, in one batch,
+  ``compaction/summary {summary, provider, model, maxTokens, usage}``, the replacing ``user/message``
+  (source ``compaction``, replace ``start..end`` listing every hidden event) and ``compaction/end``.
+
+The summarize request is never marked as a loop request, so the invariant companion and other observers
+of :func:`~foldline.loop.registry.is_loop_request` leave it alone. A failure of the one-shot closes the
+compaction with ``compaction/end`` (nothing replaced) and propagates; an unreadable image is quarantined
+exactly like in a loop step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ..core import compaction as cc
+from ..core.content import TextBlock
+from ..core.events import (
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    EventData,
+    ReplaceOp,
+    ToolResult,
+    UserMessage,
+)
+from ..core.header import CallConfig
+from ..core.request import GenerateOptions
+from ..errors import AttachmentError
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["PressureAction", "PressurePolicy", "quarantine_event", "relieve_pressure"]
+
+QUARANTINE_RECOVERY = (
+    "restore the object from a replica or re-upload the original bytes under the same digest, "
+    "then resume the session; the log is unchanged"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PressurePolicy:
+    """When and how the loop relieves context pressure.
+
+    ``budget_tokens``: the estimate above which it acts. ``keep_recent_tokens``: the recent window kept
+    verbatim (never trimmed or compacted). Tool results estimated above ``trim_over_tokens`` (None: never
+    trim) are cut to ``trim_keep_chars`` characters. The summary is asked for with ``summary_max_tokens``
+    under ``summarize_config`` (default: the conversation's provider and model).
+    """
+
+    budget_tokens: int
+    keep_recent_tokens: int = 2_000
+    trim_over_tokens: int | None = 400
+    trim_keep_chars: int = 200
+    summary_max_tokens: int = 512
+    summarize_config: CallConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens <= 0 or self.keep_recent_tokens < 0:
+            raise ValueError("budget_tokens must be positive and keep_recent_tokens >= 0")
+        if self.keep_recent_tokens >= self.budget_tokens:
+            raise ValueError(
+                f"keep_recent_tokens ({self.keep_recent_tokens}) must be below budget_tokens ({self.budget_tokens}), "
+                "or compaction could never bring the context under budget"
+            )
+        if self.trim_over_tokens is not None and self.trim_over_tokens <= 0:
+            raise ValueError("trim_over_tokens must be positive (or None to never trim)")
+        if self.trim_keep_chars < 0 or self.summary_max_tokens <= 0:
+            raise ValueError("trim_keep_chars must be >= 0 and summary_max_tokens positive")
+
+
+@dataclass(frozen=True, slots=True)
+class PressureAction:
+    kind: Literal["trim", "compaction"]
+    estimated_tokens: int
+    first_seq: int  # seq of the first event the action appended
+    trimmed: int = 0
+    compacted: tuple[int, int] | None = None
+    summarize_request: GenerateOptions | None = None
+
+
+def quarantine_event(exc: AttachmentError) -> AttachmentQuarantine:
+    return AttachmentQuarantine(exc.attachment_id, f"{type(exc).__name__}: {exc}", QUARANTINE_RECOVERY)
+
+
+async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureAction | None:
+    """Trim or compact when the context is over budget; None when nothing was (or could be) done."""
+    session = agent.session
+    messages = session.derive_messages()
+    estimate = cc.estimate_tokens(messages)
+    if estimate <= policy.budget_tokens:
+        return None
+    trims: list[cc.Trim] = []
+    if policy.trim_over_tokens is not None:
+        trims = cc.plan_trims(
+            messages,
+            session.rules.surface,
+            keep_recent_tokens=policy.keep_recent_tokens,
+            trim_over_tokens=policy.trim_over_tokens,
+            keep_chars=policy.trim_keep_chars,
+        )
+    saved = sum(t.saved_tokens for t in trims)
+    span = cc.plan_compaction(messages, keep_recent_tokens=policy.keep_recent_tokens)
+    if trims and (estimate - saved <= policy.budget_tokens or span is None):
+        first = session.next_seq
+        agent._append(
+            *(
+                ToolResult(t.call_id, t.name, t.parts, t.is_error, ReplaceOp(t.position, t.position), (t.seq,))
+                for t in trims
+            )
+        )
+        return PressureAction("trim", estimate, first, trimmed=len(trims))
+    if span is None:
+        return None
+    return await _compact(agent, policy, estimate, span)
+
+
+async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tuple[int, int]) -> PressureAction:
+    session = agent.session
+    start, end = span
+    region = session.derive_messages()[start : end + 1]
+    hidden = tuple(node.seq for node in session.rules.surface[start : end + 1])
+    folded = session.header()
+    base = policy.summarize_config or (folded.config if folded is not None else agent.options.config)
+    config = CallConfig(base.provider, base.model, max_tokens=policy.summary_max_tokens)
+    request = cc.summarize_request(region, config)  # not marked: a one-shot, outside the invariant
+    first = session.next_seq
+    agent._append(CompactionStart(start, end, estimate))
+    try:
+        body = agent.provider.serializer.serialize(request, agent.attachments)
+        response = await agent.provider.send(body)
+    except AttachmentError as exc:
+        agent._append(quarantine_event(exc), CompactionEnd())
+        raise
+    except BaseException:
+        agent._append(CompactionEnd())
+        raise
+    summary = "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
+    events: list[EventData] = [
+        CompactionSummary(summary, config.provider, config.model, policy.summary_max_tokens, response.usage),
+        UserMessage(
+            f"u{session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
+        ),
+        CompactionEnd(),
+    ]
+    agent._append(*events)
+    return PressureAction("compaction", estimate, first, compacted=span, summarize_request=request)
