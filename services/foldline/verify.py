@@ -4,6 +4,13 @@ The walk uses exactly the loop's functions: the same :class:`~foldline.core.Sess
 :func:`~foldline.core.build_request`, and the serializer named (with its version) in each
 ``request/dispatch`` event. A step whose attachment could not be read is *unreconstructable*, with
 the reason — never a match.
+
+Compactions are rechecked too (they are not loop requests, so they do not count as checked): the
+logged ``estimatedTokens`` must equal the estimate of the messages at ``compaction/start``; the
+summarize one-shot's input is rebuilt by the same pure code from the logged region and serialized for
+the logged provider (so every image it references is resolved and verified); and the replacing
+``user/message`` must replace exactly the logged range with the content derived from the logged
+summary. A compaction that fails any of these is reported as unreconstructable with the reason.
 """
 
 from __future__ import annotations
@@ -12,14 +19,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .core import codec
-from .core.events import AttachmentQuarantine, Envelope, RequestDispatch, StepStart
-from .core.projection import Session
+from .core import compaction as cc
+from .core.events import (
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    ReplaceOp,
+    RequestDispatch,
+    StepStart,
+    UserMessage,
+)
+from .core.header import CallConfig
+from .core.projection import Message, Session
 from .core.request import GenerateOptions, build_request
-from .errors import AttachmentError, FoldlineError
+from .errors import AttachmentError, FoldlineError, ReconstructionError
 from .ports.attachments import AttachmentStore
-from .providers.base import serializer_for
+from .providers.base import SERIALIZERS, Serializer, serializer_for
 
-__all__ = ["Mismatch", "Unreconstructable", "VerifyReport", "rebuild_requests", "verify_events"]
+__all__ = ["Mismatch", "Unreconstructable", "VerifyReport", "rebuild_requests", "summarize_serializer", "verify_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +121,17 @@ def verify_events(
     report = VerifyReport()
     session = Session(session_id)
     step_at: tuple[int, int] = (0, 0)
+    compaction: _Compaction | None = None
     for e in events:
         data = e.data
         if isinstance(data, StepStart):
             step_at = (data.turn, data.step)
+        elif isinstance(data, CompactionStart | CompactionSummary | CompactionEnd) or (
+            isinstance(data, UserMessage) and data.source == "compaction"
+        ):
+            compaction, problem = _recheck_compaction(compaction, e, session, attachments)
+            if problem is not None:
+                report.unreconstructable.append(Unreconstructable(session_id, *step_at, e.seq, problem))
         elif isinstance(data, AttachmentQuarantine):
             report.checked += 1
             report.unreconstructable.append(
@@ -158,3 +184,74 @@ def _first_diff(body: bytes, recorded: str, attachments: AttachmentStore | None)
         if a != b:
             return i
     return min(len(original), len(body))
+
+
+# ---------------------------------------------------------------------------- compaction recheck
+
+#: The wire serializer family the summarize one-shot of each provider is sent with (latest version).
+_PROVIDER_SERIALIZERS = {"anthropic": "anthropic-messages", "openai": "openai-chat"}
+
+
+@dataclass(slots=True)
+class _Compaction:
+    start_seq: int
+    start: int
+    end: int
+    region: tuple[Message, ...]
+    summary: str | None = None
+
+
+def summarize_serializer(provider: str) -> Serializer:
+    """The serializer a summarize one-shot for ``provider`` is rebuilt with (the newest registered version)."""
+    name = _PROVIDER_SERIALIZERS.get(provider)
+    versions = sorted(v for n, v in SERIALIZERS if n == name)
+    if not versions:
+        raise ReconstructionError(f"no serializer for provider {provider!r} in this foldline build")
+    return serializer_for(name or "", versions[-1])
+
+
+def _recheck_compaction(
+    pending: _Compaction | None, e: Envelope, session: Session, attachments: AttachmentStore | None
+) -> tuple[_Compaction | None, str | None]:
+    """Advance the compaction being rechecked by one event; returns the new state and any problem."""
+    data = e.data
+    where = f"compaction at seq {pending.start_seq}" if pending is not None else f"seq {e.seq}"
+    if isinstance(data, CompactionStart):
+        messages = session.derive_messages()
+        estimate = cc.estimate_tokens(messages)
+        if not 0 <= data.start <= data.end < len(messages):
+            return None, (
+                f"compaction at seq {e.seq}: range {data.start}..{data.end} is outside the {len(messages)} visible "
+                "messages"
+            )
+        state = _Compaction(e.seq, data.start, data.end, tuple(messages[data.start : data.end + 1]))
+        if estimate != data.estimated_tokens:
+            return state, (
+                f"compaction at seq {e.seq}: estimatedTokens {data.estimated_tokens} differs from the estimate "
+                f"{estimate} of the logged messages"
+            )
+        return state, None
+    if pending is None:
+        return None, f"{where}: {e.type} without a compaction/start before it"
+    if isinstance(data, CompactionSummary):
+        pending.summary = data.summary
+        try:
+            config = CallConfig(data.provider, data.model, max_tokens=data.max_tokens)
+            request = cc.summarize_request(pending.region, config)
+            summarize_serializer(data.provider).serialize(request, attachments)
+        except (FoldlineError, ValueError) as exc:
+            return pending, f"{where}: the summarize input cannot be rebuilt: {type(exc).__name__}: {exc}"
+        return pending, None
+    if isinstance(data, UserMessage):
+        if data.surface_op != ReplaceOp(pending.start, pending.end):
+            return pending, (
+                f"{where}: the replacing user/message at seq {e.seq} does not replace the logged range "
+                f"{pending.start}..{pending.end}"
+            )
+        if pending.summary is None or data.content != cc.summary_content(pending.summary):
+            return pending, (
+                f"{where}: the replacing user/message at seq {e.seq} is not the content derived from the "
+                "logged compaction/summary"
+            )
+        return pending, None
+    return None, None  # compaction/end

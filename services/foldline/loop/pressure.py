@@ -39,7 +39,7 @@ from ..core.events import (
 )
 from ..core.header import CallConfig
 from ..core.request import GenerateOptions
-from ..errors import AttachmentError
+from ..errors import AttachmentError, ConfigError
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -137,6 +137,11 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
     folded = session.header()
     base = policy.summarize_config or (folded.config if folded is not None else agent.options.config)
     config = CallConfig(base.provider, base.model, max_tokens=policy.summary_max_tokens)
+    if config.provider != agent.provider.name:
+        raise ConfigError(
+            f"the summarize call goes through the loop's {agent.provider.name!r} adapter, but its config names "
+            f"provider {config.provider!r}; set PressurePolicy.summarize_config to a {agent.provider.name} model"
+        )
     request = cc.summarize_request(region, config)  # not marked: a one-shot, outside the invariant
     first = session.next_seq
     agent._append(CompactionStart(start, end, estimate))
