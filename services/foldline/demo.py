@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,6 +23,9 @@ from .core.header import CallConfig
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .verify import VerifyReport, verify_events
+
+if TYPE_CHECKING:
+    from .metrics import LoopMetrics
 
 __all__ = ["DemoResult", "SessionResult", "demo_toolset", "print_demo", "run_demo", "run_demo_cli"]
 
@@ -142,7 +146,12 @@ class DemoResult:
 
 
 async def run_session(
-    session_id: str, stores: Stores, steps: int, make_provider: Callable[[], object], on_step: Callable[[], None]
+    session_id: str,
+    stores: Stores,
+    steps: int,
+    make_provider: Callable[[], object],
+    on_step: Callable[[], None],
+    metrics: LoopMetrics | None = None,
 ) -> SessionResult:
     from .providers.base import Provider
 
@@ -155,6 +164,10 @@ async def run_session(
         archive_requests=True,
     )
     agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
+    if metrics is not None:
+        from .metrics import instrument_agent
+
+        instrument_agent(agent, metrics)
     result = SessionResult(session_id)
 
     def record(r: StepRecord) -> None:
@@ -174,9 +187,21 @@ async def run_session(
     return result
 
 
-def run_demo(stores: Stores, data_dir: Path, backend: str, sessions: int, steps: int, quiet: bool) -> DemoResult:
+def run_demo(
+    stores: Stores,
+    data_dir: Path,
+    backend: str,
+    sessions: int,
+    steps: int,
+    quiet: bool,
+    metrics: LoopMetrics | None = None,
+) -> DemoResult:
     from .providers.emulated import emulated_provider_factory
 
+    if metrics is not None:  # every append is measured; the session ids never become labels
+        from .metrics import MeteredEventLog
+
+        stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments)
     make_provider = emulated_provider_factory()
     ids = [f"demo-{i:03d}" for i in range(sessions)]
 
@@ -187,7 +212,7 @@ def run_demo(stores: Stores, data_dir: Path, backend: str, sessions: int, steps:
             if progress is not None and task is not None:
                 progress.advance(task)
 
-        return await asyncio.gather(*(run_session(sid, stores, steps, make_provider, tick) for sid in ids))
+        return await asyncio.gather(*(run_session(sid, stores, steps, make_provider, tick, metrics) for sid in ids))
 
     if quiet:
         results = asyncio.run(main(None))
@@ -202,14 +227,21 @@ def run_demo(stores: Stores, data_dir: Path, backend: str, sessions: int, steps:
 
 
 def run_demo_cli(
-    *, data_dir: Path | None, backend: str, sessions: int, steps: int, fresh: bool, quiet: bool
+    *,
+    data_dir: Path | None,
+    backend: str,
+    sessions: int,
+    steps: int,
+    fresh: bool,
+    quiet: bool,
+    metrics: LoopMetrics | None = None,
 ) -> DemoResult:
     config = Config.from_env(data_dir, backend)
     if fresh and config.backend == "embedded" and config.data_dir.exists():
         shutil.rmtree(config.data_dir)
     stores = open_stores(config)
     try:
-        return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet)
+        return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
     finally:
         stores.close()
 

@@ -33,6 +33,9 @@ Public API::
     server = serve(port, registry, ready=lambda: True)   # /metrics, /healthz, /readyz
     server.port; server.close()
 
+    log = MeteredEventLog(inner_log, loop)           # an embedded loop, measured from its appends
+    instrument_agent(agent, loop)                    # ... and its invariant violations
+
 :class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog` and feeds every
 successful append to a :class:`LoopMetrics`, so an embedded loop is measured without touching it.
 """
@@ -43,7 +46,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -59,8 +62,13 @@ from .core.events import (
     RequestHeader,
     ToolResult,
 )
-from .errors import MetricsServerError
+from .core.request import GenerateOptions
+from .errors import InvariantViolation, MetricsServerError
+from .loop.invariant import InvariantCompanion
 from .ports.event_log import EventLog, WriterLease
+
+if TYPE_CHECKING:  # the loop may record metrics itself one day; no import cycle at run time
+    from .loop.agent import Agent
 
 __all__ = [
     "CACHE_READ_RATIO_BUCKETS",
@@ -70,7 +78,9 @@ __all__ = [
     "LoopMetrics",
     "MeteredEventLog",
     "ProjectorMetrics",
+    "MeteredInvariant",
     "ReadyCheck",
+    "instrument_agent",
     "new_registry",
     "serve",
 ]
@@ -438,6 +448,28 @@ class MeteredEventLog(EventLog):
 
     def close(self) -> None:
         self.inner.close()
+
+
+class MeteredInvariant(InvariantCompanion):
+    """The invariant companion, counting every violation it raises in ``foldline_invariant_violations_total``."""
+
+    def __init__(self, log: EventLog, metrics: LoopMetrics) -> None:
+        super().__init__(log)
+        self.metrics = metrics
+
+    def check(self, session_id: str, upto_seq: int, request: GenerateOptions) -> None:
+        try:
+            super().check(session_id, upto_seq, request)
+        except InvariantViolation:
+            self.metrics.invariant_violation()
+            raise
+
+
+def instrument_agent(agent: Agent, metrics: LoopMetrics) -> Agent:
+    """Count the agent's invariant violations (its log should be a :class:`MeteredEventLog` for the rest)."""
+    if agent.invariant is not None:
+        agent.invariant = MeteredInvariant(agent.invariant.log, metrics)
+    return agent
 
 
 # ---------------------------------------------------------------------------- health server

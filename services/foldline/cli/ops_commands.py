@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -11,9 +14,53 @@ from rich.table import Table
 
 from ..core.drops import DROP_CAUSES, Drop, session_drops
 from ..errors import SessionNotFound
-from .common import BackendOpt, DataDirOpt, JsonOpt, console, fail_on_errors, stores_for
+from .common import BackendOpt, DataDirOpt, JsonOpt, console, err_console, fail_on_errors, stores_for
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from ..metrics import LoopMetrics
+
+__all__ = ["MetricsHostOpt", "MetricsLingerOpt", "MetricsPortOpt", "metrics_endpoint", "register"]
+
+MetricsPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        envvar="FOLDLINE_METRICS_PORT",
+        min=0,
+        help="Serve Prometheus metrics on this port (/metrics, /healthz, /readyz) while running; 0 picks one.",
+        show_default=False,
+    ),
+]
+MetricsHostOpt = Annotated[str, typer.Option("--metrics-host", help="Address the metrics endpoint binds to.")]
+MetricsLingerOpt = Annotated[
+    float,
+    typer.Option("--metrics-linger", min=0, help="Keep serving metrics this many seconds after the run ends."),
+]
+
+
+@contextmanager
+def metrics_endpoint(port: int | None, host: str = "127.0.0.1", linger: float = 0.0) -> Iterator[LoopMetrics | None]:
+    """Yield loop metrics served on ``host:port`` for the duration (``None`` when no port is asked for).
+
+    The endpoint's address goes to stderr. After the body, it keeps serving ``linger`` seconds so a
+    scraper can read the final counters, then stops.
+    """
+    if port is None:
+        yield None
+        return
+    from ..metrics import LoopMetrics, new_registry, serve
+
+    registry = new_registry()
+    metrics = LoopMetrics(registry)
+    server = serve(port, registry, host=host)
+    err_console.print(f"metrics: {server.url}/metrics")
+    try:
+        yield metrics
+        if linger:
+            sys.stdout.flush()
+            time.sleep(linger)
+    finally:
+        server.close()
 
 
 def register(app: typer.Typer) -> None:

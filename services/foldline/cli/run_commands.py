@@ -25,6 +25,7 @@ from ..core.wire import header_to_json
 from ..errors import SessionNotFound
 from ..verify import VerifyReport, rebuild_requests, verify_events
 from .common import BackendOpt, DataDirOpt, JsonOpt, console, fail_on_errors, stores_for
+from .ops_commands import MetricsHostOpt, MetricsLingerOpt, MetricsPortOpt, metrics_endpoint
 
 __all__ = ["register"]
 
@@ -175,15 +176,21 @@ def demo(
     backend: BackendOpt = "embedded",
     json: JsonOpt = False,
     fresh: Annotated[bool, typer.Option("--fresh/--keep", help="Start from an empty data directory.")] = True,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = "127.0.0.1",
+    metrics_linger: MetricsLingerOpt = 0.0,
 ) -> None:
     """The main job: N concurrent scripted agent sessions with tools against the local emulator."""
     from ..demo import print_demo, run_demo_cli
 
-    result = run_demo_cli(data_dir=data_dir, backend=backend, sessions=sessions, steps=steps, fresh=fresh, quiet=json)
-    if json:
-        sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")
-    else:
-        print_demo(result, console)
+    with metrics_endpoint(metrics_port, metrics_host, metrics_linger) as metrics:
+        result = run_demo_cli(
+            data_dir=data_dir, backend=backend, sessions=sessions, steps=steps, fresh=fresh, quiet=json, metrics=metrics
+        )
+        if json:
+            sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")
+        else:
+            print_demo(result, console)
     if not result.verified_ok:
         raise typer.Exit(1)
 
