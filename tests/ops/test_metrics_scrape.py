@@ -1,0 +1,149 @@
+"""End to end: `foldline demo --metrics-port` is scraped over HTTP and every counter equals what the log says."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from foldline.config import Config, open_stores
+from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
+from foldline.core.events import Envelope, RequestHeader
+
+FOLDLINE = Path(sys.executable).with_name("foldline")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=")
+        text = resp.read().decode()
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def run_demo_and_scrape(args: list[str], sessions: int, steps: int) -> tuple[Samples, dict[str, Any]]:
+    """Run the real CLI in a child process, read its JSON result, scrape while it lingers, then stop it."""
+    assert FOLDLINE.exists(), f"{FOLDLINE} missing: install the package with `make` (pip install -e .)"
+    port = free_port()
+    cmd = [str(FOLDLINE), "demo", "--sessions", str(sessions), "--steps", str(steps), "--json"]
+    cmd += ["--metrics-port", str(port), "--metrics-linger", "60", *args]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            line = proc.stdout.readline()  # the result is printed before the endpoint lingers
+            if not line:
+                proc.wait(timeout=30)
+                pytest.fail(f"demo exited {proc.returncode} without a result: {proc.stderr.read()}")
+            result: dict[str, Any] = json.loads(line)
+            base = f"http://127.0.0.1:{port}"
+            assert status(base + "/healthz") == 200
+            assert status(base + "/readyz") == 200
+            assert status(base + "/nope") == 404
+            return scrape(base + "/metrics"), result
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def check_against_log(samples: Samples, events_by_session: dict[str, list[Envelope]], steps: int) -> None:
+    pm = {"provider": "anthropic", "model": "claude-emulated"}
+    verdicts = [v for sid, events in events_by_session.items() for v in classify_session(sid, events)]
+    assert len(verdicts) == steps * len(events_by_session)
+    usages = [v.step.usage for v in verdicts]
+    assert value(samples, "foldline_steps_total", **pm) == len(verdicts)
+    assert value(samples, "foldline_step_cache_read_tokens_total", **pm) == sum(u.cache_read for u in usages)
+    assert value(samples, "foldline_step_cache_write_tokens_total", **pm) == sum(u.cache_write for u in usages)
+    assert value(samples, "foldline_step_input_tokens_total", **pm) == sum(u.input for u in usages)
+    assert value(samples, "foldline_step_output_tokens_total", **pm) == sum(u.output for u in usages)
+    # per step: every step's cache-read ratio lands in the histogram bucket the log puts it in
+    ratios = [u.cache_read / u.prompt_tokens for u in usages]
+    assert value(samples, "foldline_step_cache_read_ratio_count", **pm) == len(ratios)
+    assert value(samples, "foldline_step_cache_read_ratio_sum", **pm) == pytest.approx(sum(ratios))
+    for le in ("0.0", "0.5", "0.9", "0.95", "0.99", "1.0"):
+        assert value(samples, "foldline_step_cache_read_ratio_bucket", le=le, **pm) == sum(
+            1 for r in ratios if r <= float(le)
+        ), le
+    assert sum(u.cache_read for u in usages) > 0
+    headers = Counter(
+        e.data.reason for evs in events_by_session.values() for e in evs if isinstance(e.data, RequestHeader)
+    )
+    assert headers["initial"] == len(events_by_session)
+    for reason in ("initial", "resume", "change"):
+        assert value(samples, "foldline_request_header_snapshots_total", reason=reason) == headers[reason], reason
+    drops = Counter(d.cause for sid, evs in events_by_session.items() for d in session_drops(sid, evs))
+    for cause in DROP_CAUSES:
+        assert value(samples, "foldline_cache_read_drops_total", cause=cause, **pm) == drops[cause], cause
+    assert value(samples, "foldline_invariant_violations_total") == 0
+    assert value(samples, "process_resident_memory_bytes") > 0
+
+
+def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    samples, result = run_demo_and_scrape(["--data-dir", str(data)], sessions=3, steps=6)
+    assert all(s["verified"] for s in result["sessions"])
+    stores = open_stores(Config(data_dir=data))
+    try:
+        events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
+    finally:
+        stores.close()
+    assert sorted(events) == ["demo-000", "demo-001", "demo-002"]
+    check_against_log(samples, events, steps=6)
+
+
+@pytest.mark.kafka
+def test_kafka_demo_metrics_equal_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bootstrap = os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        pytest.fail("FOLDLINE_KAFKA_BOOTSTRAP is not set: run `deploy/local/up.sh kafka` and `source .local/env.sh`")
+    topic = f"test.metrics.{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("FOLDLINE_KAFKA_TOPIC", topic)
+    samples, _ = run_demo_and_scrape(["--backend", "kafka", "--data-dir", str(tmp_path)], sessions=2, steps=4)
+    config = Config.from_env(tmp_path, "kafka")
+    stores = open_stores(config)
+    try:
+        events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
+    finally:
+        stores.close()
+    assert sorted(events) == ["demo-000", "demo-001"]
+    check_against_log(samples, events, steps=4)
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic)]
+    for fut in admin.delete_topics(doomed, operation_timeout=10).values():
+        fut.result(timeout=20)
