@@ -18,6 +18,8 @@ driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge
     ├── StoreUnavailable                a backing server (Kafka, Redis, S3) did not answer in time
     ├── ImportFailed                    an export file has a bad line (names the line)
     ├── InvariantViolation              a request differs from its rebuild from the log; not sent
+    ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
+    │   └── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
     ├── ProviderError                   the model provider failed or answered something unusable
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
     ├── ConfigError                     configuration names something that does not exist
@@ -34,6 +36,8 @@ __all__ = [
     "AttachmentReadFailed",
     "ConfigError",
     "ConflictError",
+    "DispatchFailed",
+    "DispatchTimeout",
     "FencedError",
     "FoldTimeout",
     "FoldlineError",
@@ -150,6 +154,20 @@ class InvariantViolation(FoldlineError):
     def __init__(self, message: str, diff: str) -> None:
         self.diff = diff
         super().__init__(f"{message}\n{diff}")
+
+
+class DispatchFailed(FoldlineError):
+    """A dispatcher process could not complete a handed-off step; ``kind`` is its error type."""
+
+    def __init__(self, session_id: str, boundary: int, kind: str, message: str) -> None:
+        self.session_id = session_id
+        self.boundary = boundary
+        self.kind = kind
+        super().__init__(f"session {session_id!r}: the dispatcher failed the step at seq {boundary}: {kind}: {message}")
+
+
+class DispatchTimeout(DispatchFailed):
+    """No dispatcher answered within the bounded wait; the session log says what, if anything, was sent."""
 
 
 class ProviderError(FoldlineError):

@@ -42,9 +42,10 @@ from ..core.events import (
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Session
 from ..core.request import GenerateOptions, build_request
-from ..errors import AttachmentError, FoldlineError
+from ..errors import AttachmentError, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
+from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
@@ -73,6 +74,7 @@ class AgentOptions:
     invariant: bool = True
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
     pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
+    dispatcher: StepDispatcher | None = None  # hand each step's model call to a dispatcher (docs/DISPATCHER.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,8 @@ class Agent:
         header, reason = self._render_header()
         if reason is not None:
             self._append(RequestHeader(header, reason))
+        if self.options.dispatcher is not None:
+            return await self._dispatch_remote(self.options.dispatcher, turn, step, reason)
         folded = self.session.header()
         assert folded is not None
         request = mark_loop_request(build_request(self.session.derive_messages(), folded))
@@ -297,6 +301,48 @@ class Agent:
     def _next_turn(self) -> int:
         turns = [e.data.turn for e in self.session.events if isinstance(e.data, TurnStart)]
         return max(turns) + 1 if turns else 0
+
+    # -------------------------------------------------------------- a step served by a dispatcher
+
+    async def _dispatch_remote(
+        self, dispatcher: StepDispatcher, turn: int, step: int, reason: str | None
+    ) -> tuple[StepRecord, ProviderResponse]:
+        """The rest of a step when ``AgentOptions.dispatcher`` serves its model call.
+
+        The dispatcher builds the request from the fold at this boundary, checks it against the raw log,
+        appends ``request/dispatch``, sends, and appends the answer — under this instance's lease, while
+        this instance writes nothing. Then the session catches up from the log (the source of truth for
+        what the model answered) and the tools run here, as in a local step.
+        """
+        boundary = self.session.next_seq
+        handoff = StepHandoff(self.session_id, boundary, turn, step, self.lease.epoch, self.options.archive_requests)
+        try:
+            outcome = await dispatcher.dispatch(handoff)
+        finally:
+            self.session.extend(self.log.read(self.session_id, self.session.next_seq))
+        answers = [
+            e.data
+            for e in self.session.events[outcome.dispatch_seq + 1 : outcome.head]
+            if isinstance(e.data, AssistantMessage)
+        ]
+        if not answers:
+            raise ReconstructionError(
+                f"session {self.session_id!r}: the dispatcher reported request/dispatch at seq {outcome.dispatch_seq} "
+                f"but the log holds no assistant/message before seq {outcome.head}"
+            )
+        answer = answers[0]
+        response = ProviderResponse(answer.content, answer.usage or Usage(), answer.stop_reason or "other")
+        for call in (b for b in answer.content if isinstance(b, ToolCallBlock)):
+            output = await self.options.tools.call(call.name, call.arguments)
+            self._append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            if output.additional_context:
+                self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
+        self._append(StepEnd(turn, step))
+        self._step_open = False
+        record = StepRecord(turn, step, outcome.dispatch_seq, outcome.digest, response.usage, reason)
+        for listener in self.step_listeners:
+            listener(record)
+        return record, response
 
 
 async def run_agent_turns(agent: Agent, prompts: Sequence[str]) -> list[TurnResult]:

@@ -1,0 +1,230 @@
+"""The dispatcher: builds a step's request from the fold, proves it against the raw log, logs, sends, logs.
+
+For one :class:`~foldline.ports.step_dispatch.StepHandoff`, in order:
+
+1. wait (bounded, :class:`~foldline.errors.FoldTimeout`) until the fold store has applied the last event
+   before the boundary; a fold already *past* the boundary means the step is stale
+   (:class:`~foldline.errors.ConflictError`, nothing sent);
+2. build the request from the fold — its folded header and derived message bytes — never from a loop's
+   in-memory session; mark it as a loop request;
+3. the invariant companion rebuilds the same request from the raw log prefix through a fresh session
+   (:class:`~foldline.loop.invariant.InvariantCompanion`) and refuses to send on a mismatch;
+4. the provider adapter's serializer turns it into exact wire bytes, resolving image attachments from
+   the attachment store (S3 in the distributed backend); an unusable object appends
+   ``attachment/quarantine`` and fails the step before anything is sent;
+5. append ``request/dispatch`` with the digest of those bytes, then send them;
+6. append the ``assistant/message`` (with usage) and one ``tool/call`` per tool-call block.
+
+Every append carries the handing-off loop's writer lease: a newer loop instance of the session fences
+the dispatcher's writes exactly as it fences the old loop's. Many sessions run concurrently; the steps
+of one session are dispatched one at a time, in the order they were handed over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..core import codec
+from ..core.content import ToolCallBlock
+from ..core.events import AssistantMessage, AttachmentQuarantine, Envelope, EventData, RequestDispatch, ToolCall
+from ..core.fold import FoldState
+from ..core.header import CallConfig
+from ..core.request import GenerateOptions, build_request
+from ..errors import (
+    AttachmentError,
+    ConfigError,
+    ConflictError,
+    FencedError,
+    FoldlineError,
+    InvariantViolation,
+    ReconstructionError,
+)
+from ..loop.invariant import InvariantCompanion
+from ..loop.registry import mark_loop_request
+from ..metrics import DispatcherMetrics
+from ..ports.attachments import AttachmentStore
+from ..ports.event_log import EventLog
+from ..ports.fold_store import FoldStore
+from ..ports.step_dispatch import DispatchOutcome, StepHandoff
+from ..providers.base import Provider, ProviderResponse
+
+__all__ = ["DispatchResult", "Dispatcher", "QUARANTINE_RECOVERY", "request_from_fold"]
+
+QUARANTINE_RECOVERY = (
+    "restore the object from a replica or re-upload the original bytes under the same digest, "
+    "then resume the session; the log is unchanged"
+)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def request_from_fold(state: FoldState) -> GenerateOptions:
+    """The loop request a fold describes: its folded header and derived messages, frozen and marked."""
+    header = state.decoded_header()
+    if header is None:
+        raise ReconstructionError(
+            f"session {state.session_id!r}: the fold at seq {state.applied_seq} has no request/header; "
+            "a step boundary always follows one — rebuild the fold from the log (foldline projector --rebuild)"
+        )
+    return mark_loop_request(build_request(state.decoded_messages(), header))
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchResult(DispatchOutcome):
+    """An in-process outcome also carries the parsed provider answer."""
+
+    response: ProviderResponse | None = None
+
+
+class Dispatcher:
+    """Dispatches handed-off steps; usable in-process (``AgentOptions.dispatcher``) and by ``foldline dispatcher``.
+
+    ``providers`` maps a call config's ``provider`` (``"anthropic"``, ``"openai"``) to its adapter.
+    ``invariant`` (default on) rebuilds every request from the raw log before sending. ``fold_timeout_s``
+    bounds the wait for the fold; ``max_concurrency`` bounds steps in flight across sessions.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        folds: FoldStore,
+        providers: Mapping[str, Provider],
+        *,
+        attachments: AttachmentStore | None = None,
+        invariant: bool = True,
+        fold_timeout_s: float = 10.0,
+        max_concurrency: int = 64,
+        metrics: DispatcherMetrics | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        if not providers:
+            raise ConfigError("a dispatcher needs at least one provider adapter")
+        if max_concurrency < 1:
+            raise ConfigError("max_concurrency must be at least 1")
+        self.log = log
+        self.folds = folds
+        self.providers = dict(providers)
+        self.attachments = attachments
+        self.invariant = InvariantCompanion(log) if invariant else None
+        self.fold_timeout_s = fold_timeout_s
+        self.metrics = metrics
+        self.clock = clock
+        self.dispatched = 0
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._sessions: dict[str, tuple[asyncio.Lock, int]] = {}  # per-session lock and its user count
+        # fold waits block (the FoldStore port is synchronous); they get their own threads so a slow
+        # projector never starves the event loop or the default executor
+        self._waiters = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="foldline-fold-wait")
+
+    async def dispatch(self, handoff: StepHandoff) -> DispatchResult:
+        """Dispatch one step (see the module docstring); steps of one session run in handoff order."""
+        sid = handoff.session_id
+        lock, users = self._sessions.get(sid) or (asyncio.Lock(), 0)
+        self._sessions[sid] = (lock, users + 1)
+        try:
+            async with lock, self._slots:
+                return await self._dispatch(handoff)
+        finally:
+            lock, users = self._sessions[sid]
+            if users == 1:
+                del self._sessions[sid]
+            else:
+                self._sessions[sid] = (lock, users - 1)
+
+    async def aclose(self) -> None:
+        """Close the provider adapters and the fold-wait threads."""
+        for provider in self.providers.values():
+            await provider.aclose()
+        self._waiters.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ one step
+
+    async def _dispatch(self, h: StepHandoff) -> DispatchResult:
+        started = time.perf_counter()
+        try:
+            state = await self._wait_for_fold(h)
+            request = request_from_fold(state)
+            if self.invariant is not None:
+                self.invariant.check(h.session_id, h.boundary, request)
+            provider = self._provider_for(request.config)
+            serializer = provider.serializer
+            try:
+                body = serializer.serialize(request, self.attachments)
+            except AttachmentError as exc:
+                self._append(
+                    h,
+                    h.boundary,
+                    [AttachmentQuarantine(exc.attachment_id, f"{type(exc).__name__}: {exc}", QUARANTINE_RECOVERY)],
+                )
+                raise
+            digest = codec.digest_bytes(body)
+            if h.archive and self.attachments is not None:
+                self.attachments.put(body, "application/json")
+            self._append(
+                h,
+                h.boundary,
+                [RequestDispatch(h.turn, h.step, serializer.name, serializer.version, digest, len(body))],
+            )
+            response = await provider.send(body)
+            answer: list[EventData] = [
+                AssistantMessage(f"a{h.boundary + 1}", response.content, response.usage, response.stop_reason)
+            ]
+            answer += [
+                ToolCall(h.turn, h.step, b.id, b.name, b.arguments)
+                for b in response.content
+                if isinstance(b, ToolCallBlock)
+            ]
+            head = self._append(h, h.boundary + 1, answer)
+        except FoldlineError as exc:
+            self._count_error(exc)
+            raise
+        self.dispatched += 1
+        if self.metrics is not None:
+            self.metrics.dispatch_latency(request.config.provider, request.config.model, time.perf_counter() - started)
+            self.metrics.loop.observe_step(request.config.provider, request.config.model, response.usage)
+        return DispatchResult(h.session_id, h.boundary, digest, head, response)
+
+    async def _wait_for_fold(self, h: StepHandoff) -> FoldState:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        state = await loop.run_in_executor(
+            self._waiters, self.folds.wait_for, h.session_id, h.boundary - 1, self.fold_timeout_s
+        )
+        if self.metrics is not None:
+            self.metrics.fold_wait(time.perf_counter() - started)
+        if state.applied_seq != h.boundary - 1:
+            # the log moved past this boundary: another writer (or an earlier attempt) answered the step
+            raise ConflictError(h.session_id, h.boundary, state.applied_seq + 1)
+        return state
+
+    def _provider_for(self, config: CallConfig) -> Provider:
+        try:
+            return self.providers[config.provider]
+        except KeyError:
+            known = ", ".join(sorted(self.providers))
+            raise ConfigError(
+                f"this dispatcher has no adapter for provider {config.provider!r} (it has: {known}); "
+                "start it with that provider configured"
+            ) from None
+
+    def _append(self, h: StepHandoff, seq: int, datas: list[EventData]) -> int:
+        now = self.clock()
+        events = [Envelope(seq + i, now, d) for i, d in enumerate(datas)]
+        return self.log.append(h.session_id, seq, events, lease=h.lease)
+
+    def _count_error(self, exc: FoldlineError) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.dispatch_error(exc)
+        if isinstance(exc, FencedError):
+            self.metrics.fenced_write()
+        elif isinstance(exc, AttachmentError):
+            self.metrics.attachment_error(exc)
+        elif isinstance(exc, InvariantViolation):
+            self.metrics.invariant_violation()

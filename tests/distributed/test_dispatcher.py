@@ -1,0 +1,236 @@
+"""The dispatcher in-process: requests built from the fold, proved against the raw log, logged, sent, answered.
+
+The fold store here is the in-process one, fed by a small projector of this module that folds each
+appended batch a little later (on the event loop), so the dispatcher really waits for the fold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from foldline.adapters.memory_folds import MemoryFoldStore
+from foldline.adapters.memory_log import MemoryEventLog
+from foldline.core import CallConfig
+from foldline.core.content import TextBlock
+from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnEnd
+from foldline.core.fold import encode_message, fold_delta, fold_state
+from foldline.core.projection import Message, Session
+from foldline.dispatcher import Dispatcher, StepHandoff
+from foldline.errors import ConflictError, FencedError, FoldTimeout, InvariantViolation
+from foldline.loop import Agent, AgentOptions, Toolset
+from foldline.metrics import DispatcherMetrics, new_registry
+from foldline.ports.event_log import EventLog, WriterLease
+from foldline.ports.fold_store import FoldStore
+from foldline.providers.emulated import emulated_provider
+from foldline.providers.emulator import Emulator, ToolLoopScript
+from foldline.verify import verify_events
+
+CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
+SYSTEM = "You are a dispatcher test agent. " * 200
+
+
+class ProjectingLog(MemoryEventLog):
+    """An in-memory log whose appends reach a fold store ``lag_s`` later, as a projector would fold them."""
+
+    def __init__(self, folds: FoldStore, lag_s: float = 0.002) -> None:
+        super().__init__()
+        self.folds = folds
+        self.lag_s = lag_s
+        self.paused = False
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        head = super().append(session_id, expected_seq, events, lease=lease)
+        if not self.paused:
+            asyncio.get_running_loop().call_later(self.lag_s, self.project, session_id)
+        return head
+
+    def project(self, session_id: str) -> None:
+        applied = self.folds.applied_seq(session_id)
+        events = self.read(session_id, applied + 1)
+        if not events:
+            return
+        delta = fold_delta(events, 0)
+        if delta is None:
+            self.folds.put(fold_state(Session(session_id, self.read(session_id)), 0))
+        else:
+            assert self.folds.apply(session_id, delta).status == "applied"
+
+
+def tools() -> Toolset:
+    toolset = Toolset()
+
+    @toolset.tool
+    def echo(text: str) -> str:
+        """Echo the text back."""
+        return text
+
+    return toolset
+
+
+def ticking_clock() -> Callable[[], int]:
+    now = [1_700_000_000_000]
+
+    def clock() -> int:
+        now[0] += 1
+        return now[0]
+
+    return clock
+
+
+async def run_session(log: EventLog, session_id: str, dispatcher: Dispatcher | None, emulator: Emulator) -> None:
+    options = AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=dispatcher)
+    agent = Agent(session_id, log, emulated_provider(emulator=emulator), options, clock=ticking_clock())
+    await agent.run_turn(f"[{session_id}] first question")
+    await agent.run_turn(f"[{session_id}] second question")
+
+
+def dispatcher_for(log: EventLog, folds: FoldStore, emulator: Emulator, **kwargs: object) -> Dispatcher:
+    return Dispatcher(
+        log,
+        folds,
+        {"anthropic": emulated_provider(emulator=emulator)},
+        clock=ticking_clock(),
+        fold_timeout_s=2.0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def shape(events: Sequence[Envelope]) -> list[tuple[int, object]]:
+    """Events without their time (the dispatcher and the loop have separate clocks)."""
+    return [(e.seq, e.data) for e in events]
+
+
+async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
+    local_log = MemoryEventLog()
+    await run_session(local_log, "s-1", None, Emulator(ToolLoopScript(tool_steps=2)))
+
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=2))
+    metrics = DispatcherMetrics(new_registry(process=False))
+    dispatcher = dispatcher_for(log, folds, emulator, metrics=metrics)
+    await run_session(log, "s-1", dispatcher, emulator)
+    await dispatcher.aclose()
+
+    events = log.read("s-1")
+    assert shape(events) == shape(local_log.read("s-1"))
+    dispatches = [e for e in events if isinstance(e.data, RequestDispatch)]
+    assert len(dispatches) == dispatcher.dispatched == 6
+    assert any(isinstance(e.data, ToolCall) for e in events)
+    report = verify_events("s-1", events)
+    assert (report.ok, report.checked) == (True, 6)
+    labels = {"provider": "anthropic", "model": "claude-emulated"}
+    assert metrics.registry.get_sample_value("foldline_dispatch_duration_seconds_count", labels) == 6
+
+
+async def case_many_sessions_concurrently_keep_their_own_order() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=1))
+    dispatcher = dispatcher_for(log, folds, emulator, max_concurrency=4)
+    ids = [f"c-{i:02d}" for i in range(16)]
+    await asyncio.gather(*(run_session(log, sid, dispatcher, emulator) for sid in ids))
+    await dispatcher.aclose()
+    for sid in ids:
+        events = log.read(sid)
+        report = verify_events(sid, events)
+        assert (report.ok, report.checked) == (True, 4), sid
+        # every dispatch is followed by its answer, in the step it names
+        for i, e in enumerate(events):
+            if isinstance(e.data, RequestDispatch):
+                assert isinstance(events[i + 1].data, AssistantMessage)
+    assert dispatcher.dispatched == 4 * len(ids)
+
+
+async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    log.paused = True  # no projector
+    emulator = Emulator()
+    dispatcher = Dispatcher(log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=0.2)
+    with pytest.raises(FoldTimeout, match="projector"):
+        await run_session(log, "s-t", dispatcher, emulator)
+    await dispatcher.aclose()
+    events = log.read("s-t")
+    assert emulator.requests == 0
+    assert not any(isinstance(e.data, RequestDispatch) for e in events)
+    assert isinstance(events[-1].data, TurnEnd)
+    assert events[-1].data.reason == "error"
+
+
+async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    log.paused = True
+    emulator = Emulator()
+    dispatcher = dispatcher_for(log, folds, emulator)
+    agent = Agent("s-x", log, emulated_provider(emulator=emulator), AgentOptions(CONFIG, system=SYSTEM))
+    agent.options.dispatcher = dispatcher
+
+    real_project = log.project
+
+    def tampering_projector(session_id: str) -> None:
+        real_project(session_id)
+        state = folds.get(session_id)
+        assert state is not None
+        forged = encode_message(Message("user", (TextBlock("a message the log never held"),)))
+        folds.put(dataclasses.replace(state, messages=(*state.messages[:-1], forged)))
+
+    log.project = tampering_projector  # type: ignore[method-assign]
+    log.paused = False
+    with pytest.raises(InvariantViolation, match="differs from its rebuild"):
+        await agent.run_turn("hello")
+    await dispatcher.aclose()
+    assert emulator.requests == 0
+    assert not any(isinstance(e.data, RequestDispatch) for e in log.read("s-x"))
+
+
+async def case_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=0))
+    dispatcher = dispatcher_for(log, folds, emulator)
+    await run_session(log, "s-f", dispatcher, emulator)
+    await asyncio.sleep(0.05)  # let the fold catch up with the last turn/end
+    sent = emulator.requests
+    events = log.read("s-f")
+    first_dispatch = next(e for e in events if isinstance(e.data, RequestDispatch))
+    lease = WriterLease("s-f", 0)
+    stale = StepHandoff("s-f", first_dispatch.seq, 0, 0, lease.epoch)
+    with pytest.raises(ConflictError):
+        await dispatcher.dispatch(stale)
+    # a newer loop instance fences the old lease: the dispatcher cannot write for the old one
+    current = log.acquire("s-f")
+    head = log.head("s-f")
+    old = StepHandoff("s-f", head, 5, 0, current.epoch - 1)
+    with pytest.raises((FencedError, ConflictError, FoldTimeout)):
+        await dispatcher.dispatch(old)
+    await dispatcher.aclose()
+    assert emulator.requests == sent
+    assert log.head("s-f") == head
+
+
+def test_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
+    asyncio.run(case_dispatched_steps_log_exactly_what_a_local_loop_logs())
+
+
+def test_many_sessions_concurrently_keep_their_own_order() -> None:
+    asyncio.run(case_many_sessions_concurrently_keep_their_own_order())
+
+
+def test_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:
+    asyncio.run(case_a_fold_that_never_arrives_times_out_and_nothing_is_sent())
+
+
+def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
+    asyncio.run(case_a_fold_that_differs_from_the_log_is_refused_before_sending())
+
+
+def test_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
+    asyncio.run(case_a_stale_handoff_or_a_fenced_lease_sends_nothing())
