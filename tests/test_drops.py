@@ -315,9 +315,11 @@ def test_metered_log_counts_what_the_log_says() -> None:
     assert _sample(registry, "foldline_trims_total") == 1
     # the initial header was in the part appended before metering began
     assert _sample(registry, "foldline_request_header_snapshots_total", reason="initial") == 0
-    assert _sample(registry, "foldline_cache_read_drops_total", cause="first-request", **pm) == 1
-    assert _sample(registry, "foldline_cache_read_drops_total", cause="trim", **pm) == 1
-    assert _sample(registry, "foldline_cache_read_drops_total", cause="unexplained", **pm) == 0
+    assert _sample(registry, "foldline_cache_read_drops_total", cause="first-request") == 1
+    assert _sample(registry, "foldline_cache_read_drops_total", cause="trim") == 1
+    assert registry.get_sample_value("foldline_cache_read_drops_total", {"cause": "unexplained"}) == 0  # exported
+    assert _sample(registry, "foldline_cache_read_drop_tokens_total", cause="first-request", **pm) == 1120
+    assert _sample(registry, "foldline_cache_read_drop_tokens_total", cause="trim", **pm) == 1160 - 5
     assert log.read("s") == events
 
 

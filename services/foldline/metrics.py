@@ -13,7 +13,7 @@ Public API::
     loop.observe_step(provider, model, usage)        # one model call's token usage
     loop.header_snapshot(reason)                     # a request/header appended (initial|resume|change)
     loop.compaction(); loop.trim()
-    loop.cache_read_drop(provider, model, cause)     # a classified drop (foldline.core.drops)
+    loop.cache_read_drop(provider, model, cause, lost_tokens)  # a classified drop (foldline.core.drops)
     loop.invariant_violation()
     loop.attachment_error(kind)                      # e.g. "AttachmentNotFound"
     loop.observe_events(session_id, envelopes)       # all of the above, derived from appended events
@@ -46,7 +46,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -62,7 +62,6 @@ from .core.events import (
     RequestHeader,
     ToolResult,
 )
-from .core.request import GenerateOptions
 from .errors import InvariantViolation, MetricsServerError
 from .loop.invariant import InvariantCompanion
 from .ports.event_log import EventLog, WriterLease
@@ -89,6 +88,7 @@ NAMESPACE: Final = "foldline"
 CACHE_READ_RATIO_BUCKETS: Final = (0.0, 0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 HEADER_REASONS: Final = ("initial", "resume", "change")
+ATTACHMENT_ERROR_KINDS: Final = ("AttachmentNotFound", "AttachmentCorrupt", "AttachmentReadFailed")
 
 ReadyCheck = Callable[[], bool]
 
@@ -164,6 +164,13 @@ class LoopMetrics:
             "cache_read_drops",
             "Steps whose cache-read tokens dropped against the previous loop request, by cause "
             "(see docs/METRICS.md for the definition).",
+            ("cause",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.drop_tokens = Counter(
+            "cache_read_drop_tokens",
+            "Cache-read tokens missing against the baseline in dropped steps, by provider, model and cause.",
             ("provider", "model", "cause"),
             namespace=NAMESPACE,
             registry=registry,
@@ -181,8 +188,14 @@ class LoopMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
-        for reason in HEADER_REASONS:  # export zeros, so rate() and absence alerts work from the start
+        # Export zeros from the first scrape: increase() cannot see a series' first increment, so an
+        # alert on a counter that appears already at 1 would miss it.
+        for reason in HEADER_REASONS:
             self.header_snapshots.labels(reason)
+        for cause in DROP_CAUSES:
+            self.drops.labels(cause)
+        for kind in ATTACHMENT_ERROR_KINDS:
+            self.attachment_errors.labels(kind)
         self._trackers: OrderedDict[str, DropTracker] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -208,10 +221,12 @@ class LoopMetrics:
     def trim(self) -> None:
         self.trims.inc()
 
-    def cache_read_drop(self, provider: str, model: str, cause: str) -> None:
+    def cache_read_drop(self, provider: str, model: str, cause: str, lost_tokens: int = 0) -> None:
+        """A classified drop (:mod:`foldline.core.drops`) and the cache-read tokens it lost."""
         if cause not in DROP_CAUSES:
             raise ValueError(f"unknown drop cause {cause!r}; expected one of {', '.join(DROP_CAUSES)}")
-        self.drops.labels(provider, model, cause).inc()
+        self.drops.labels(cause).inc()
+        self.drop_tokens.labels(provider, model, cause).inc(max(0, lost_tokens))
 
     def invariant_violation(self) -> None:
         self.invariant_violations.inc()
@@ -268,7 +283,7 @@ class LoopMetrics:
         for verdict in verdicts:
             self.observe_step(verdict.provider, verdict.model, verdict.step.usage)
             if verdict.drop is not None:
-                self.cache_read_drop(verdict.provider, verdict.model, verdict.drop.cause)
+                self.cache_read_drop(verdict.provider, verdict.model, verdict.drop.cause, verdict.drop.lost_tokens)
 
 
 class ProjectorMetrics:
@@ -457,9 +472,9 @@ class MeteredInvariant(InvariantCompanion):
         super().__init__(log)
         self.metrics = metrics
 
-    def check(self, session_id: str, upto_seq: int, request: GenerateOptions) -> None:
+    def check(self, *args: Any, **kwargs: Any) -> None:  # the companion's signature, forwarded unchanged
         try:
-            super().check(session_id, upto_seq, request)
+            super().check(*args, **kwargs)
         except InvariantViolation:
             self.metrics.invariant_violation()
             raise

@@ -105,9 +105,14 @@ def check_against_log(samples: Samples, events_by_session: dict[str, list[Envelo
     assert headers["initial"] == len(events_by_session)
     for reason in ("initial", "resume", "change"):
         assert value(samples, "foldline_request_header_snapshots_total", reason=reason) == headers[reason], reason
-    drops = Counter(d.cause for sid, evs in events_by_session.items() for d in session_drops(sid, evs))
+    drops = [d for sid, evs in events_by_session.items() for d in session_drops(sid, evs)]
+    assert drops  # at least the cold first requests
     for cause in DROP_CAUSES:
-        assert value(samples, "foldline_cache_read_drops_total", cause=cause, **pm) == drops[cause], cause
+        assert samples[("foldline_cache_read_drops_total", frozenset({("cause", cause)}))] == sum(
+            1 for d in drops if d.cause == cause
+        ), cause
+        lost = sum(d.lost_tokens for d in drops if d.cause == cause)
+        assert value(samples, "foldline_cache_read_drop_tokens_total", cause=cause, **pm) == lost, cause
     assert value(samples, "foldline_invariant_violations_total") == 0
     assert value(samples, "process_resident_memory_bytes") > 0
 
