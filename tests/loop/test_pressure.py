@@ -16,7 +16,7 @@ from foldline.adapters.fs_attachments import FilesystemAttachmentStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig, TextBlock
 from foldline.core.compaction import SUMMARY_HEADING, TRIM_MARKER, estimate_tokens
-from foldline.core.content import ImageBlock, ToolResultBlock, Usage
+from foldline.core.content import ImageBlock, Usage
 from foldline.core.diff import snapshot_diffs
 from foldline.core.events import (
     AssistantMessage,
@@ -108,10 +108,9 @@ def test_compaction_is_logged_replayable_and_costs_one_cache_drop() -> None:
     agent, provider = make(log, fixed_emulator(), pressure=policy)
     run_turns(agent, [f"question {i}" for i in range(6)])
     events = log.read("s")
-    starts = [e for e in events if isinstance(e.data, CompactionStart)]
+    starts = [(e.seq, e.data) for e in events if isinstance(e.data, CompactionStart)]
     assert starts, "the budget must have forced at least one compaction"
-    for start in starts:
-        seq = start.seq
+    for seq, start in starts:
         summary, replacing, end = events[seq + 1], events[seq + 2], events[seq + 3]
         assert isinstance(summary.data, CompactionSummary)
         assert (summary.data.provider, summary.data.model, summary.data.max_tokens) == (
@@ -123,15 +122,15 @@ def test_compaction_is_logged_replayable_and_costs_one_cache_drop() -> None:
         assert summary.data.usage.output > 0
         assert isinstance(replacing.data, UserMessage)
         assert replacing.data.source == "compaction"
-        assert replacing.data.surface_op == ReplaceOp(start.data.start, start.data.end)
+        assert replacing.data.surface_op == ReplaceOp(start.start, start.end)
         assert isinstance(replacing.data.content[0], TextBlock)
         assert replacing.data.content[0].text.startswith(SUMMARY_HEADING)
         assert isinstance(end.data, CompactionEnd)
         # the hidden nodes are exactly the replaced surface entries, listed
         before = Session("x", events[:seq])
-        hidden = tuple(n.seq for n in before.rules.surface[start.data.start : start.data.end + 1])
+        hidden = tuple(n.seq for n in before.rules.surface[start.start : start.end + 1])
         assert replacing.data.source_event_seqs == hidden
-        assert start.data.estimated_tokens == estimate_tokens(before.derive_messages())
+        assert start.estimated_tokens == estimate_tokens(before.derive_messages())
     # the theorem: every loop request verifies, the compactions recheck
     report = verify_events("s", events)
     assert report.ok
@@ -401,4 +400,3 @@ def test_fork_child_replays_and_verifies_on_its_own() -> None:
     assert report.ok
     assert report.checked == sum(isinstance(e.data, RequestDispatch) for e in child_events)
     assert verify_events("s", log.read("s")).ok  # the parent is untouched
-
