@@ -27,7 +27,7 @@ from .verify import VerifyReport, verify_events
 if TYPE_CHECKING:
     from .metrics import LoopMetrics
 
-__all__ = ["DemoResult", "SessionResult", "demo_toolset", "print_demo", "run_demo", "run_demo_cli"]
+__all__ = ["DemoResult", "SessionResult", "demo_png", "demo_toolset", "print_demo", "run_demo", "run_demo_cli"]
 
 _RULES = [
     "Look facts up with the lookup tool before stating them; never rely on memory for a fact you can check.",
@@ -64,6 +64,27 @@ PROMPTS = [
     "Why does an append-only conversation keep hitting the prefix cache?",
     "Summarize what you found so far in three bullet points.",
 ]
+
+
+def demo_png(width: int = 16, height: int = 16, seed: int = 0) -> bytes:
+    """A small deterministic RGB PNG (a colour gradient picked by ``seed``), built with zlib alone."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(
+        b"\x00" + b"".join(bytes(((x * 255) // width, (y * 255) // height, (seed * 67) % 256)) for x in range(width))
+        for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def demo_toolset() -> Toolset:
