@@ -3,6 +3,11 @@
 Each session is a real :class:`~foldline.loop.Agent` with real tools on the configured stores; the
 emulator answers through the real Anthropic Messages adapter (serializer + httpx transport), so the
 digests in the log are of real wire bytes. Afterwards every session is verified from the log alone.
+
+Three sessions show the places where a cache miss is allowed: ``demo-000`` runs under a token budget
+(:data:`DEMO_PRESSURE`) and compacts; ``demo-001`` opens with an image (a small PNG generated in code and
+kept in the attachment store); with four or more sessions the last one is a fork of ``demo-000`` at the
+end of its middle step, continued by a new loop instance (a ``resume`` snapshot).
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .config import Config, Stores, open_stores
+from .core.content import ContentBlock, ImageBlock, TextBlock
+from .core.events import StepEnd
 from .core.header import CallConfig
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
+from .loop.pressure import PressurePolicy
 from .verify import VerifyReport, verify_events
 
 if TYPE_CHECKING:
@@ -79,12 +87,7 @@ def demo_png(width: int = 16, height: int = 16, seed: int = 0) -> bytes:
         for y in range(height)
     )
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows, 9))
-        + chunk(b"IEND", b"")
-    )
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
 
 
 def demo_toolset() -> Toolset:
@@ -114,11 +117,16 @@ def demo_toolset() -> Toolset:
     return tools
 
 
+#: The budget ``demo-000`` runs under: with the default 24 steps it compacts once or twice.
+DEMO_PRESSURE = PressurePolicy(budget_tokens=800, keep_recent_tokens=250, trim_over_tokens=None)
+
+
 @dataclass
 class SessionResult:
     id: str
     steps: list[StepRecord] = field(default_factory=list)
     verify: VerifyReport = field(default_factory=VerifyReport)
+    note: str = ""
 
     def cache_read_ratio(self, from_step: int = 1) -> float:
         rows = self.steps[from_step:]
@@ -173,6 +181,9 @@ async def run_session(
     make_provider: Callable[[], object],
     on_step: Callable[[], None],
     metrics: LoopMetrics | None = None,
+    *,
+    pressure: PressurePolicy | None = None,
+    image: bool = False,
 ) -> SessionResult:
     from .providers.base import Provider
 
@@ -183,6 +194,7 @@ async def run_session(
         system=SYSTEM_PROMPT,
         tools=demo_toolset(),
         archive_requests=True,
+        pressure=pressure,
     )
     agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
     if metrics is not None:
@@ -201,10 +213,40 @@ async def run_session(
     try:
         while len(result.steps) < steps:
             agent.options.max_steps_per_turn = steps - len(result.steps)
-            await agent.run_turn(f"[{session_id}] {PROMPTS[(turn + offset) % len(PROMPTS)]}")
+            prompt: list[ContentBlock] = [TextBlock(f"[{session_id}] {PROMPTS[(turn + offset) % len(PROMPTS)]}")]
+            if image and turn == 0:
+                meta = stores.attachments.put(demo_png(32, 24, offset), "image/png")
+                prompt = [TextBlock(f"[{session_id}] What does this chart show?"), ImageBlock(meta.image_ref())]
+                result.note = f"opens with a {meta.width}x{meta.height} PNG ({meta.attachment_id[:19]}…)"
+            await agent.run_turn(prompt)
             turn += 1
     finally:
         await provider.aclose()
+    compactions = sum(1 for e in stores.log.read(session_id) if e.type == "compaction/start")
+    if compactions:
+        result.note = f"compacted {compactions}x under a {pressure.budget_tokens if pressure else 0}-token budget"
+    return result
+
+
+async def run_fork(
+    parent: asyncio.Future[SessionResult],
+    child_id: str,
+    stores: Stores,
+    steps: int,
+    make_provider: Callable[[], object],
+    on_step: Callable[[], None],
+    metrics: LoopMetrics | None = None,
+) -> SessionResult:
+    """Fork the parent at the end of its middle step, then continue the child with a new loop instance."""
+    from .loop.fork import fork_session
+
+    done = await parent
+    events = stores.log.read(done.id)
+    ends = [e.seq for e in events if isinstance(e.data, StepEnd)]
+    at = ends[(len(ends) - 1) // 2]
+    fork_session(stores.log, done.id, at, child_id)
+    result = await run_session(child_id, stores, steps, make_provider, on_step, metrics)
+    result.note = f"fork of {done.id} at seq {at} (its step/end), continued here"
     return result
 
 
@@ -225,6 +267,7 @@ def run_demo(
         stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments)
     make_provider = emulated_provider_factory()
     ids = [f"demo-{i:03d}" for i in range(sessions)]
+    fork_id = ids.pop() if sessions >= 4 else None
 
     async def main(progress: Progress | None) -> list[SessionResult]:
         task = progress.add_task("agent steps", total=sessions * steps) if progress else None
@@ -233,7 +276,24 @@ def run_demo(
             if progress is not None and task is not None:
                 progress.advance(task)
 
-        return await asyncio.gather(*(run_session(sid, stores, steps, make_provider, tick, metrics) for sid in ids))
+        runs = [
+            asyncio.ensure_future(
+                run_session(
+                    sid,
+                    stores,
+                    steps,
+                    make_provider,
+                    tick,
+                    metrics,
+                    pressure=DEMO_PRESSURE if i == 0 else None,
+                    image=i == 1,
+                )
+            )
+            for i, sid in enumerate(ids)
+        ]
+        if fork_id is not None:
+            runs.append(asyncio.ensure_future(run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics)))
+        return list(await asyncio.gather(*runs))
 
     if quiet:
         results = asyncio.run(main(None))
@@ -285,6 +345,9 @@ def print_demo(result: DemoResult, console: Console) -> None:
         )
         table.add_row(s.id, str(len(s.steps)), spark, f"{s.cache_read_ratio():.3f}", verdict)
     console.print(table)
+    for s in result.sessions:
+        if s.note:
+            console.print(f"  {s.id}: {s.note}")
     console.print(
         f"overall cache-read ratio over steps 2..n: [bold]{result.cache_read_ratio():.3f}[/]"
         f"  ·  data in {result.data_dir}  ·  try: foldline show {result.sessions[0].id} --data-dir {result.data_dir}"
