@@ -110,6 +110,10 @@ class MessageSequence(Sequence[Message]):
     def to_tuple(self) -> tuple[Message, ...]:
         return tuple(self._items[: self._len])
 
+    def backing_list(self) -> object:
+        """Identity of the list this snapshot views: equal for snapshots of one surface generation."""
+        return self._items
+
 
 def fold_messages(events: Iterable[Envelope]) -> tuple[Message, ...]:
     """Fresh, uncached fold of a log prefix into its messages (validates as it goes)."""

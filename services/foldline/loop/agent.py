@@ -1,13 +1,14 @@
 """The agent loop. One step, in order (the reconstruction boundary):
 
 1. claim the inbox batch; run ``agent/pre-step`` hooks (reject → no step; enter → extra messages);
-2. append ``step/start`` and one sourced ``user/message`` per entered message;
+2. ``step/start`` and one sourced ``user/message`` per entered message;
 3. render system prompt and tools (every step, compared by value — no change signals);
 4. let ``agent/request`` hooks replace the frozen call-config seed (nothing else);
-5. append a full ``request/header`` snapshot when one is owed (initial | resume | change);
+5. a full ``request/header`` snapshot when one is owed (initial | resume | change);
 6. build the request from the derived messages and folded header, frozen, marked as a loop request;
 7. the invariant companion rebuilds it from the raw log; a mismatch refuses to send;
-8. serialize to exact wire bytes, append ``request/dispatch`` with their digest, send;
+8. serialize to exact wire bytes and append ``step/start``, the user messages, the owed header and
+   ``request/dispatch`` with the body's digest in ONE append; then send;
 9. append the ``assistant/message`` and its ``tool/call`` events; run tools; append ``tool/result``s;
    a tool's additional context goes to the inbox for a later claim.
 """
@@ -21,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..core import codec
 from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
 from ..core.events import (
     AssistantMessage,
@@ -47,6 +47,7 @@ from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
+from ..providers.framing import IncrementalBody
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .invariant import InvariantCompanion
@@ -125,6 +126,7 @@ class Agent:
         self.session = Session(session_id, log.read(session_id))  # validates on load
         self._first_request = True
         self.invariant = InvariantCompanion(log) if options.invariant else None
+        self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
         self.turn = self._next_turn()
         self.last_request: GenerateOptions | None = None
         self.step_listeners: list[Callable[[StepRecord], None]] = []
@@ -198,43 +200,25 @@ class Agent:
                 return None
             assert isinstance(decision, Enter)
             extra.extend(decision.messages)
-        self._step_open = True
+        first_request = self._first_request
+        header, reason = self._render_header()
+        base = self.session.next_seq
         entered: list[EventData] = [StepStart(turn, step)]
         for item in (*batch, *extra):
-            entered.append(UserMessage(self._id("u"), item.content, item.source))
-        self._append(*entered)
-
-        header, reason = self._render_header()
+            entered.append(UserMessage(f"u{base + len(entered)}", item.content, item.source))
         if reason is not None:
-            self._append(RequestHeader(header, reason))
+            entered.append(RequestHeader(header, reason))
         if self.options.dispatcher is not None:
+            self._step_open = True
+            self._append(*entered)
             return await self._dispatch_remote(self.options.dispatcher, turn, step, reason)
-        folded = self.session.header()
-        assert folded is not None
-        request = mark_loop_request(build_request(self.session.derive_messages(), folded))
-        self.last_request = request
-        boundary = self.session.next_seq
-        if self.invariant is not None:
-            self.invariant.check(self.session_id, boundary, request)
-
-        serializer = self.provider.serializer
         try:
-            body = serializer.serialize(request, self.attachments)
-        except AttachmentError as exc:
-            self._append(
-                AttachmentQuarantine(
-                    exc.attachment_id,
-                    f"{type(exc).__name__}: {exc}",
-                    "restore the object from a replica or re-upload the original bytes under the same digest, "
-                    "then resume the session; the log is unchanged",
-                )
-            )
+            dispatch_seq, body, digest = self._open_step(turn, step, entered)
+        except BaseException:
+            if not self._step_open:  # nothing reached the log: the claimed messages go back to the inbox
+                self._first_request = first_request
+                self.inbox.give_back(batch)
             raise
-        digest = codec.digest_bytes(body)
-        if self.options.archive_requests and self.attachments is not None:
-            self.attachments.put(body, "application/json")
-        self._append(RequestDispatch(turn, step, serializer.name, serializer.version, digest, len(body)))
-        dispatch_seq = self.session.next_seq - 1
 
         response = await self.provider.send(body)
 
@@ -243,18 +227,71 @@ class Agent:
         ]
         calls = [b for b in response.content if isinstance(b, ToolCallBlock)]
         events += [ToolCall(turn, step, c.id, c.name, c.arguments) for c in calls]
-        self._append(*events)
+        if calls:
+            self._append(*events)
+            events = []
         for call in calls:
             output = await self.options.tools.call(call.name, call.arguments)
-            self._append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            events.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
             if output.additional_context:
                 self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
-        self._append(StepEnd(turn, step))
+        events.append(StepEnd(turn, step))
+        self._append(*events)
         self._step_open = False
         record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason)
         for listener in self.step_listeners:
             listener(record)
         return record, response
+
+    def _open_step(self, turn: int, step: int, entered: Sequence[EventData]) -> tuple[int, bytes, str]:
+        """Build, check and serialize the step's request, then log the step's opening in ONE append.
+
+        ``step/start``, the entered user messages, the owed ``request/header`` and ``request/dispatch`` (the
+        digest of the exact body) become durable together, before anything is sent. The live session takes
+        the opening events first so the request can be built from it; if anything fails before the append
+        (invariant, serialization, the log itself) the session is reloaded from the log, which holds none of
+        them. An unreadable attachment is the exception: the opening is logged with ``attachment/quarantine``
+        in place of the dispatch, so ``foldline verify`` can name the step it kept from being sent.
+        """
+        start = self.session.next_seq
+        now = self.clock()
+        opening = [Envelope(start + i, now, d) for i, d in enumerate(entered)]
+        self.session.extend(opening)
+        try:
+            folded = self.session.header()
+            assert folded is not None
+            request = mark_loop_request(build_request(self.session.derive_messages(), folded))
+            self.last_request = request
+            boundary = self.session.next_seq
+            if self.invariant is not None:
+                self.invariant.check(self.session_id, boundary, request, pending=opening)
+            serializer = self.provider.serializer
+            try:
+                body, digest = self._bodies.serialize(request, self.attachments)
+            except AttachmentError as exc:
+                quarantine = AttachmentQuarantine(
+                    exc.attachment_id,
+                    f"{type(exc).__name__}: {exc}",
+                    "restore the object from a replica or re-upload the original bytes under the same digest, "
+                    "then resume the session; the log is unchanged",
+                )
+                self._write(opening, Envelope(boundary, self.clock(), quarantine))
+                raise
+            if self.options.archive_requests and self.attachments is not None:
+                self.attachments.put(body, "application/json")
+            dispatch = RequestDispatch(turn, step, serializer.name, serializer.version, digest, len(body))
+            self._write(opening, Envelope(boundary, self.clock(), dispatch))
+            return boundary, body, digest
+        except BaseException:
+            if not self._step_open:
+                self.session = Session(self.session_id, self.log.read(self.session_id))
+            raise
+
+    def _write(self, opening: Sequence[Envelope], last: Envelope) -> None:
+        """Append the step's opening plus ``last``; the live session already holds the opening."""
+        self.log.append(self.session_id, opening[0].seq, [*opening, last], lease=self.lease)
+        self._step_open = True
+        self.session.extend((last,))
 
     def _render_header(self) -> tuple[EpochHeader, Literal["initial", "resume", "change"] | None]:
         folded = self.session.header()

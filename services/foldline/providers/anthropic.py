@@ -44,7 +44,7 @@ normal flow (every request ends on the user side and is answered before anything
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal, TypeVar, assert_never
 
 import httpx
@@ -58,6 +58,7 @@ from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .base import Provider, ProviderResponse
 from .encoding import image_base64, tool_input_object, tool_schema
+from .framing import assemble, split_frame
 from .http import post_json
 
 __all__ = [
@@ -138,6 +139,11 @@ def _message_blocks(message: Message, index: int, attachments: AttachmentStore |
     return out
 
 
+def _visible(message: Message) -> bool:
+    """False when every block of the message is dropped on the wire (only empty texts)."""
+    return any(not isinstance(b, TextBlock) or b.text for b in message.content)
+
+
 def _tool(spec: ToolSpec, last: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"input_schema": tool_schema(spec.input_schema), "name": spec.name}
     if spec.description:
@@ -166,9 +172,9 @@ def _merge(items: Iterator[tuple[WireRole, T]]) -> Iterator[tuple[WireRole, list
 class AnthropicMessagesSerializer:
     """``anthropic-messages`` v1: GenerateOptions → exact Messages API body bytes.
 
-    ``serialize`` is ``canonical_json(self.body(...))``: one orjson pass over plain values (measured well
-    above the 200 MB/s target in ``benchmarks/bench_serialize.py``, so no per-message byte caching).
-    Stateless; one instance serves every session and thread.
+    ``serialize`` equals ``canonical_json(self.body(...))`` (a test holds them together); it is written as
+    frame + one chunk per wire message so :class:`~foldline.providers.framing.IncrementalBody` can reuse
+    the chunks of a session's earlier messages. Stateless; one instance serves every session and thread.
     """
 
     name: str = "anthropic-messages"
@@ -176,13 +182,37 @@ class AnthropicMessagesSerializer:
 
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
         """The request body as plain JSON values."""
+        out = self._frame(request)
+        out["messages"] = self._wire_messages(request.messages, 0, attachments)
+        return out
+
+    def _frame(self, request: GenerateOptions) -> dict[str, Any]:
         out = self._head(request)
         if request.tools:
             out["tools"] = [_tool(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
-        items = ((_wire_role(m), _message_blocks(m, i, attachments)) for i, m in enumerate(request.messages))
-        runs = _merge((role, blocks) for role, blocks in items if blocks)
-        out["messages"] = [{"content": [b for blocks in run for b in blocks], "role": role} for role, run in runs]
         return out
+
+    def _wire_messages(
+        self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None
+    ) -> list[dict[str, Any]]:
+        items = ((_wire_role(m), _message_blocks(m, start + i, attachments)) for i, m in enumerate(messages))
+        runs = _merge((role, blocks) for role, blocks in items if blocks)
+        return [{"content": [b for blocks in run for b in blocks], "role": role} for role, run in runs]
+
+    # ------------------------------------------------------------------ framing (providers/framing.py)
+
+    def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+        out = self._frame(request)
+        out["messages"] = []
+        head, tail = split_frame(canonical_json(out))
+        return head, tail, ()
+
+    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
+        return [canonical_json(m) for m in self._wire_messages(messages, start, attachments)]
+
+    def boundary(self, prev: Message, nxt: Message) -> bool:
+        """Consecutive messages of one wire role merge, and an empty message is dropped from between them."""
+        return _wire_role(prev) != _wire_role(nxt) and _visible(prev) and _visible(nxt)
 
     def _head(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
@@ -207,7 +237,8 @@ class AnthropicMessagesSerializer:
     # ------------------------------------------------------------------ bytes
 
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        return canonical_json(self.body(request, attachments))
+        head, tail, lead = self.frame(request)
+        return assemble(head, [*lead, *self.wire_chunks(request.messages, 0, attachments)], tail)
 
 
 # ---------------------------------------------------------------------- responses

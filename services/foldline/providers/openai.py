@@ -31,6 +31,7 @@ its message list closes. OpenAI caches automatically; there are no markers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final, assert_never
 
 import httpx
@@ -44,6 +45,7 @@ from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .base import Provider, ProviderResponse
 from .encoding import image_base64, tool_schema
+from .framing import assemble, split_frame
 from .http import post_json
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "OpenAIChatSerializer", "OpenAIProvider", "parse_response"]
@@ -155,7 +157,9 @@ def _function(spec: ToolSpec) -> dict[str, Any]:
 class OpenAIChatSerializer:
     """``openai-chat`` v1: GenerateOptions → exact Chat Completions body bytes.
 
-    ``serialize`` is ``canonical_json(self.body(...))``. Stateless; one instance serves every session.
+    ``serialize`` equals ``canonical_json(self.body(...))`` (a test holds them together), written as frame +
+    one chunk per wire message for :class:`~foldline.providers.framing.IncrementalBody`. Stateless; one
+    instance serves every session.
     """
 
     name: str = "openai-chat"
@@ -176,37 +180,65 @@ class OpenAIChatSerializer:
 
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
         """The request body as plain JSON values."""
+        out = self._frame(request)
+        out["messages"] = [*self._lead(request), *self._wire_messages(request.messages, 0, attachments)]
+        return out
+
+    def _frame(self, request: GenerateOptions) -> dict[str, Any]:
         out = self._head(request)
         if request.tools:
             out["tools"] = [_function(t) for t in request.tools]
-        messages: list[dict[str, Any]] = [{"content": request.system, "role": "system"}] if request.system else []
+        return out
+
+    def _lead(self, request: GenerateOptions) -> list[dict[str, Any]]:
+        return [{"content": request.system, "role": "system"}] if request.system else []
+
+    def _wire_messages(
+        self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None
+    ) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         pending_images: list[dict[str, Any]] = []
-        for i, message in enumerate(request.messages):
+        for i, message in enumerate(messages, start):
             if message.role != "tool" and pending_images:
-                messages.append({"content": pending_images, "role": "user"})
+                out.append({"content": pending_images, "role": "user"})
                 pending_images = []
             match message.role:
                 case "user":
                     item = _user(message, i, attachments)
                     if item is not None:
-                        messages.append(item)
+                        out.append(item)
                 case "assistant":
                     item = _assistant(message, i)
                     if item is not None:
-                        messages.append(item)
+                        out.append(item)
                 case "tool":
                     tool_messages, images = _tool(message, i, attachments)
-                    messages.extend(tool_messages)
+                    out.extend(tool_messages)
                     pending_images.extend(images)
                 case _:
                     assert_never(message.role)
         if pending_images:
-            messages.append({"content": pending_images, "role": "user"})
-        out["messages"] = messages
+            out.append({"content": pending_images, "role": "user"})
         return out
 
+    # ------------------------------------------------------------------ framing (providers/framing.py)
+
+    def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+        out = self._frame(request)
+        out["messages"] = []
+        head, tail = split_frame(canonical_json(out))
+        return head, tail, tuple(canonical_json(m) for m in self._lead(request))
+
+    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
+        return [canonical_json(m) for m in self._wire_messages(messages, start, attachments)]
+
+    def boundary(self, prev: Message, nxt: Message) -> bool:
+        """A run of tool messages carries its images to the user message after the run, so it must stay whole."""
+        return not (prev.role == "tool" and nxt.role == "tool")
+
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        return canonical_json(self.body(request, attachments))
+        head, tail, lead = self.frame(request)
+        return assemble(head, [*lead, *self.wire_chunks(request.messages, 0, attachments)], tail)
 
 
 # ---------------------------------------------------------------------- responses

@@ -1,0 +1,160 @@
+"""Wire bodies as frame + message chunks, and the per-session incremental body cache.
+
+A framed serializer writes a body as ``head`` (everything up to and including ``"messages":[``), the
+canonical bytes of each wire message joined by commas, then ``tail`` (from ``]`` to the end). Keys are
+sorted, so for both serializers every top-level key before ``"messages"`` holds scalars or fixed objects
+and the first ``"messages":[]`` in the frame's bytes is the top-level one.
+
+A *boundary* between two consecutive messages is a place where serializing the two halves separately
+and concatenating their chunks gives the same bytes as serializing the whole list (no wire message
+spans it). :class:`IncrementalBody` keeps, per session, the bytes and the SHA-256 state of the head plus
+the chunks of every message before the last boundary it has seen. The next request whose messages
+extend the same list encodes and hashes only the messages after that boundary, so the cost of a step
+does not grow with the session. Images in the cached prefix are read and verified through the store
+again on every call, exactly as a full serialization would, so a corrupted object still fails the
+request before anything is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..core.codec import DIGEST_PREFIX, digest_bytes
+from ..core.content import ImageBlock, ImageRef, ToolResultBlock
+from ..core.header import EpochHeader
+from ..core.projection import Message, MessageSequence
+from ..core.request import GenerateOptions
+from ..ports.attachments import AttachmentStore
+from .base import Serializer
+from .encoding import image_base64
+
+__all__ = ["FramedSerializer", "IncrementalBody", "assemble", "split_frame"]
+
+_MARKER = b'"messages":[]'
+
+
+def split_frame(frame: bytes) -> tuple[bytes, bytes]:
+    """``canonical_json`` of a body whose ``messages`` is ``[]`` → (head through ``[``, tail from ``]``)."""
+    at = frame.find(_MARKER)
+    if at < 0:
+        raise ValueError("a framed body must hold a top-level messages list")
+    cut = at + len(_MARKER) - 1
+    return frame[:cut], frame[cut:]
+
+
+def assemble(head: bytes, chunks: Sequence[bytes], tail: bytes) -> bytes:
+    return b"".join((head, b",".join(chunks), tail))
+
+
+@runtime_checkable
+class FramedSerializer(Serializer, Protocol):
+    def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+        """(head, tail, leading chunks that precede the messages — e.g. a system message)."""
+        ...
+
+    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
+        """Canonical bytes of the wire messages of ``messages`` (which begins at index ``start``)."""
+        ...
+
+    def boundary(self, prev: Message, nxt: Message) -> bool:
+        """True if no wire message spans the gap between ``prev`` and ``nxt``."""
+        ...
+
+
+def _images(message: Message) -> list[ImageRef]:
+    out: list[ImageRef] = []
+    for block in message.content:
+        if isinstance(block, ImageBlock):
+            out.append(block.image)
+        elif isinstance(block, ToolResultBlock):
+            out.extend(p.image for p in block.content if isinstance(p, ImageBlock))
+    return out
+
+
+class IncrementalBody:
+    """One session's body cache for one serializer. Not thread-safe; one loop instance owns it."""
+
+    __slots__ = (
+        "_count",
+        "_framed",
+        "_hasher",
+        "_header",
+        "_images",
+        "_items",
+        "_prefix",
+        "_prefix_chunks",
+        "_serializer",
+        "_tail",
+    )
+
+    def __init__(self, serializer: Serializer) -> None:
+        self._serializer = serializer
+        self._framed = serializer if isinstance(serializer, FramedSerializer) else None  # checked once: slow
+        self._reset()
+
+    def _reset(self) -> None:
+        self._header: EpochHeader | None = None
+        self._items: object = None  # the message list the cache extends (identity)
+        self._count = 0  # messages before the cached boundary
+        self._prefix = bytearray()  # head + chunks of those messages, no trailing comma
+        self._prefix_chunks = 0
+        self._hasher = hashlib.sha256()
+        self._tail = b""
+        self._images: list[ImageRef] = []
+
+    def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> tuple[bytes, str]:
+        """The exact body bytes (equal to ``serializer.serialize``) and their ``sha256:`` digest."""
+        serializer = self._framed
+        messages = request.messages
+        if serializer is None or not isinstance(messages, MessageSequence):
+            body = self._serializer.serialize(request, attachments)
+            return body, digest_bytes(body)
+        header = request.header
+        items = messages.backing_list()
+        if header != self._header or items is not self._items or len(messages) < self._count:
+            self._start(serializer, request, items)
+        for ref in self._images:  # re-read and re-verify, as a full serialization would
+            image_base64(ref, attachments, serializer.name)
+        n = len(messages)
+        cut = self._count
+        for j in range(n - 1, self._count, -1):
+            if serializer.boundary(messages[j - 1], messages[j]):
+                cut = j
+                break
+        if cut > self._count:
+            stable = [messages[i] for i in range(self._count, cut)]
+            chunks = serializer.wire_chunks(stable, self._count, attachments)
+            self._extend(chunks)
+            for m in stable:
+                self._images.extend(_images(m))
+            self._count = cut
+        rest = serializer.wire_chunks([messages[i] for i in range(cut, n)], cut, attachments)
+        joined = b",".join(rest)
+        sep = b"," if rest and self._prefix_chunks else b""
+        body = b"".join((self._prefix, sep, joined, self._tail))
+        hasher = self._hasher.copy()
+        hasher.update(sep)
+        hasher.update(joined)
+        hasher.update(self._tail)
+        return body, DIGEST_PREFIX + hasher.hexdigest()
+
+    def _start(self, serializer: FramedSerializer, request: GenerateOptions, items: object) -> None:
+        self._reset()
+        head, tail, lead = serializer.frame(request)
+        self._header = request.header
+        self._items = items
+        self._tail = tail
+        self._prefix += head
+        self._hasher.update(head)
+        self._extend(lead)
+
+    def _extend(self, chunks: Sequence[bytes]) -> None:
+        for chunk in chunks:
+            if self._prefix_chunks:
+                self._prefix += b","
+                self._hasher.update(b",")
+            self._prefix += chunk
+            self._hasher.update(chunk)
+            self._prefix_chunks += 1
