@@ -94,6 +94,12 @@ class FoldDelta:
     messages: tuple[tuple[int, bytes], ...]
     header: tuple[int, bytes] | None
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_seq <= self.last_seq:
+            raise ValueError(
+                f"a fold delta covers seqs first..last with 0 <= first <= last, got {self.first_seq}..{self.last_seq}"
+            )
+
 
 def _is_replace(env: Envelope) -> bool:
     data = env.data

@@ -18,6 +18,8 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
 * ``put(state)`` replaces the whole fold (the rebuild path after a surface replace, a flush or a gap) if
   ``state.applied_seq >= A`` and ``state.epoch >=`` the stored epoch, else returns ``duplicate`` /
   ``fenced`` and changes nothing.
+* ``apply_many([(session, delta), ...])`` is ``apply`` for each pair, in order, with one result each;
+  adapters batch the round trips (each session's delta stays atomic on its own).
 * ``get`` returns the whole fold or ``None``; ``applied_seq`` returns ``A`` (-1 when unknown).
 * ``wait_for(session, seq, timeout_s)`` returns the fold once ``A >= seq``, or raises
   :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +52,10 @@ class FoldStore(abc.ABC):
     @abc.abstractmethod
     def apply(self, session_id: str, delta: FoldDelta) -> ApplyResult:
         """Apply an append-only delta (see the module contract)."""
+
+    def apply_many(self, deltas: Sequence[tuple[str, FoldDelta]]) -> list[ApplyResult]:
+        """``apply`` each ``(session, delta)`` in order; one result per pair."""
+        return [self.apply(session_id, delta) for session_id, delta in deltas]
 
     @abc.abstractmethod
     def put(self, state: FoldState) -> ApplyResult:

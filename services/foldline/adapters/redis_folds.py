@@ -1,0 +1,297 @@
+"""The Redis fold store: each session's fold in two keys, changed only by Lua scripts fenced by seq and epoch.
+
+Layout per session (``<prefix>`` defaults to ``foldline:fold:``; the ``{...}`` hash tag keeps a
+session's keys in one cluster slot):
+
+* ``<prefix>{<session>}:meta`` — a small hash: ``a`` applied seq, ``e`` writer epoch, ``g`` surface
+  generation, ``h`` header bytes and ``hs`` its seq (absent when no header was folded), ``r`` how
+  many times the fold was replaced whole (rebuilds).
+* ``<prefix>{<session>}:msgs`` — a list holding each derived message's canonical bytes, in order.
+* ``<prefix>{<session>}:journal`` — only with ``journal=True``: one entry per change, ``a:<from>:<to>``
+  for a delta that applied events ``from..to`` and ``p:<seq>`` for a whole-fold replace. Tests read it
+  to prove that no event was applied twice or skipped; production leaves it off.
+
+:meth:`RedisFoldStore.apply` runs one Lua script that reads the applied seq and epoch and decides
+``duplicate`` / ``gap`` / ``fenced`` / ``applied`` exactly as the port's contract says, appending only
+the messages past the applied seq — all inside one atomic script, so concurrent projectors (during a
+rebalance) and redelivered batches can never double-apply or roll a fold back.
+:meth:`RedisFoldStore.apply_many` sends many sessions' deltas in one pipelined round trip (each
+session's script is still its own atomic unit). Redis errors reach callers as
+:class:`~foldline.errors.StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from ..core.fold import FoldDelta, FoldState
+from ..errors import ConfigError, StoreUnavailable
+from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore
+
+__all__ = ["DEFAULT_PREFIX", "RedisFoldStore"]
+
+DEFAULT_PREFIX = "foldline:fold:"
+_CHUNK = 4000  # Lua's unpack() is bounded by the C stack (8000 in Redis): push at most this many at once
+
+_PUSH = """
+local function push(key, first)
+  local batch, n = {}, 0
+  for i = first, #ARGV do
+    n = n + 1
+    batch[n] = ARGV[i]
+    if n == CHUNK then
+      redis.call('RPUSH', key, unpack(batch))
+      batch, n = {}, 0
+    end
+  end
+  if n > 0 then redis.call('RPUSH', key, unpack(batch)) end
+end
+""".replace("CHUNK", str(_CHUNK))
+
+# KEYS: meta, msgs, journal. ARGV: first_seq, last_seq, epoch, header_seq (-1: none), header, journal (0|1),
+# then the appended messages' seqs as one comma-free list "s1 s2 ..." in ARGV[7], then the message bytes.
+_APPLY = (
+    _PUSH
+    + """
+local m = redis.call('HMGET', KEYS[1], 'a', 'e')
+local a = tonumber(m[1]) or -1
+local e = tonumber(m[2]) or -1
+local first, last, epoch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if last <= a then return {'duplicate', a} end
+if first > a + 1 then return {'gap', a, a + 1} end
+if epoch < e then return {'fenced', a} end
+local skip = 0
+if a >= first then
+  for s in string.gmatch(ARGV[7], '%d+') do
+    if tonumber(s) <= a then skip = skip + 1 else break end
+  end
+end
+push(KEYS[2], 8 + skip)
+local hs = tonumber(ARGV[4])
+if hs > a then redis.call('HSET', KEYS[1], 'h', ARGV[5], 'hs', hs) end
+if epoch < e then epoch = e end
+if a == -1 then redis.call('HSET', KEYS[1], 'g', 0, 'r', 0) end
+redis.call('HSET', KEYS[1], 'a', last, 'e', epoch)
+if ARGV[6] == '1' then redis.call('RPUSH', KEYS[3], 'a:' .. (a + 1) .. ':' .. last) end
+return {'applied', last}
+"""
+)
+
+# KEYS: meta, msgs, journal. ARGV: applied_seq, epoch, generation, header_seq (-1: none), header, journal,
+# then the message bytes.
+_PUT = (
+    _PUSH
+    + """
+local m = redis.call('HMGET', KEYS[1], 'a', 'e', 'r')
+local seq, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
+local a = tonumber(m[1]) or -1
+if m[1] then
+  if epoch < tonumber(m[2]) then return {'fenced', a} end
+  if seq < a then return {'duplicate', a} end
+end
+local r = (tonumber(m[3]) or 0) + 1
+redis.call('DEL', KEYS[1], KEYS[2])
+push(KEYS[2], 7)
+redis.call('HSET', KEYS[1], 'a', seq, 'e', epoch, 'g', ARGV[3], 'r', r)
+if tonumber(ARGV[4]) >= 0 then redis.call('HSET', KEYS[1], 'h', ARGV[5], 'hs', ARGV[4]) end
+if ARGV[6] == '1' then redis.call('RPUSH', KEYS[3], 'p:' .. seq) end
+return {'applied', seq}
+"""
+)
+
+
+def _int(raw: Any) -> int:
+    return int(raw.decode() if isinstance(raw, bytes) else raw)
+
+
+class RedisFoldStore(FoldStore):
+    """:class:`~foldline.ports.fold_store.FoldStore` on Redis; see the module docstring.
+
+    ``url`` is a redis-py URL (``redis://host:port/db``); ``timeout_s`` bounds each command (connect and
+    socket reads), after which the call raises :class:`~foldline.errors.StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:16379/0",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        journal: bool = False,
+        timeout_s: float = 5.0,
+        client: redis.Redis | None = None,
+    ) -> None:
+        if not prefix:
+            raise ConfigError("the Redis fold store needs a non-empty key prefix (e.g. 'foldline:fold:')")
+        self.url = url
+        self.prefix = prefix
+        self.journal = journal
+        try:
+            self._redis: redis.Redis = client or redis.Redis.from_url(
+                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, health_check_interval=30
+            )
+        except ValueError as exc:
+            raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
+        self._apply: Script = self._redis.register_script(_APPLY)
+        self._put: Script = self._redis.register_script(_PUT)
+
+    # ---------------------------------------------------------------- keys
+
+    def keys_of(self, session_id: str) -> tuple[str, str, str]:
+        """The meta, messages and journal keys of a session."""
+        base = f"{self.prefix}{{{session_id}}}"
+        return base + ":meta", base + ":msgs", base + ":journal"
+
+    # ---------------------------------------------------------------- FoldStore
+
+    def apply(self, session_id: str, delta: FoldDelta) -> ApplyResult:
+        return self.apply_many([(session_id, delta)])[0]
+
+    def apply_many(self, deltas: Sequence[tuple[str, FoldDelta]]) -> list[ApplyResult]:
+        """Apply deltas of many sessions in one round trip; each session's delta is atomic on its own."""
+        if not deltas:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for session_id, delta in deltas:
+            header_seq, header = delta.header if delta.header is not None else (-1, b"")
+            args: list[Any] = [
+                delta.first_seq,
+                delta.last_seq,
+                delta.epoch,
+                header_seq,
+                header,
+                1 if self.journal else 0,
+                " ".join(str(s) for s, _ in delta.messages),
+            ]
+            args.extend(m for _, m in delta.messages)
+            self._apply(keys=list(self.keys_of(session_id)), args=args, client=pipe)
+        replies = self._execute(pipe, f"applying {len(deltas)} fold delta(s)")
+        return [_result(reply) for reply in replies]
+
+    def put(self, state: FoldState) -> ApplyResult:
+        header_seq = state.header_seq if state.header is not None and state.header_seq is not None else -1
+        args: list[Any] = [
+            state.applied_seq,
+            state.epoch,
+            state.generation,
+            header_seq,
+            state.header or b"",
+            1 if self.journal else 0,
+            *state.messages,
+        ]
+        reply = self._call(
+            lambda: self._put(keys=list(self.keys_of(state.session_id)), args=args),
+            f"replacing the fold of {state.session_id!r}",
+        )
+        return _result(reply)
+
+    def get(self, session_id: str) -> FoldState | None:
+        meta_key, msgs_key, _ = self.keys_of(session_id)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hgetall(meta_key)
+        pipe.lrange(msgs_key, 0, -1)
+        meta, messages = self._execute(pipe, f"reading the fold of {session_id!r}")
+        if not meta:
+            return None
+        header = meta.get(b"h")
+        return FoldState(
+            session_id=session_id,
+            applied_seq=_int(meta[b"a"]),
+            epoch=_int(meta[b"e"]),
+            generation=_int(meta.get(b"g", b"0")),
+            header=header,
+            header_seq=None if header is None else _int(meta[b"hs"]),
+            messages=tuple(messages),
+        )
+
+    def applied_seq(self, session_id: str) -> int:
+        raw = self._call(lambda: self._redis.hget(self.keys_of(session_id)[0], "a"), "reading an applied seq")
+        return -1 if raw is None else _int(raw)
+
+    def applied_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Applied seqs of many sessions in one round trip (-1 where there is no fold)."""
+        pipe = self._redis.pipeline(transaction=False)
+        for sid in session_ids:
+            pipe.hget(self.keys_of(sid)[0], "a")
+        replies = self._execute(pipe, f"reading {len(session_ids)} applied seqs")
+        return {sid: (-1 if raw is None else _int(raw)) for sid, raw in zip(session_ids, replies, strict=True)}
+
+    def delete(self, session_id: str) -> None:
+        keys = self.keys_of(session_id)
+        self._call(lambda: self._redis.delete(*keys), f"deleting the fold of {session_id!r}")
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # ---------------------------------------------------------------- inspection (tools, tests, benchmarks)
+
+    def journal_of(self, session_id: str) -> list[str]:
+        """The session's change journal (empty unless the store was opened with ``journal=True``)."""
+        raw = self._call(lambda: self._redis.lrange(self.keys_of(session_id)[2], 0, -1), "reading a journal")
+        return [r.decode() for r in raw]
+
+    def rebuilds_of(self, session_id: str) -> int:
+        """How many times the session's fold was replaced whole since it was created in this Redis."""
+        raw = self._call(lambda: self._redis.hget(self.keys_of(session_id)[0], "r"), "reading a rebuild count")
+        return 0 if raw is None else _int(raw)
+
+    def memory_usage(self, session_id: str) -> int:
+        """Bytes Redis spends on the session's fold keys (``MEMORY USAGE ... SAMPLES 0``: exact)."""
+        meta_key, msgs_key, _ = self.keys_of(session_id)
+        total = 0
+        for key in (meta_key, msgs_key):
+            used = self._call(lambda k=key: self._redis.memory_usage(k, samples=0), "measuring memory")
+            total += int(used or 0)
+        return total
+
+    def session_ids(self) -> Iterator[str]:
+        """Sessions that have a fold in this store (SCAN over the prefix)."""
+        start = len(self.prefix) + 1
+        try:
+            for key in self._redis.scan_iter(match=f"{self.prefix}{{*}}:meta", count=1000):
+                name = key.decode()
+                yield name[start : -len("}:meta")]
+        except RedisError as exc:
+            raise _unavailable(self.url, "listing folds", exc) from exc
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._redis.ping())
+        except RedisError:
+            return False
+
+    # ---------------------------------------------------------------- internals
+
+    def _execute(self, pipe: Any, what: str) -> list[Any]:
+        return list(self._call(pipe.execute, what))
+
+    def _call(self, fn: Any, what: str) -> Any:
+        try:
+            return fn()
+        except NoScriptError as exc:  # pragma: no cover - redis-py reloads scripts itself
+            raise _unavailable(self.url, what, exc) from exc
+        except ResponseError as exc:
+            raise StoreUnavailable(f"Redis at {self.url} refused {what}: {exc}") from exc
+        except RedisError as exc:
+            raise _unavailable(self.url, what, exc) from exc
+
+
+def _result(reply: Any) -> ApplyResult:
+    status: ApplyStatus
+    raw = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    if raw not in ("applied", "duplicate", "gap", "fenced"):
+        raise StoreUnavailable(f"the fold script answered {reply!r}")
+    status = raw  # type: ignore[assignment]
+    expected = _int(reply[2]) if len(reply) > 2 else None
+    return ApplyResult(status, _int(reply[1]), expected)
+
+
+def _unavailable(url: str, what: str, exc: Exception) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"Redis at {url} failed while {what}: {type(exc).__name__}: {exc}; check that Redis is running "
+        "(folds are a cache: a lost Redis is rebuilt from the log)"
+    )
