@@ -48,9 +48,9 @@ def fork_session(
     child = child_id or f"{parent_id}-fork-{at_seq}"
     if child == parent_id:
         raise SessionExists(child)
-    events = fork_seed(parent, parent_id, at_seq, clock(), model=model, system=system)
     if log.head(child) != 0:
         raise SessionExists(child)
+    events = fork_seed(parent, parent_id, at_seq, clock(), model=model, system=system)
     lease = log.acquire(child)
     try:
         log.append(child, 0, events, lease=lease)
