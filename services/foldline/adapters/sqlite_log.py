@@ -4,10 +4,16 @@ Each append is one ``BEGIN IMMEDIATE`` transaction: the head and writer epoch ar
 validated against the session's rules, every event is inserted and the head moved — or nothing is.
 SQLite's journal makes that hold under ``kill -9`` too. With ``durability="normal"`` (default) a commit
 survives a process crash; ``"full"`` also fsyncs every commit so it survives power loss.
+
+Checkpoints (copying the WAL back into the database file, with an fsync) run on a background thread with
+its own connection instead of inside whichever commit crosses SQLite's auto-checkpoint threshold: that
+commit used to stall for tens of milliseconds, and every commit paid for the threshold check. A PASSIVE
+checkpoint never blocks a writer or a reader; ``close`` runs a last one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -41,7 +47,12 @@ DB_NAME = "log.sqlite3"
 
 class SqliteEventLog(EventLog):
     def __init__(
-        self, path: str | Path, *, durability: Literal["normal", "full"] = "normal", busy_timeout_s: float = 10.0
+        self,
+        path: str | Path,
+        *,
+        durability: Literal["normal", "full"] = "normal",
+        busy_timeout_s: float = 10.0,
+        checkpoint_interval_s: float = 0.25,
     ) -> None:
         path = Path(path)
         if path.is_dir() or not path.suffix:
@@ -70,6 +81,9 @@ class SqliteEventLog(EventLog):
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open the event log at {path}: {exc}") from exc
         self._rules = RulesCache(self._read_all)
+        self._checkpointer = _Checkpointer(path, checkpoint_interval_s) if checkpoint_interval_s > 0 else None
+        if self._checkpointer is not None:
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
 
     # -------------------------------------------------------------- EventLog
 
@@ -147,6 +161,9 @@ class SqliteEventLog(EventLog):
         return WriterLease(session_id, int(epoch))
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         with self._lock:
             self._db.close()
 
@@ -168,3 +185,33 @@ class SqliteEventLog(EventLog):
                 raise FormatError("seq-gapless", f"stored row {seq} holds an event with seq {env.seq}", seq=seq)
             out.append(env)
         return out
+
+
+class _Checkpointer:
+    """A daemon thread that runs ``PRAGMA wal_checkpoint(PASSIVE)`` every ``interval_s`` on its own connection."""
+
+    def __init__(self, path: Path, interval_s: float) -> None:
+        self._path = path
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"foldline-wal-checkpoint:{path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        db = sqlite3.connect(str(self._path), timeout=1.0, isolation_level=None, check_same_thread=False)
+        try:
+            while not self._stop.wait(self._interval):
+                self._checkpoint(db)
+            self._checkpoint(db)
+        finally:
+            db.close()
+
+    @staticmethod
+    def _checkpoint(db: sqlite3.Connection) -> None:
+        # Busy or locked: the next round checkpoints; the WAL keeps every commit meanwhile.
+        with contextlib.suppress(sqlite3.OperationalError):
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

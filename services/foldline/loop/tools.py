@@ -85,6 +85,7 @@ class Toolset:
 
     def __init__(self) -> None:
         self._tools: dict[str, tuple[ToolSpec, ToolFn]] = {}
+        self._signatures: dict[str, inspect.Signature] = {}  # computed once: inspect.signature is slow
 
     def tool(self, fn: ToolFn) -> ToolFn:
         """Decorator: register ``fn`` as a tool."""
@@ -96,9 +97,11 @@ class Toolset:
         if spec.name in self._tools:
             raise ValueError(f"tool {spec.name!r} is registered twice")
         self._tools[spec.name] = (spec, fn)
+        self._signatures[spec.name] = inspect.signature(fn)
 
     def remove(self, name: str) -> None:
         del self._tools[name]
+        del self._signatures[name]
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(spec for spec, _ in self._tools.values())
@@ -117,7 +120,7 @@ class Toolset:
         if not isinstance(args, dict):
             return ToolOutput("arguments must be a JSON object", is_error=True)
         try:
-            inspect.signature(fn).bind(**args)
+            self._signatures[name].bind(**args)
         except TypeError as exc:
             return ToolOutput(f"bad arguments for {name}: {exc}", is_error=True)
         try:
