@@ -105,17 +105,21 @@ def test_stale_writer_in_another_process_is_fenced(make_log: MakeLog) -> None:
 
 
 def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootstrap: str) -> None:
-    """A writer pauses mid-transaction (records sent, not committed); a new writer acquires the session.
+    """A writer pauses mid-transaction (records sent, not committed); another instance acquires the session.
 
-    The coordinator aborts the paused transaction, the paused writer's commit fails, and read_committed
-    readers never see its records — although they were written to the partition.
+    The take-over fences the paused writer's producer, which aborts its transaction: read_committed
+    readers never see its records although they reached the partition. The paused instance then gets
+    FencedError without disturbing the new owner, and goes on writing its other sessions.
     """
-    sid = _sid()
+    sid, other = _sid(), _sid()
     events = simple_log()
     a, b = make_log(), make_log()
     lease_a = a.acquire(sid)
     a.append(sid, 0, events[:2], lease=lease_a)
-    producer = a._writers[sid].producer
+    a.append(other, 0, events[:2])
+    assert a._writer is not None
+    producer = a._writer.producer()
+    assert producer is not None
     producer.begin_transaction()
     for e in events[2:4]:
         producer.produce(
@@ -134,8 +138,15 @@ def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootst
     assert b"zombie" in everything
     assert b"zombie" not in committed
     assert make_log().read(sid) == events[:5]
+    assert b._writer is not None
+    b_writer = b._writer.writer_id
     with pytest.raises(FencedError):
         a.append(sid, 5, events[5:6], lease=lease_a)
+    assert a.append(other, 2, events[2:4]) == 4  # the fenced instance recovers for the sessions it still owns
+    assert b.append(sid, 5, events[5:6], lease=lease_b) == 6
+    assert b._writer.writer_id == b_writer  # the stale writer's attempts never fenced the rightful one
+    assert make_log().read(sid) == events[:6]
+    assert make_log().read(other) == events[:4]
 
 
 def test_broker_down_fails_fast_with_store_unavailable() -> None:

@@ -6,25 +6,27 @@ Layout (docs/KAFKA.md has the full argument):
   id, value = the self-describing Avro envelope (:mod:`foldline.adapters.avro`), headers
   ``fl-kind=event``, ``fl-epoch``, ``fl-batch``. ``acquire`` writes a ``fl-kind=lease`` record (no value).
 * ``<topic>.index`` (compacted, same partition count, same partition per session): the latest entry
-  per session — epoch, next seq, the data offsets of every event, and the batch the entry was committed
-  with (``pending``: id, count and a lower bound of its offsets).
+  per session — lease epoch, the data offset of every event, and the session's owner (the
+  transactional id of the producer allowed to write it).
 * ``<topic>.dlq``: records a consumer could not apply, with the reason in headers
   (:mod:`foldline.adapters.kafka_consumer`).
 
-**Atomicity.** An append is one Kafka transaction holding its event records *and* the session's index
-record; readers use ``read_committed``. The transaction commits, or none of it is ever visible.
+**Group commit.** Appends from any number of threads and sessions are queued and committed together:
+one Kafka transaction on this instance's transactional producer (its *writer*) holds every queued
+batch's event records and one index record per session. ``append`` returns when that transaction has
+committed; a batch is visible to ``read_committed`` readers all at once or never.
 
-**One writer per session.** Every session has its own ``transactional.id`` (``<topic>:<session>``).
-``init_transactions`` by a new writer makes the transaction coordinator abort the previous writer's open
-transaction and fence its producer: a stale writer can never commit again. On top of Kafka's producer
-epoch, foldline's lease epoch (counted in the index) decides who may write: an append carrying an older
-lease gets :class:`~foldline.errors.FencedError` and sends nothing. A writer that is the rightful lease
-holder but whose producer was fenced by someone else's ``init_transactions`` re-initializes, re-reads the
-session and retries.
+**One writer per session.** The index names each session's owner writer. Before a writer appends to
+a session it does not own it *takes it over*: through the session's own transactional id
+(``<topic>:<session>``, which serializes concurrent take-overs) it fences the previous owner's
+producer (``init_transactions`` with the owner's transactional id aborts its open transaction and
+rejects everything it sends afterwards), re-reads the session — now exact — and commits an index entry
+naming itself. A writer keeps the state of the sessions it owns and checks ``expected_seq`` and the
+lease epoch against it before anything is sent; if its producer is fenced the commit fails, nothing of
+that transaction becomes visible, and each waiting append takes its session over again and re-checks.
 
 **Reading one session** costs the session's size: the index partition is tailed (one small entry per
-session after compaction), then exactly the listed offsets are fetched; only the latest batch's offsets
-are found by a scan from a lower bound taken just before it was produced.
+session after compaction), then exactly the listed offsets are fetched.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +47,9 @@ from confluent_kafka.cimpl import NewTopic
 
 from ..core import codec as canonical
 from ..core.events import Envelope
-from ..errors import ConfigError, ConflictError, FencedError, FormatError, StoreUnavailable
-from ..ports.event_log import EventLog, RulesCache, WriterLease
+from ..core.validation import LogRules
+from ..errors import ConfigError, ConflictError, FencedError, FormatError, StoreUnavailable, ValidationError
+from ..ports.event_log import EventLog, WriterLease
 from .avro import AvroCodec
 
 __all__ = [
@@ -67,6 +71,8 @@ HEADER_BATCH = "fl-batch"
 KIND_EVENT = b"event"
 KIND_LEASE = b"lease"
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+_MAX_RECORD_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
+_GROUP_MAX_EVENTS = 20_000  # events per group transaction
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
 _TRANSIENT = frozenset(
     {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
@@ -119,6 +125,21 @@ def _error(exc: KafkaException) -> KafkaError | None:
     return arg if isinstance(arg, KafkaError) else None
 
 
+def _flush(producer: Producer, timeout: float) -> int:
+    """``producer.flush``, with a fatal producer error raised as the KafkaException it is.
+
+    (confluent-kafka raises a fatal error from inside the delivery-report dispatch, which surfaces
+    as a ``SystemError`` chained to the ``KafkaException``.)
+    """
+    try:
+        return int(producer.flush(timeout))
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KafkaException):
+            raise cause from None
+        raise
+
+
 def _header(msg: Message, name: str) -> bytes | None:
     headers = msg.headers()
     if not headers:
@@ -135,6 +156,8 @@ def _header(msg: Message, name: str) -> bytes | None:
 
 @dataclass(slots=True)
 class _Pending:
+    """A batch an index entry was committed with, without its offsets (entries of older writers)."""
+
     batch: str
     min_offset: int
     count: int
@@ -142,15 +165,19 @@ class _Pending:
 
 @dataclass(slots=True)
 class _State:
-    """What is known of one session: epoch, head and the data offset of every event (by seq)."""
+    """What is known of one session: epoch, the data offset of every event (by seq), its owner."""
 
     epoch: int = 0
     offsets: list[int] = field(default_factory=list)
     pending: _Pending | None = None
+    owner: str | None = None
 
     @property
     def next_seq(self) -> int:
         return len(self.offsets) + (self.pending.count if self.pending else 0)
+
+    def copy(self) -> _State:
+        return _State(self.epoch, list(self.offsets), self.pending, self.owner)
 
 
 def _runs(offsets: Sequence[int]) -> list[list[int]]:
@@ -165,17 +192,18 @@ def _runs(offsets: Sequence[int]) -> list[list[int]]:
 
 def _encode_index(state: _State) -> bytes:
     pending = state.pending
-    return canonical.canonical_json(
-        {
-            "v": 1,
-            "epoch": state.epoch,
-            "nextSeq": state.next_seq,
-            "offsets": _runs(state.offsets),
-            "pending": None
-            if pending is None
-            else {"batch": pending.batch, "minOffset": pending.min_offset, "count": pending.count},
-        }
-    )
+    value: dict[str, Any] = {
+        "v": 1,
+        "epoch": state.epoch,
+        "nextSeq": state.next_seq,
+        "offsets": _runs(state.offsets),
+        "pending": None
+        if pending is None
+        else {"batch": pending.batch, "minOffset": pending.min_offset, "count": pending.count},
+    }
+    if state.owner is not None:
+        value["owner"] = state.owner
+    return canonical.canonical_json(value)
 
 
 def _decode_index(raw: bytes) -> _State:
@@ -184,28 +212,250 @@ def _decode_index(raw: bytes) -> _State:
         offsets = [start + i for start, count in value["offsets"] for i in range(count)]
         p = value["pending"]
         pending = None if p is None else _Pending(str(p["batch"]), int(p["minOffset"]), int(p["count"]))
-        state = _State(int(value["epoch"]), offsets, pending)
+        owner = value.get("owner")
+        state = _State(int(value["epoch"]), offsets, pending, None if owner is None else str(owner))
         if state.next_seq != value["nextSeq"]:
             raise ValueError("nextSeq disagrees with the offsets")
         return state
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError("kafka-index", f"malformed session index entry: {exc}") from exc
+
+
+# ---------------------------------------------------------------- group commit
+
+
+class _Retry(Exception):
+    """Internal: the writer that was to commit this batch is gone (fenced or replaced); nothing was written."""
+
+
+class _Request:
+    """One append waiting for the group transaction: its encoded records and, when done, their offsets."""
+
+    __slots__ = ("base", "done", "epoch", "error", "failures", "offsets", "part", "session_id", "values", "writer")
+
+    def __init__(self, session_id: str, part: int, epoch: int, base: _State, values: list[bytes], writer: str) -> None:
+        self.session_id = session_id
+        self.part = part
+        self.epoch = epoch
+        self.base = base
+        self.values = values
+        self.writer = writer
+        self.offsets: list[int] = []
+        self.failures: list[KafkaError] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def delivered(self, err: KafkaError | None, msg: Message) -> None:
+        # delivery reports of one partition arrive in produce order (idempotent producer)
+        if err is not None:
+            self.failures.append(err)
+        else:
+            off = msg.offset()
+            if off is not None:
+                self.offsets.append(off)
+
+
+class _Writer:
+    """This instance's transactional producer and the thread that commits queued appends in groups.
+
+    ``writer_id`` (the producer's ``transactional.id``) changes whenever the producer is replaced: after
+    it was fenced, or after a commit whose outcome is unknown. Requests carry the id they were checked
+    under; a request for an older id fails with :class:`_Retry` and is taken over again by its caller.
+    """
+
+    def __init__(self, log: KafkaEventLog) -> None:
+        self._log = log
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []
+        self._init_lock = threading.Lock()
+        self._producer: Producer | None = None
+        self.writer_id: str | None = None
+        self._to_fence: list[str] = []  # replaced ids whose last transaction may still be open
+        self.dead: set[str] = set()  # ids known to be fenced: taking their sessions needs no fencing
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"foldline-kafka-commit-{log.topic}", daemon=True)
+        self._thread.start()
+
+    # -- callers
+
+    def current(self, deadline: float) -> str:
+        """The live writer id, initializing a producer (and fencing replaced ones first) when needed."""
+        with self._init_lock:
+            if self._producer is not None and self.writer_id is not None:
+                return self.writer_id
+            for old in list(self._to_fence):
+                self._log._fence(old, deadline)
+                self._to_fence.remove(old)
+                self.dead.add(old)
+            writer_id = f"{self._log.topic}/writer/{uuid.uuid4().hex}"
+            producer = self._log._new_producer(writer_id, self._log._group_config)
+            try:
+                producer.init_transactions(self._log._remaining(deadline))
+            except KafkaException as exc:
+                producer.flush(0)
+                raise self._log._unavailable("initializing the transactional writer", exc) from exc
+            self._producer, self.writer_id = producer, writer_id
+            return writer_id
+
+    def submit(self, request: _Request) -> None:
+        with self._cond:
+            if self._closed:
+                raise StoreUnavailable("this KafkaEventLog is closed")
+            self._queue.append(request)
+            self._cond.notify()
+
+    def producer(self) -> Producer | None:
+        return self._producer
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        with self._init_lock:
+            if self._producer is not None:
+                self._producer.flush(0)
+            self._producer = None
+
+    # -- the commit thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch: list[_Request] = []
+                events = 0
+                while self._queue and (not batch or events + len(self._queue[0].values) <= _GROUP_MAX_EVENTS):
+                    request = self._queue.pop(0)
+                    batch.append(request)
+                    events += len(request.values)
+            producer, writer_id = self._producer, self.writer_id
+            live = [r for r in batch if producer is not None and r.writer == writer_id]
+            for r in batch:
+                if r not in live:
+                    r.error = _Retry()
+            if live and producer is not None and writer_id is not None:
+                try:
+                    self._commit(producer, writer_id, live)
+                except BaseException as exc:  # every waiting append learns the outcome
+                    for r in live:
+                        r.error = exc
+            for r in batch:
+                r.done.set()
+
+    def _replace(self, writer_id: str, *, fenced: bool) -> None:
+        """Stop using the producer ``writer_id``: fenced by a take-over, or its last outcome unknown."""
+        with self._init_lock:
+            if self.writer_id != writer_id:
+                return
+            producer, self._producer, self.writer_id = self._producer, None, None
+            if fenced:
+                self.dead.add(writer_id)
+            else:
+                self._to_fence.append(writer_id)
+        if producer is not None:
+            try:
+                producer.flush(0)
+            except KafkaException as exc:
+                _LOG.debug("discarding writer %s: %s", writer_id, exc)
+
+    def _commit(self, producer: Producer, writer_id: str, requests: list[_Request]) -> None:
+        log = self._log
+        deadline = time.monotonic() + log.timeout_s
+        try:
+            producer.begin_transaction()
+            for r in requests:
+                headers: list[tuple[str, str | bytes | None]] = [
+                    (HEADER_KIND, KIND_EVENT),
+                    (HEADER_EPOCH, str(r.epoch).encode()),
+                    (HEADER_BATCH, uuid.uuid4().hex.encode()),
+                ]
+                for value in r.values:
+                    producer.produce(
+                        log.topic,
+                        value=value,
+                        key=r.session_id,
+                        partition=r.part,
+                        headers=headers,
+                        on_delivery=r.delivered,
+                    )
+            # The index entries name the events' offsets, so they follow the events' acknowledgements.
+            if _flush(producer, max(0.0, deadline - time.monotonic())):
+                raise _Abort(None, "the broker did not acknowledge the batch in time")
+            for r in requests:
+                if r.failures:
+                    raise _Abort(r.failures[0], "the broker rejected a record")
+                if len(r.offsets) != len(r.values):
+                    raise _Abort(None, "missing delivery reports")
+            for r in requests:
+                entry = _State(r.epoch, [*r.base.offsets, *r.offsets], None, writer_id)
+                producer.produce(log.index_topic, value=_encode_index(entry), key=r.session_id, partition=r.part)
+            producer.commit_transaction(max(0.001, deadline - time.monotonic()))
+        except _Abort as exc:
+            if exc.err is not None and (exc.err.code() in _FENCED_CODES or exc.err.fatal()):
+                self._replace(writer_id, fenced=exc.err.code() in _FENCED_CODES)
+                if exc.err.code() in _FENCED_CODES:
+                    raise _Retry() from exc
+                raise StoreUnavailable(f"Kafka writer failed ({exc}); nothing was written — retry") from None
+            self._abort(producer, writer_id)
+            raise StoreUnavailable(
+                f"append was not acknowledged ({exc}); it was aborted and nothing was written — retry"
+            ) from None
+        except KafkaException as exc:
+            err = _error(exc)
+            if err is not None and err.code() in _FENCED_CODES:
+                self._replace(writer_id, fenced=True)
+                raise _Retry() from exc
+            if err is not None and err.txn_requires_abort() and not err.fatal():
+                self._abort(producer, writer_id)
+                raise log._unavailable("appending (aborted; nothing was written — retry)", exc) from exc
+            # Timed out or failed while committing: the outcome is unknown until this producer is fenced,
+            # which the next writer does before it starts; the sessions are then re-read.
+            self._replace(writer_id, fenced=False)
+            raise StoreUnavailable(
+                f"Kafka did not confirm the append within {log.timeout_s:g}s ({exc}); the outcome is unknown — "
+                "re-read the session head before retrying"
+            ) from exc
+        except BufferError as exc:
+            self._abort(producer, writer_id)
+            raise StoreUnavailable(f"the producer queue is full ({exc}); nothing was written — retry") from exc
+
+    def _abort(self, producer: Producer, writer_id: str) -> None:
+        try:
+            producer.abort_transaction(min(self._log.timeout_s, 5.0))
+        except KafkaException:
+            self._replace(writer_id, fenced=False)  # the next writer fences it, which aborts it
+
+
+class _Abort(Exception):
+    def __init__(self, err: KafkaError | None, message: str) -> None:
+        self.err = err
+        super().__init__(f"{message}: {err}" if err is not None else message)
+
+
+@dataclass(slots=True)
+class _Owned:
+    """A session this instance owns: its exact state and validation rules, valid while ``writer`` lives."""
+
+    writer: str
+    state: _State
+    rules: LogRules | None = None
 
 
 # ---------------------------------------------------------------- the adapter
 
 
-@dataclass(slots=True)
-class _Writer:
-    producer: Producer
-    state: _State | None = None  # exact while this producer has not been fenced
-
-
 class KafkaEventLog(EventLog):
     """:class:`~foldline.ports.event_log.EventLog` on Kafka; see the module docstring and docs/KAFKA.md.
 
-    ``timeout_s`` bounds every broker wait of one call (metadata, transaction init/commit, reads): a
-    broker that does not answer makes the call fail with :class:`~foldline.errors.StoreUnavailable`.
+    Thread-safe: appends from many threads (any sessions) are committed together. ``timeout_s`` bounds
+    every broker wait of one call (metadata, take-over, reads) and every group transaction: a broker
+    that does not answer makes the call fail with :class:`~foldline.errors.StoreUnavailable` (an
+    append within about ``2 * timeout_s``). ``max_writers`` is how many owned sessions keep their state
+    and validation rules warm (LRU); a session evicted from it is re-read on its next append.
     """
 
     def __init__(
@@ -219,12 +469,14 @@ class KafkaEventLog(EventLog):
         registry_url: str | None = None,
         codec: AvroCodec | None = None,
         transaction_timeout_ms: int = 5_000,
-        max_writers: int = 256,
+        max_writers: int = 4096,
         create_topics: bool = True,
         client_config: Mapping[str, Any] | None = None,
     ) -> None:
         if partitions < 1:
             raise ConfigError("partitions must be >= 1")
+        if max_writers < 1:
+            raise ConfigError("max_writers must be >= 1")
         self.bootstrap = bootstrap
         self.topic = topic
         self.index_topic = index_topic(topic)
@@ -239,20 +491,33 @@ class KafkaEventLog(EventLog):
         self._base: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
+            "socket.nagle.disable": True,
             # librdkafka's own log lines (e.g. "fenced by a newer instance") go to Python logging;
             # every failure reaches callers as a typed exception instead.
             "logger": _LOG,
             **(client_config or {}),
         }
-        self._lock = threading.RLock()
+        # the group writer batches (linger) and keeps many records in flight; take-over and fencing
+        # producers send one small transaction each
+        self._group_config: dict[str, Any] = {
+            "linger.ms": 2,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+        self._session_config: dict[str, Any] = {"linger.ms": 0}
+        self._ready_lock = threading.Lock()
         self._ready = False
         self._closed = False
-        self._writers: OrderedDict[str, _Writer] = OrderedDict()
+        self._read_lock = threading.RLock()  # the consumers and the index position
+        self._index_lock = threading.Lock()  # _index entries
+        self._owned_lock = threading.Lock()
+        self._locks_lock = threading.Lock()
+        self._session_locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._owned: OrderedDict[str, _Owned] = OrderedDict()
         self._index: dict[str, _State] = {}
         self._index_pos: dict[int, int] = {}
-        self._batches: OrderedDict[str, list[int]] = OrderedDict()  # offsets of batches this instance wrote
         self._consumers: dict[str, Consumer] = {}
-        self._rules = RulesCache(self._read_all)
+        self._writer: _Writer | None = None
 
     # -------------------------------------------------------------- EventLog
 
@@ -261,46 +526,63 @@ class KafkaEventLog(EventLog):
     ) -> int:
         if not events:
             return self.head(session_id)
-        with self._lock:
-            self._ensure_ready()
-            deadline = time.monotonic() + self.timeout_s
+        writer = self._ensure_ready()
+        deadline = time.monotonic() + self.timeout_s
+        part = partition_for(session_id, self.partitions)
+        values = self._encode(events)
+        with self._session_lock(session_id):
             fresh = False
             while True:
-                writer = self._writer(session_id, deadline)
-                fresh = fresh or writer.state is None
-                state = writer.state or self._load_state(session_id, deadline)
-                writer.state = state
+                owned, loaded = self._own(session_id, deadline, expected_seq=expected_seq, lease=lease)
+                fresh = fresh or loaded
+                state = owned.state
                 if (lease is not None and lease.epoch != state.epoch) or expected_seq != state.next_seq:
                     if not fresh:
-                        # The cached state may predate another instance's writes (which also fenced this
-                        # producer): re-initialize, which resolves every earlier transaction, and re-read.
-                        self._drop_writer(session_id)
+                        # This state may predate another instance's take-over: read it again first.
+                        self._disown(session_id)
                         fresh = True
                         continue
                     if lease is not None and lease.epoch != state.epoch:
                         raise FencedError(session_id, lease.epoch, state.epoch)
                     raise ConflictError(session_id, expected_seq, state.next_seq)
-                rules = self._rules.get(session_id, state.next_seq)
-                rules.check_batch(events)  # raises ValidationError: nothing sent
+                if owned.rules is None:
+                    owned.rules = self._rules_for(session_id, state, deadline)
+                owned.rules.check_batch(events)  # raises ValidationError: nothing sent
+                request = _Request(session_id, part, state.epoch, state, values, owned.writer)
                 try:
-                    self._commit(
-                        session_id, writer=writer, state=state, events=events, new_epoch=None, deadline=deadline
+                    writer.submit(request)
+                except BaseException:
+                    self._disown(session_id)
+                    raise
+                if not request.done.wait(2 * (self.timeout_s + 5.0) + 1.0):
+                    # The commit thread bounds every transaction, so this is a stuck client: give up on
+                    # this writer (the next one fences it, which settles the transaction) and report.
+                    self._disown(session_id)
+                    writer._replace(owned.writer, fenced=False)
+                    raise StoreUnavailable(
+                        f"Kafka did not confirm the append to session {session_id!r}; the outcome is unknown — "
+                        "re-read the session head before retrying"
                     )
-                except _ProducerFenced:
-                    # Someone ran init_transactions for this session after us. Re-init (which fences
-                    # them in turn), re-read and decide again: a newer lease makes this a FencedError.
-                    self._rules.forget(session_id)
-                    self._drop_writer(session_id)
+                if isinstance(request.error, _Retry):
+                    # Our writer was fenced by another instance's take-over: nothing of it was written.
+                    self._disown(session_id)
+                    if time.monotonic() >= deadline:
+                        raise StoreUnavailable(
+                            f"append to session {session_id!r}: the writer was fenced again and again for "
+                            f"{self.timeout_s:g}s (other instances keep taking the session over); nothing was written"
+                        )
                     fresh = True
                     continue
-                except BaseException:
-                    self._rules.forget(session_id)
-                    raise
+                if request.error is not None:
+                    self._disown(session_id)  # its rules already count the batch
+                    raise request.error
+                state.offsets.extend(request.offsets)
+                self._remember(session_id, state.copy())
                 return state.next_seq
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
-        with self._lock:
-            self._ensure_ready()
+        self._ensure_ready()
+        with self._read_lock:
             deadline = time.monotonic() + self.timeout_s
             state = self._load_state(session_id, deadline)
             end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
@@ -309,52 +591,231 @@ class KafkaEventLog(EventLog):
             return self._fetch(session_id, state, max(from_seq, 0), end, deadline)
 
     def head(self, session_id: str) -> int:
-        with self._lock:
-            self._ensure_ready()
+        self._ensure_ready()
+        with self._read_lock:
             return self._load_state(session_id, time.monotonic() + self.timeout_s).next_seq
 
     def sessions(self) -> list[str]:
-        with self._lock:
-            self._ensure_ready()
+        self._ensure_ready()
+        with self._read_lock:
             deadline = time.monotonic() + self.timeout_s
             for p in range(self.partitions):
                 self._catch_up_index(p, deadline)
-            return sorted(s for s, st in self._index.items() if st.next_seq > 0)
+            with self._index_lock:
+                return sorted(s for s, st in self._index.items() if st.next_seq > 0)
 
     def acquire(self, session_id: str) -> WriterLease:
-        with self._lock:
-            self._ensure_ready()
-            deadline = time.monotonic() + self.timeout_s
-            while True:
-                writer = self._writer(session_id, deadline)
-                # always re-read: the new epoch must count every earlier lease, other instances' too
-                state = writer.state = self._load_state(session_id, deadline)
-                try:
-                    self._commit(
-                        session_id, writer=writer, state=state, events=(), new_epoch=state.epoch + 1, deadline=deadline
-                    )
-                except _ProducerFenced:
-                    self._drop_writer(session_id)
-                    continue
-                return WriterLease(session_id, state.epoch)
+        self._ensure_ready()
+        deadline = time.monotonic() + self.timeout_s
+        with self._session_lock(session_id):
+            owned, _ = self._own(session_id, deadline, new_epoch=True)
+            return WriterLease(session_id, owned.state.epoch)
 
     def close(self) -> None:
-        with self._lock:
+        with self._ready_lock:
             if self._closed:
                 return
             self._closed = True
-            for sid in list(self._writers):
-                self._drop_writer(sid)
+        if self._writer is not None:
+            self._writer.close()
+        with self._read_lock:
             for consumer in self._consumers.values():
                 consumer.close()
 
-    # -------------------------------------------------------------- topics
+    # -------------------------------------------------------------- owning sessions
 
-    def _ensure_ready(self) -> None:
-        if self._closed:
-            raise StoreUnavailable("this KafkaEventLog is closed")
-        if self._ready:
-            return
+    @contextmanager
+    def _session_lock(self, session_id: str) -> Iterator[None]:
+        """Serializes this instance's appends and take-overs of one session (other sessions go on)."""
+        with self._locks_lock:
+            lock, users = self._session_locks.get(session_id, (threading.Lock(), 0))
+            self._session_locks[session_id] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._locks_lock:
+                lock, users = self._session_locks[session_id]
+                if users == 1:
+                    del self._session_locks[session_id]
+                else:
+                    self._session_locks[session_id] = (lock, users - 1)
+
+    def _disown(self, session_id: str) -> None:
+        with self._owned_lock:
+            self._owned.pop(session_id, None)
+
+    def _own(
+        self,
+        session_id: str,
+        deadline: float,
+        *,
+        expected_seq: int | None = None,
+        lease: WriterLease | None = None,
+        new_epoch: bool = False,
+    ) -> tuple[_Owned, bool]:
+        """The session's exact state under this instance's live writer, taking the session over if needed.
+
+        Returns the owned entry and whether its state was read now. Raises :class:`FencedError` /
+        :class:`ConflictError` when the committed state already rules the append out (before fencing
+        anyone: a stale writer never disturbs the rightful one).
+        """
+        assert self._writer is not None
+        while True:
+            writer_id = self._writer.current(deadline)
+            with self._owned_lock:
+                owned = self._owned.get(session_id)
+                if owned is not None and owned.writer == writer_id and not new_epoch:
+                    self._owned.move_to_end(session_id)
+                    return owned, False
+                self._owned.pop(session_id, None)
+            with self._read_lock:
+                state = self._load_state(session_id, deadline)
+            if state.owner == writer_id and not new_epoch:
+                # Nobody took it over since our writer last committed to it (a take-over fences our
+                # writer first, and the next commit would fail): the committed state is exact.
+                return self._keep(session_id, _Owned(writer_id, state)), True
+            # Epochs and heads never go back: these refusals need no take-over.
+            if lease is not None and lease.epoch != state.epoch:
+                raise FencedError(session_id, lease.epoch, state.epoch)
+            if expected_seq is not None and expected_seq < state.next_seq:
+                raise ConflictError(session_id, expected_seq, state.next_seq)
+            try:
+                state = self._take_over(session_id, writer_id, deadline, expected_seq, lease, new_epoch)
+            except _Retry:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"taking session {session_id!r} over did not settle within {self.timeout_s:g}s: other "
+                        "instances keep taking it over at the same time"
+                    ) from None
+                continue
+            return self._keep(session_id, _Owned(writer_id, state)), True
+
+    def _keep(self, session_id: str, owned: _Owned) -> _Owned:
+        with self._owned_lock:
+            self._owned[session_id] = owned
+            self._owned.move_to_end(session_id)
+            while len(self._owned) > self._max_writers:
+                self._owned.popitem(last=False)
+        return owned
+
+    def _take_over(
+        self,
+        session_id: str,
+        writer_id: str,
+        deadline: float,
+        expected_seq: int | None,
+        lease: WriterLease | None,
+        new_epoch: bool,
+    ) -> _State:
+        """Make ``writer_id`` the session's owner (and, for ``acquire``, raise the lease epoch).
+
+        1. ``init_transactions`` on the session's transactional id: concurrent take-overs of this session
+           are serialized (the older one is fenced and fails its commit) and none is left half done.
+        2. Read the session; fence its owner's producer (``init_transactions`` with the owner's id),
+           which aborts the owner's open transaction and rejects all it sends from now on.
+        3. Read the session again — exact now — check, and commit the new index entry (and the lease
+           record) in the session's transaction.
+        """
+        part = partition_for(session_id, self.partitions)
+        producer = self._new_producer(f"{self.topic}:{session_id}", self._session_config)
+        try:
+            try:
+                producer.init_transactions(self._remaining(deadline))
+            except KafkaException as exc:
+                raise self._unavailable(f"taking session {session_id!r} over", exc) from exc
+            with self._read_lock:
+                state = self._load_state(session_id, deadline)
+            assert self._writer is not None
+            if state.owner is not None and state.owner != writer_id and state.owner not in self._writer.dead:
+                self._fence(state.owner, deadline)
+                self._writer.dead.add(state.owner)
+                with self._read_lock:
+                    state = self._load_state(session_id, deadline)
+            if not new_epoch:
+                if lease is not None and lease.epoch != state.epoch:
+                    raise FencedError(session_id, lease.epoch, state.epoch)
+                if expected_seq is not None and expected_seq != state.next_seq:
+                    raise ConflictError(session_id, expected_seq, state.next_seq)
+            entry = _State(state.epoch + (1 if new_epoch else 0), state.offsets, None, writer_id)
+            try:
+                producer.begin_transaction()
+                if new_epoch:
+                    producer.produce(
+                        self.topic,
+                        value=None,
+                        key=session_id,
+                        partition=part,
+                        headers=[
+                            (HEADER_KIND, KIND_LEASE),
+                            (HEADER_EPOCH, str(entry.epoch).encode()),
+                            (HEADER_BATCH, uuid.uuid4().hex.encode()),
+                        ],
+                    )
+                producer.produce(self.index_topic, value=_encode_index(entry), key=session_id, partition=part)
+                producer.commit_transaction(self._remaining(deadline))
+            except KafkaException as exc:
+                err = _error(exc)
+                if err is not None and err.code() in _FENCED_CODES:
+                    raise _Retry() from exc  # a concurrent take-over of this session won; read again
+                raise self._unavailable(
+                    f"taking session {session_id!r} over (the take-over may or may not have committed; "
+                    "the next attempt settles it)",
+                    exc,
+                ) from exc
+            self._remember(session_id, entry.copy())
+            return entry
+        finally:
+            producer.flush(0)
+
+    def _fence(self, writer_id: str, deadline: float) -> None:
+        """Fence the producer ``writer_id``: its open transaction is aborted, its later sends rejected."""
+        producer = self._new_producer(writer_id, self._session_config)
+        try:
+            producer.init_transactions(self._remaining(deadline))
+        except KafkaException as exc:
+            raise self._unavailable(f"fencing the previous writer {writer_id}", exc) from exc
+        finally:
+            producer.flush(0)
+
+    def _encode(self, events: Sequence[Envelope]) -> list[bytes]:
+        values = [self.codec.encode(e) for e in events]
+        for e, value in zip(events, values, strict=True):
+            if len(value) > _MAX_RECORD_BYTES:
+                raise ValidationError(
+                    "record-size",
+                    f"event seq {e.seq} encodes to {len(value):,} bytes, over the {_MAX_RECORD_BYTES:,}-byte Kafka "
+                    "record limit; keep large content in attachments",
+                    seq=e.seq,
+                )
+        return values
+
+    def _rules_for(self, session_id: str, state: _State, deadline: float) -> LogRules:
+        rules = LogRules()
+        if state.next_seq:
+            with self._read_lock:
+                rules.check_batch(self._fetch(session_id, state, 0, state.next_seq, deadline))
+        return rules
+
+    def _remember(self, session_id: str, state: _State) -> None:
+        with self._index_lock:
+            known = self._index.get(session_id)
+            if known is None or (state.epoch, state.next_seq) >= (known.epoch, known.next_seq):
+                self._index[session_id] = state
+
+    # -------------------------------------------------------------- topics and clients
+
+    def _ensure_ready(self) -> _Writer:
+        with self._ready_lock:
+            if self._closed:
+                raise StoreUnavailable("this KafkaEventLog is closed")
+            if self._writer is not None:
+                return self._writer
+            self._create_or_check_topics()
+            self._writer = _Writer(self)
+            return self._writer
+
+    def _create_or_check_topics(self) -> None:
         admin = AdminClient(self._base)
         try:
             md = admin.list_topics(timeout=self.timeout_s)
@@ -399,159 +860,25 @@ class KafkaEventLog(EventLog):
                 f"Kafka at {self.bootstrap} did not answer within {self.timeout_s:g}s ({exc}); is the broker up? "
                 "(deploy/local/up.sh kafka starts the local one)"
             ) from exc
-        self._ready = True
 
-    # -------------------------------------------------------------- writers
-
-    def _writer(self, session_id: str, deadline: float) -> _Writer:
-        writer = self._writers.get(session_id)
-        if writer is not None:
-            self._writers.move_to_end(session_id)
-            return writer
+    def _new_producer(self, transactional_id: str, extra: Mapping[str, Any]) -> Producer:
         try:
-            producer = self._new_producer(session_id)
+            return Producer(
+                {
+                    **self._base,
+                    "transactional.id": transactional_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "retry.backoff.ms": 2,
+                    "retry.backoff.max.ms": 50,
+                    "transaction.timeout.ms": self._transaction_timeout_ms,
+                    "message.max.bytes": _MAX_MESSAGE_BYTES,
+                    "message.timeout.ms": min(self._transaction_timeout_ms, max(1000, int(self.timeout_s * 1000))),
+                    **extra,
+                }
+            )
         except KafkaException as exc:
             raise ConfigError(f"invalid Kafka producer configuration: {exc}") from exc
-        try:
-            producer.init_transactions(self._remaining(deadline))
-        except KafkaException as exc:
-            producer.flush(0)
-            raise self._unavailable("initializing the session's transactional writer", exc) from exc
-        writer = _Writer(producer)
-        self._writers[session_id] = writer
-        while len(self._writers) > self._max_writers:
-            self._drop_writer(next(iter(self._writers)))
-        # After init_transactions every earlier writer's transaction is committed or aborted, so the
-        # state read next (by the caller) is exact; it stays exact while this producer is not fenced.
-        return writer
-
-    def _new_producer(self, session_id: str) -> Producer:
-        return Producer(
-            {
-                **self._base,
-                "transactional.id": f"{self.topic}:{session_id}",
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 1,
-                "retry.backoff.ms": 2,
-                "transaction.timeout.ms": self._transaction_timeout_ms,
-                "message.max.bytes": _MAX_MESSAGE_BYTES,
-                "message.timeout.ms": min(self._transaction_timeout_ms, max(1000, int(self.timeout_s * 1000))),
-                "queue.buffering.max.messages": 1_000_000,
-            }
-        )
-
-    def _drop_writer(self, session_id: str) -> None:
-        writer = self._writers.pop(session_id, None)
-        if writer is not None:
-            try:
-                writer.producer.flush(0)
-            except KafkaException as exc:  # a fenced producer is in a fatal state; it is discarded anyway
-                _LOG.debug("discarding the writer of %r: %s", session_id, exc)
-
-    def _commit(
-        self,
-        session_id: str,
-        *,
-        writer: _Writer,
-        state: _State,
-        events: Sequence[Envelope],
-        new_epoch: int | None,
-        deadline: float,
-    ) -> None:
-        """One transaction: the events (or a lease record) plus the session's new index entry."""
-        producer = writer.producer
-        part = partition_for(session_id, self.partitions)
-        epoch = state.epoch if new_epoch is None else new_epoch
-        batch = uuid.uuid4().hex
-        headers_common = [(HEADER_EPOCH, str(epoch).encode()), (HEADER_BATCH, batch.encode())]
-        values = [self.codec.encode(e) for e in events]
-        low_bound = self._watermark(part, deadline)
-        entry = _State(epoch, list(state.offsets), _Pending(batch, low_bound, len(events)) if events else None)
-        delivered: dict[int, int] = {}
-        failures: list[KafkaError] = []
-
-        def on_delivery(i: int) -> Any:
-            def cb(err: KafkaError | None, msg: Message) -> None:
-                if err is not None:
-                    failures.append(err)
-                else:
-                    off = msg.offset()
-                    if off is not None:
-                        delivered[i] = off
-
-            return cb
-
-        try:
-            producer.begin_transaction()
-            for i, value in enumerate(values):
-                producer.produce(
-                    self.topic,
-                    value=value,
-                    key=session_id,
-                    partition=part,
-                    headers=[(HEADER_KIND, KIND_EVENT), *headers_common],
-                    on_delivery=on_delivery(i),
-                )
-            if new_epoch is not None:
-                producer.produce(
-                    self.topic,
-                    value=None,
-                    key=session_id,
-                    partition=part,
-                    headers=[(HEADER_KIND, KIND_LEASE), *headers_common],
-                )
-            producer.produce(self.index_topic, value=_encode_index(entry), key=session_id, partition=part)
-            remaining = producer.flush(self._remaining(deadline))
-            if remaining or failures:
-                raise _Abort(failures[0] if failures else None, "the broker did not acknowledge the batch in time")
-            producer.commit_transaction(self._remaining(deadline))
-        except _Abort as exc:
-            if exc.err is not None and (exc.err.code() in _FENCED_CODES or exc.err.fatal()):
-                self._drop_writer(session_id)
-                raise _ProducerFenced() from exc
-            self._abort(session_id, writer, deadline)
-            raise StoreUnavailable(
-                f"append to session {session_id!r} was not acknowledged ({exc}); it was aborted and nothing was "
-                "written — retry"
-            ) from None
-        except KafkaException as exc:
-            err = _error(exc)
-            if err is not None and (err.code() in _FENCED_CODES or err.fatal()):
-                self._drop_writer(session_id)
-                if err.code() in _FENCED_CODES:
-                    raise _ProducerFenced() from exc
-                raise self._unavailable("appending (fatal producer error; nothing was written)", exc) from exc
-            if err is not None and err.txn_requires_abort():
-                self._abort(session_id, writer, deadline)
-                raise self._unavailable("appending (aborted; nothing was written)", exc) from exc
-            # Timed out or retriable while committing: the outcome is unknown until the next writer's
-            # init_transactions resolves it. Drop the producer so the next call re-initializes and re-reads.
-            self._drop_writer(session_id)
-            raise StoreUnavailable(
-                f"Kafka did not confirm the append to session {session_id!r} within {self.timeout_s:g}s ({exc}); "
-                "the outcome is unknown — re-read the session head before retrying"
-            ) from exc
-        except BufferError as exc:
-            self._abort(session_id, writer, deadline)
-            raise StoreUnavailable(f"the producer queue is full ({exc}); nothing was written — retry") from exc
-        if len(delivered) != len(values):
-            self._drop_writer(session_id)
-            raise StoreUnavailable(f"append to {session_id!r}: missing delivery reports; re-read the head")
-        state.epoch = epoch
-        state.offsets.extend(delivered[i] for i in range(len(values)))
-        state.pending = None
-        self._index[session_id] = _State(state.epoch, list(state.offsets), None)
-        if values:
-            self._batches[batch] = [delivered[i] for i in range(len(values))]
-            while len(self._batches) > 4 * self._max_writers:
-                self._batches.popitem(last=False)
-
-    def _abort(self, session_id: str, writer: _Writer, deadline: float) -> None:
-        try:
-            writer.producer.abort_transaction(max(0.5, self._remaining(deadline)))
-        except KafkaException:
-            self._drop_writer(session_id)  # the next init_transactions aborts it
 
     # -------------------------------------------------------------- reading
 
@@ -592,18 +919,20 @@ class KafkaEventLog(EventLog):
                 time.sleep(0.05)
 
     def _load_state(self, session_id: str, deadline: float) -> _State:
-        """The session's exact state: its latest index entry, with the pending batch's offsets found."""
+        """The session's committed state: its latest index entry (a pending batch's offsets found)."""
         part = partition_for(session_id, self.partitions)
-        self._catch_up_index(part, deadline)
-        state = self._index.get(session_id)
-        if state is None:
-            return _State()
-        if state.pending is not None:
-            pending = state.pending
-            found = self._batches.get(pending.batch) or self._scan_batch(session_id, part, pending, deadline)
-            state = _State(state.epoch, [*state.offsets, *found], None)
-            self._index[session_id] = state
-        return _State(state.epoch, list(state.offsets), None)
+        with self._read_lock:
+            self._catch_up_index(part, deadline)
+            with self._index_lock:
+                state = self._index.get(session_id)
+            if state is None:
+                return _State()
+            if state.pending is not None:
+                pending = state.pending
+                found = self._scan_batch(session_id, part, pending, deadline)
+                state = _State(state.epoch, [*state.offsets, *found], None, state.owner)
+                self._remember(session_id, state)
+            return state.copy()
 
     def _catch_up_index(self, part: int, deadline: float) -> None:
         # Read up to the high watermark taken now (not the last stable offset): an append that returned
@@ -618,12 +947,8 @@ class KafkaEventLog(EventLog):
             value = msg.value()
             if key is None or value is None:
                 continue
-            sid = key.decode()
-            entry = _decode_index(value)
-            known = self._index.get(sid)
             # entries only grow (epoch, head); never step back to an older one this process already knows
-            if known is None or (entry.epoch, entry.next_seq) >= (known.epoch, known.next_seq):
-                self._index[sid] = entry
+            self._remember(key.decode(), _decode_index(value))
         self._index_pos[part] = high
 
     def _consume(
@@ -714,11 +1039,6 @@ class KafkaEventLog(EventLog):
             out.append(env)
         return out
 
-    def _read_all(self, session_id: str) -> list[Envelope]:
-        deadline = time.monotonic() + self.timeout_s
-        state = self._load_state(session_id, deadline)
-        return self._fetch(session_id, state, 0, state.next_seq, deadline) if state.next_seq else []
-
     # -------------------------------------------------------------- helpers
 
     def _remaining(self, deadline: float) -> float:
@@ -729,13 +1049,3 @@ class KafkaEventLog(EventLog):
 
     def _unavailable(self, what: str, exc: KafkaException) -> StoreUnavailable:
         return StoreUnavailable(f"Kafka at {self.bootstrap} failed while {what}: {exc}")
-
-
-class _ProducerFenced(Exception):
-    """Internal: the session's producer was fenced by another ``init_transactions``."""
-
-
-class _Abort(Exception):
-    def __init__(self, err: KafkaError | None, message: str) -> None:
-        self.err = err
-        super().__init__(f"{message}: {err}" if err is not None else message)
