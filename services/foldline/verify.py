@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .core import codec
 from .core import compaction as cc
 from .core.events import (
     AttachmentQuarantine,
@@ -37,6 +36,7 @@ from .core.request import GenerateOptions, build_request
 from .errors import AttachmentError, FoldlineError, ReconstructionError
 from .ports.attachments import AttachmentStore
 from .providers.base import SERIALIZERS, Serializer, serializer_for
+from .providers.framing import IncrementalBody
 
 __all__ = ["Mismatch", "Unreconstructable", "VerifyReport", "rebuild_requests", "summarize_serializer", "verify_events"]
 
@@ -122,6 +122,9 @@ def verify_events(
     session = Session(session_id)
     step_at: tuple[int, int] = (0, 0)
     compaction: _Compaction | None = None
+    # The loop's own incremental body cache, one per serializer: a request's bytes equal a full
+    # serialization (tests hold them together), but only the messages since the last one are encoded.
+    bodies: dict[tuple[str, int], IncrementalBody] = {}
     for e in events:
         data = e.data
         if isinstance(data, StepStart):
@@ -147,13 +150,16 @@ def verify_events(
             else:
                 request = build_request(session.derive_messages(), header)
                 try:
-                    body = serializer_for(data.serializer, data.serializer_version).serialize(request, attachments)
+                    key = (data.serializer, data.serializer_version)
+                    incremental = bodies.get(key)
+                    if incremental is None:
+                        incremental = bodies[key] = IncrementalBody(serializer_for(*key))
+                    body, digest = incremental.serialize(request, attachments)
                 except (AttachmentError, FoldlineError) as exc:
                     report.unreconstructable.append(
                         Unreconstructable(session_id, data.turn, data.step, e.seq, f"{type(exc).__name__}: {exc}")
                     )
                 else:
-                    digest = codec.digest_bytes(body)
                     if digest == data.digest and len(body) == data.bytes:
                         report.matched += 1
                     else:
