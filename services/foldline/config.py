@@ -10,6 +10,7 @@ from typing import Literal, cast
 from .errors import ConfigError
 from .ports.attachments import AttachmentStore
 from .ports.event_log import EventLog
+from .ports.fold_store import FoldStore
 
 __all__ = ["Backend", "Config", "Stores", "open_stores"]
 
@@ -25,6 +26,7 @@ class Config:
     kafka_topic: str = "foldline.session-events"
     redis_url: str = "redis://127.0.0.1:16379/0"
     s3_bucket: str = "foldline-attachments"
+    fold_prefix: str = "foldline:fold:"  # Redis key prefix of the folds (projectors and dispatchers must agree)
 
     @staticmethod
     def from_env(data_dir: str | Path | None = None, backend: str | None = None) -> Config:
@@ -39,6 +41,7 @@ class Config:
             kafka_topic=os.environ.get("FOLDLINE_KAFKA_TOPIC", "foldline.session-events"),
             redis_url=os.environ.get("FOLDLINE_REDIS_URL", "redis://127.0.0.1:16379/0"),
             s3_bucket=os.environ.get("FOLDLINE_S3_BUCKET", "foldline-attachments"),
+            fold_prefix=os.environ.get("FOLDLINE_FOLD_PREFIX", "foldline:fold:"),
         )
 
 
@@ -46,10 +49,13 @@ class Config:
 class Stores:
     log: EventLog
     attachments: AttachmentStore
+    folds: FoldStore | None = None  # the distributed backend's fold store (Redis), fed by projectors
 
     def close(self) -> None:
         self.log.close()
         self.attachments.close()
+        if self.folds is not None:
+            self.folds.close()
 
 
 def open_stores(config: Config) -> Stores:
@@ -64,4 +70,18 @@ def open_stores(config: Config) -> Stores:
 
         log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
         return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
+    if config.backend == "distributed":
+        return _distributed_stores(config)
     raise ConfigError(f"backend {config.backend!r} is not available in this build")
+
+
+def _distributed_stores(config: Config) -> Stores:
+    """Kafka log, Redis folds, S3 attachments (bucket from the config; prefix, endpoint and credentials
+    from the environment and boto3's standard chain — see :meth:`S3AttachmentStore.from_env`)."""
+    from .adapters.kafka_log import KafkaEventLog
+    from .adapters.redis_folds import RedisFoldStore
+    from .adapters.s3_attachments import S3AttachmentStore
+
+    attachments = S3AttachmentStore.from_env({**os.environ, "FOLDLINE_S3_BUCKET": config.s3_bucket})
+    log = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
+    return Stores(log, attachments, RedisFoldStore(config.redis_url, prefix=config.fold_prefix))

@@ -11,16 +11,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
-from foldline.core.content import TextBlock
+from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
 from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnEnd
-from foldline.core.fold import encode_message, fold_delta, fold_state
+from foldline.core.fold import decode_message, encode_message, fold_delta, fold_state
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, StepHandoff
-from foldline.errors import ConflictError, FencedError, FoldTimeout, InvariantViolation
+from foldline.dispatcher.decode import decode_fold_messages
+from foldline.errors import ConflictError, FencedError, FoldTimeout, FormatError, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.metrics import DispatcherMetrics, new_registry
 from foldline.ports.event_log import EventLog, WriterLease
@@ -234,3 +237,43 @@ def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
 
 def test_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
     asyncio.run(case_a_stale_handoff_or_a_fenced_lease_sends_nothing())
+
+
+texts = st.text(max_size=20)
+text_blocks = texts.map(TextBlock)
+image_blocks = st.builds(
+    lambda n: ImageBlock(ImageRef("sha256:" + f"{n:064x}", "image/png", 10 + n, 3, 2)), st.integers(0, 99)
+)
+blocks = st.one_of(
+    text_blocks,
+    image_blocks,
+    st.builds(ToolCallBlock, texts, texts, texts),
+    st.builds(
+        ToolResultBlock, texts, st.lists(st.one_of(text_blocks, image_blocks), max_size=3).map(tuple), st.booleans()
+    ),
+)
+messages = st.builds(Message, st.sampled_from(["user", "assistant", "tool"]), st.lists(blocks, max_size=4).map(tuple))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages, max_size=6))
+def test_the_fast_fold_decoder_equals_the_core_decoder(batch: list[Message]) -> None:
+    raw = tuple(encode_message(m) for m in batch)
+    assert decode_fold_messages(raw) == tuple(decode_message(m) for m in raw) == tuple(batch)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"role":"user","content":[{"type":"text","text":"x","extra":1}]}',
+        b'{"role":"robot","content":[]}',
+        b'{"role":"tool","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":1}]}',
+        b'{"role":"user","content":[{"type":"text"',
+    ],
+)
+def test_the_fast_fold_decoder_rejects_what_the_core_rejects(raw: bytes) -> None:
+    with pytest.raises((FormatError, ValueError)) as core:
+        decode_message(raw)
+    with pytest.raises((FormatError, ValueError)) as fast:
+        decode_fold_messages((encode_message(Message("user", ())), raw))
+    assert (type(fast.value), str(fast.value)) == (type(core.value), str(core.value))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import log_commands, ops_commands, run_commands, session_commands
+from . import dispatcher_commands, log_commands, ops_commands, run_commands, session_commands
 
 app = typer.Typer(
     name="foldline",
@@ -17,6 +17,7 @@ log_commands.register(app)
 run_commands.register(app)
 ops_commands.register(app)
 session_commands.register(app)
+dispatcher_commands.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

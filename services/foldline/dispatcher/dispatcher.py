@@ -51,6 +51,7 @@ from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from ..ports.step_dispatch import DispatchOutcome, StepHandoff
 from ..providers.base import Provider, ProviderResponse
+from .decode import decode_fold_messages
 
 __all__ = ["DispatchResult", "Dispatcher", "QUARANTINE_RECOVERY", "request_from_fold"]
 
@@ -72,7 +73,7 @@ def request_from_fold(state: FoldState) -> GenerateOptions:
             f"session {state.session_id!r}: the fold at seq {state.applied_seq} has no request/header; "
             "a step boundary always follows one — rebuild the fold from the log (foldline projector --rebuild)"
         )
-    return mark_loop_request(build_request(state.decoded_messages(), header))
+    return mark_loop_request(build_request(decode_fold_messages(state.messages), header))
 
 
 @dataclass(frozen=True, slots=True)
