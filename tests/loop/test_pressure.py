@@ -35,7 +35,7 @@ from foldline.core.events import (
 )
 from foldline.core.projection import Session
 from foldline.demo import demo_png
-from foldline.errors import AttachmentCorrupt, ValidationError
+from foldline.errors import AttachmentCorrupt, AttachmentNotFound, ValidationError
 from foldline.loop import Agent, AgentOptions, ToolOutput, Toolset, is_loop_request
 from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy, relieve_pressure
@@ -142,6 +142,27 @@ def test_compaction_is_logged_replayable_and_costs_one_cache_drop() -> None:
     assert all(b'"tools"' not in b for b in one_shots)
     # after compaction the context is back under budget
     assert estimate_tokens(agent.session.derive_messages()) < 900 + 400
+    # the first request after each compaction is the only cache-read drop
+    firsts = {next(d for d, _ in _answered(events) if d > seq) for seq, _ in starts}
+    assert set(_drop_dispatches(events)) == firsts
+
+
+def _answered(events: Sequence[Envelope]) -> list[tuple[int, Usage]]:
+    """(seq of each request/dispatch, usage of the answer to it)."""
+    out = []
+    for i, e in enumerate(events):
+        if isinstance(e.data, RequestDispatch):
+            usage = next(
+                a.data.usage for a in events[i:] if isinstance(a.data, AssistantMessage) and a.data.usage is not None
+            )
+            out.append((e.seq, usage))
+    return out
+
+
+def _drop_dispatches(events: Sequence[Envelope]) -> list[int]:
+    """Requests that read less from the cache than the whole prompt of the request before them."""
+    answered = _answered(events)
+    return [d for (_, prev), (d, u) in itertools.pairwise(answered) if u.cache_read < prev.prompt_tokens]
 
 
 def test_summarize_request_is_not_a_loop_request() -> None:
@@ -292,12 +313,10 @@ def test_theorem_holds_and_every_cache_drop_is_explained(
     events = log.read("s")
     report = verify_events("s", events)
     assert report.ok, report.to_json()
-    dispatches = [e.seq for e in events if isinstance(e.data, RequestDispatch)]
-    usages = {e.seq: e.data.usage for e in events if isinstance(e.data, AssistantMessage) and e.data.usage is not None}
-    answered = [(d, next(u for s, u in usages.items() if s > d)) for d in dispatches]
-    for (d_prev, u_prev), (d, u) in itertools.pairwise(answered):
-        if u.cache_read < u_prev.prompt_tokens:
-            assert _explained_between(events, d_prev, d), f"unexplained cache-read drop at the request of seq {d}"
+    dispatches = [d for d, _ in _answered(events)]
+    for d in _drop_dispatches(events):
+        d_prev = dispatches[dispatches.index(d) - 1]
+        assert _explained_between(events, d_prev, d), f"unexplained cache-read drop at the request of seq {d}"
 
 
 # ---------------------------------------------------------------------------- images
@@ -331,6 +350,43 @@ def _corrupt(store: FilesystemAttachmentStore, attachment_id: str) -> None:
     path = store.root / "objects" / hexd[:2] / hexd
     path.chmod(0o644)
     path.write_bytes(demo_png(24, 12, 4))  # other bytes, same size class: no longer the digest's
+
+
+def test_a_missing_image_fails_before_sending_and_is_quarantined(tmp_path: Path) -> None:
+    store = FilesystemAttachmentStore(tmp_path)
+    log = MemoryEventLog()
+    agent, provider = make(log, fixed_emulator(), store=store)
+    meta = store.put(demo_png(24, 12, 5), "image/png")
+    hexd = meta.attachment_id.removeprefix("sha256:")
+    (store.root / "objects" / hexd[:2] / hexd).unlink()
+    with pytest.raises(AttachmentNotFound):
+        asyncio.run(agent.run_turn([TextBlock("look"), ImageBlock(meta.image_ref())]))
+    assert provider.bodies == []
+    events = log.read("s")
+    [quarantine] = [e.data for e in events if isinstance(e.data, AttachmentQuarantine)]
+    assert quarantine.attachment_id == meta.attachment_id
+    assert "AttachmentNotFound" in quarantine.failure
+    report = verify_events("s", events, store)
+    assert report.checked == 1
+    [reason] = [u.reason for u in report.unreconstructable]
+    assert reason.startswith(f"attachment {meta.attachment_id}")
+
+
+def test_a_corrupt_image_in_a_compacted_region_fails_the_summarize_call(tmp_path: Path) -> None:
+    store = FilesystemAttachmentStore(tmp_path)
+    log = MemoryEventLog()
+    agent, provider = make(log, fixed_emulator(), store=store)
+    meta = store.put(demo_png(24, 12, 6), "image/png")
+    asyncio.run(agent.run_turn([TextBlock("look"), ImageBlock(meta.image_ref())]))
+    run_turns(agent, ["more", "and more"])
+    _corrupt(store, meta.attachment_id)
+    sent = len(provider.bodies)
+    with pytest.raises(AttachmentCorrupt):
+        asyncio.run(relieve_pressure(agent, PressurePolicy(budget_tokens=50, keep_recent_tokens=10)))
+    assert len(provider.bodies) == sent
+    tail = [e.type for e in log.read("s")][-3:]
+    assert tail == ["compaction/start", "attachment/quarantine", "compaction/end"]
+    assert agent.session.rules.at_batch_boundary()
 
 
 def test_an_image_whose_bytes_no_longer_match_fails_before_sending_and_is_quarantined(tmp_path: Path) -> None:
