@@ -165,3 +165,13 @@ def test_loading_an_invalid_log_names_the_seq() -> None:
         Session("x", broken)
     assert info.value.seq == 9
     assert info.value.rule == "seq-gapless"
+
+
+@pytest.mark.parametrize(
+    "digest",
+    ["sha256:" + "A" * 64, "sha256:" + "g" * 64, "sha256:" + "a" * 63, "md5:" + "a" * 67, "sha256:" + "a" * 62 + "\n "],
+)
+def test_dispatch_digest_must_be_lowercase_sha256_hex(digest: str) -> None:
+    data = {"turn": 0, "step": 0, "serializer": "anthropic-messages", "serializerVersion": 1, "bytes": 1}
+    with pytest.raises(FormatError, match="64 lowercase hex digits"):
+        decode_event(_raw("request/dispatch", {**data, "digest": digest}, 3))

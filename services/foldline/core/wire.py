@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 LEGACY_TYPES: frozenset[str] = frozenset({"request/header-delta"})
+_HEX = "0123456789abcdef"
 
 
 # ---------------------------------------------------------------- to JSON
@@ -547,8 +548,9 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
             return RequestHeader(header_from_json(r, d.get("header"), p + ".header"), reason)  # type: ignore[arg-type]
         case "request/dispatch":
             digest = r.str_(d, "digest", p)
-            if not digest.startswith(codec.DIGEST_PREFIX) or len(digest) != 71:
-                r.fail("data.digest must be 'sha256:' + 64 hex digits")
+            hexpart = digest.removeprefix(codec.DIGEST_PREFIX)
+            if not digest.startswith(codec.DIGEST_PREFIX) or len(hexpart) != 64 or hexpart.strip(_HEX):
+                r.fail(f"data.digest must be 'sha256:' + 64 lowercase hex digits, got {digest[:80]!r}")
             return RequestDispatch(
                 r.int_(d, "turn", p),
                 r.int_(d, "step", p),
