@@ -71,7 +71,7 @@ class FoldStoreContract(abc.ABC):
         log = simple_log(turns=3, steps=2)
         store.apply(sid, _delta(log[:7]))
         result = store.apply(sid, _delta(log[3:]))  # seqs 3..6 were applied already
-        assert (result.status, result.applied_seq) == ("applied", len(log) - 1)
+        assert (result.status, result.applied_seq, result.previous_seq) == ("applied", len(log) - 1, 6)
         assert store.get(sid) == fold_state(Session(sid, log), epoch=1)
 
     def test_gap_is_reported_and_changes_nothing(self, store: FoldStore, sid: str) -> None:

@@ -22,11 +22,11 @@ Offsets are committed only by :meth:`SessionEventConsumer.commit`, after the cal
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ..core.events import Envelope
 from ..core.validation import LogRules
@@ -108,6 +108,8 @@ class SessionEventConsumer:
         log: EventLog | None = None,
         timeout_s: float = 10.0,
         client_config: Mapping[str, Any] | None = None,
+        on_assign: Callable[[Consumer, list[TopicPartition]], None] | None = None,
+        on_revoke: Callable[[Consumer, list[TopicPartition]], None] | None = None,
     ) -> None:
         self.topic = topic
         self.dlq_topic = dlq_topic(topic)
@@ -134,7 +136,12 @@ class SessionEventConsumer:
                     "message.timeout.ms": max(1000, int(timeout_s * 1000)),
                 }
             )
-            self._consumer.subscribe([topic])
+            callbacks: dict[str, Any] = {}
+            if on_assign is not None:
+                callbacks["on_assign"] = on_assign
+            if on_revoke is not None:
+                callbacks["on_revoke"] = on_revoke
+            self._consumer.subscribe([topic], **callbacks)
         except KafkaException as exc:
             raise StoreUnavailable(f"cannot start a consumer for {topic}: {exc}") from exc
         self._rules: dict[str, LogRules] = {}

@@ -39,7 +39,7 @@ class MemoryFoldStore(FoldStore):
                 header_seq,
                 messages,
             )
-            return ApplyResult("applied", delta.last_seq)
+            return ApplyResult("applied", delta.last_seq, previous_seq=applied)
 
     def put(self, state: FoldState) -> ApplyResult:
         with self._lock:

@@ -78,7 +78,7 @@ if epoch < e then epoch = e end
 if a == -1 then redis.call('HSET', KEYS[1], 'g', 0, 'r', 0) end
 redis.call('HSET', KEYS[1], 'a', last, 'e', epoch)
 if ARGV[6] == '1' then redis.call('RPUSH', KEYS[3], 'a:' .. (a + 1) .. ':' .. last) end
-return {'applied', last}
+return {'applied', last, -1, a}
 """
 )
 
@@ -286,8 +286,9 @@ def _result(reply: Any) -> ApplyResult:
     if raw not in ("applied", "duplicate", "gap", "fenced"):
         raise StoreUnavailable(f"the fold script answered {reply!r}")
     status = raw  # type: ignore[assignment]
-    expected = _int(reply[2]) if len(reply) > 2 else None
-    return ApplyResult(status, _int(reply[1]), expected)
+    expected = _int(reply[2]) if len(reply) > 2 and _int(reply[2]) >= 0 else None
+    previous = _int(reply[3]) if len(reply) > 3 else None
+    return ApplyResult(status, _int(reply[1]), expected, previous)
 
 
 def _unavailable(url: str, what: str, exc: Exception) -> StoreUnavailable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import dispatcher_commands, log_commands, ops_commands, run_commands, session_commands
+from . import dispatcher_commands, log_commands, ops_commands, projector_commands, run_commands, session_commands
 
 app = typer.Typer(
     name="foldline",
@@ -18,6 +18,7 @@ run_commands.register(app)
 ops_commands.register(app)
 session_commands.register(app)
 dispatcher_commands.register(app)
+projector_commands.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

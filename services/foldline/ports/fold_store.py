@@ -46,6 +46,7 @@ class ApplyResult:
     status: ApplyStatus
     applied_seq: int  # the store's applied seq after the call
     expected_seq: int | None = None  # for a gap: the seq the store needed next
+    previous_seq: int | None = None  # for an apply: the applied seq before it (events past it were new)
 
 
 class FoldStore(abc.ABC):
