@@ -22,6 +22,8 @@ exactly like in a loop step.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -38,6 +40,7 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.header import CallConfig
+from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ConfigError
 
@@ -97,11 +100,41 @@ def quarantine_event(exc: AttachmentError) -> AttachmentQuarantine:
     return AttachmentQuarantine(exc.attachment_id, f"{type(exc).__name__}: {exc}", QUARANTINE_RECOVERY)
 
 
+class _RunningEstimate:
+    """``estimate_tokens`` of a session's messages, kept up to date in O(new messages) per step.
+
+    A message list is only appended to while its surface generation lives (a replace builds a new list),
+    so the running total is valid while the backing list is the same object and has not shrunk.
+    """
+
+    __slots__ = ("count", "items", "total")
+
+    def __init__(self) -> None:
+        self.items: object = None
+        self.count = 0
+        self.total = 0
+
+    def of(self, messages: Sequence[Message]) -> int:
+        items = messages.backing_list() if isinstance(messages, MessageSequence) else None
+        if items is None or items is not self.items or len(messages) < self.count:
+            self.items, self.count, self.total = items, 0, 0
+        for i in range(self.count, len(messages)):
+            self.total += cc.message_tokens(messages[i])
+        self.count = len(messages)
+        return self.total
+
+
+_ESTIMATES: weakref.WeakKeyDictionary[Agent, _RunningEstimate] = weakref.WeakKeyDictionary()
+
+
 async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureAction | None:
     """Trim or compact when the context is over budget; None when nothing was (or could be) done."""
     session = agent.session
     messages = session.derive_messages()
-    estimate = cc.estimate_tokens(messages)
+    running = _ESTIMATES.get(agent)
+    if running is None:
+        running = _ESTIMATES[agent] = _RunningEstimate()
+    estimate = running.of(messages)
     if estimate <= policy.budget_tokens:
         return None
     trims: list[cc.Trim] = []
