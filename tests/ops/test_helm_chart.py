@@ -1,0 +1,179 @@
+"""helm/foldline: lint, render, validate every manifest against Kubernetes and CRD schemas, one rule source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import KUBE_VERSION, REPO, DeployTools, run
+
+CHART = REPO / "helm" / "foldline"
+RULE_FILE = REPO / "deploy" / "prometheus" / "rules" / "foldline.rules.yml"
+MONITORING = "monitoring.coreos.com/v1"
+
+VARIANTS: dict[str, list[str]] = {
+    "defaults": [],
+    "autoscaled, existing secret, real providers": [
+        "--set", "projector.autoscaling.enabled=true",
+        "--set", "dispatcher.autoscaling.enabled=true",
+        "--set", "secret.existingSecret=foldline-credentials",
+        "--set", "dispatcher.anthropicUrl=https://api.anthropic.com",
+        "--set", "dispatcher.openaiUrl=https://api.openai.com",
+        "--set", "dispatcher.invariant=false",
+        "--set", "config.s3Endpoint=http://minio:9000",
+        "--set", "config.extraEnv.FOLDLINE_FOLD_PREFIX=prod:fold:",
+    ],
+    "no operator objects, no PDBs, dispatcher only": [
+        "--set", "serviceMonitor.enabled=false",
+        "--set", "prometheusRule.enabled=false",
+        "--set", "projector.enabled=false",
+        "--set", "dispatcher.podDisruptionBudget.enabled=false",
+    ],
+}  # fmt: skip
+
+
+def render(tools: DeployTools, *args: str) -> list[dict[str, Any]]:
+    done = run(tools.helm, "template", "fl", CHART, "--namespace", "agents", "--kube-version", KUBE_VERSION, *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_helm_lint_strict(deploy_tools: DeployTools) -> None:
+    done = run(deploy_tools.helm, "lint", "--strict", CHART, "--kube-version", KUBE_VERSION)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_rendered_manifest_is_valid(deploy_tools: DeployTools, variant: str, tmp_path: Path) -> None:
+    docs = render(deploy_tools, *VARIANTS[variant])
+    core = [d for d in docs if d["apiVersion"] != MONITORING]
+    operator = [d for d in docs if d["apiVersion"] == MONITORING]
+    manifest = tmp_path / "core.yaml"
+    manifest.write_text(yaml.safe_dump_all(core))
+    done = run(
+        deploy_tools.kubeconform, "-strict", "-summary", "-output", "json",
+        "-kubernetes-version", KUBE_VERSION, "-schema-location", deploy_tools.schema_location, manifest,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report["summary"] == {"valid": len(core), "invalid": 0, "errors": 0, "skipped": 0}, report
+    if operator:
+        done = run(
+            deploy_tools.node, REPO / "deploy" / "local" / "validate-crds.mjs", deploy_tools.crd_models,
+            stdin=json.dumps(operator),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count(": valid") == len(operator), done.stdout
+
+
+def test_validators_reject_broken_manifests(deploy_tools: DeployTools, tmp_path: Path) -> None:
+    """The validation above can fail: a misspelt field and a bad rule duration are caught."""
+    [deployment, *_] = by_kind(render(deploy_tools), "Deployment")
+    deployment["spec"]["replica"] = 3
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(yaml.safe_dump(deployment))
+    done = run(
+        deploy_tools.kubeconform, "-strict", "-kubernetes-version", KUBE_VERSION,
+        "-schema-location", deploy_tools.schema_location, manifest,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "additional properties 'replica' not allowed" in done.stdout
+    [rule] = by_kind(render(deploy_tools), "PrometheusRule")
+    rule["spec"]["groups"][1]["rules"][0]["for"] = "a minute"
+    done = run(
+        deploy_tools.node, REPO / "deploy" / "local" / "validate-crds.mjs", deploy_tools.crd_models,
+        stdin=json.dumps([rule]),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "INVALID" in done.stdout
+
+
+def test_values_schema_rejects_bad_values(deploy_tools: DeployTools) -> None:
+    for bad, message in (
+        (["--set", "metrics.port=80"], "/metrics/port"),
+        (["--set", "dispatcher.replicaz=2"], "replicaz"),
+        (["--set", "config.backend=embedded"], "/config/backend"),
+        (["--set", "secret.redisUrl=localhost:6379"], "/secret/redisUrl"),
+    ):
+        done = run(deploy_tools.helm, "template", "fl", CHART, "--kube-version", KUBE_VERSION, *bad)
+        assert done.returncode != 0, bad
+        assert "values don't meet the specifications of the schema" in done.stderr
+        assert message in done.stderr, done.stderr
+
+
+def test_prometheus_rule_is_the_rule_file(deploy_tools: DeployTools) -> None:
+    link = CHART / "files" / "foldline.rules.yml"
+    assert link.is_symlink(), "helm/foldline/files/foldline.rules.yml must link to the rule file, not copy it"
+    assert link.resolve() == RULE_FILE.resolve()
+    [rule] = by_kind(render(deploy_tools), "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(RULE_FILE.read_text())
+    assert rule["metadata"]["labels"]["app.kubernetes.io/name"] == "foldline"
+    [labelled] = by_kind(render(deploy_tools, "--set", "prometheusRule.labels.release=kube-prom"), "PrometheusRule")
+    assert labelled["metadata"]["labels"]["release"] == "kube-prom"
+    assert labelled["spec"] == rule["spec"]
+
+
+def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) -> None:
+    docs = render(deploy_tools, "--set", "metrics.port=9500")
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind(docs, "Deployment")}
+    assert set(deployments) == {"projector", "dispatcher"}
+    assert deployments["projector"]["spec"]["replicas"] == 3
+    assert deployments["dispatcher"]["spec"]["replicas"] == 2
+    for name, d in deployments.items():
+        [c] = d["spec"]["template"]["spec"]["containers"]
+        assert c["command"] == ["foldline"]
+        assert c["args"][:2] == [name, "--backend"]
+        assert c["args"][c["args"].index("--metrics-port") + 1] == "9500"
+        assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"
+        assert c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert c["resources"]["limits"]
+        assert c["resources"]["requests"]
+        assert list(c["envFrom"]) == [
+            {"configMapRef": {"name": "fl-foldline"}},
+            {"secretRef": {"name": "fl-foldline"}},
+        ]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    [config] = by_kind(docs, "ConfigMap")
+    assert config["data"]["FOLDLINE_BACKEND"] == "distributed"
+    [secret] = by_kind(docs, "Secret")
+    assert set(secret["stringData"]) == {"FOLDLINE_REDIS_URL"}  # empty credentials are not rendered
+    services = by_kind(docs, "Service")
+    assert {s["spec"]["selector"]["app.kubernetes.io/component"] for s in services} == {"projector", "dispatcher"}
+    assert all(s["spec"]["ports"][0]["name"] == "metrics" for s in services)
+    [monitor] = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchExpressions"][0]["values"] == ["projector", "dispatcher"]
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    assert sorted(p["spec"]["maxUnavailable"] for p in pdbs) == [1, 1]
+    assert not by_kind(docs, "HorizontalPodAutoscaler")
+
+
+def test_autoscaling_and_an_existing_secret(deploy_tools: DeployTools) -> None:
+    docs = render(deploy_tools, *VARIANTS["autoscaled, existing secret, real providers"])
+    hpas = by_kind(docs, "HorizontalPodAutoscaler")
+    assert sorted(h["spec"]["scaleTargetRef"]["name"] for h in hpas) == [
+        "fl-foldline-dispatcher",
+        "fl-foldline-projector",
+    ]
+    for d in by_kind(docs, "Deployment"):
+        assert "replicas" not in d["spec"]  # the HPA owns it
+        [c] = d["spec"]["template"]["spec"]["containers"]
+        assert {"secretRef": {"name": "foldline-credentials"}} in c["envFrom"]
+    assert not by_kind(docs, "Secret")
+    [dispatcher] = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("dispatcher")]
+    args = dispatcher["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--anthropic-url") + 1] == "https://api.anthropic.com"
+    assert "--no-invariant" in args
+    [config] = by_kind(docs, "ConfigMap")
+    assert config["data"]["FOLDLINE_S3_ENDPOINT"] == "http://minio:9000"
