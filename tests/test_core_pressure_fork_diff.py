@@ -67,6 +67,12 @@ def test_compaction_never_cuts_between_a_call_and_its_result() -> None:
         assert end >= 1
         assert msgs[end + 1].role != "tool"
     assert plan_compaction(msgs[:2], keep_recent_tokens=1) is None
+    # a region no larger than the summary could be is not worth a cache miss
+    span = plan_compaction(msgs, keep_recent_tokens=1)
+    assert span is not None
+    region = estimate_tokens(msgs[: span[1] + 1])
+    assert plan_compaction(msgs, keep_recent_tokens=1, min_region_tokens=region - 1) == span
+    assert plan_compaction(msgs, keep_recent_tokens=1, min_region_tokens=region) is None
 
 
 def test_trims_pick_old_large_results_and_keep_the_call_id() -> None:

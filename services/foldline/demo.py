@@ -34,6 +34,8 @@ from .verify import VerifyReport, verify_events
 
 if TYPE_CHECKING:
     from .metrics import LoopMetrics
+    from .ports.event_log import EventLog
+    from .ports.step_dispatch import StepDispatcher
 
 __all__ = ["DemoResult", "SessionResult", "demo_png", "demo_toolset", "print_demo", "run_demo", "run_demo_cli"]
 
@@ -118,7 +120,7 @@ def demo_toolset() -> Toolset:
 
 
 #: The budget ``demo-000`` runs under: with the default 24 steps it compacts once or twice.
-DEMO_PRESSURE = PressurePolicy(budget_tokens=800, keep_recent_tokens=250, trim_over_tokens=None)
+DEMO_PRESSURE = PressurePolicy(budget_tokens=800, keep_recent_tokens=250, trim_over_tokens=None, summary_max_tokens=256)
 
 
 @dataclass
@@ -184,6 +186,7 @@ async def run_session(
     *,
     pressure: PressurePolicy | None = None,
     image: bool = False,
+    dispatcher: StepDispatcher | None = None,
 ) -> SessionResult:
     from .providers.base import Provider
 
@@ -195,6 +198,7 @@ async def run_session(
         tools=demo_toolset(),
         archive_requests=True,
         pressure=pressure,
+        dispatcher=dispatcher,
     )
     agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
     if metrics is not None:
@@ -236,6 +240,7 @@ async def run_fork(
     make_provider: Callable[[], object],
     on_step: Callable[[], None],
     metrics: LoopMetrics | None = None,
+    dispatcher: StepDispatcher | None = None,
 ) -> SessionResult:
     """Fork the parent at the end of its middle step, then continue the child with a new loop instance."""
     from .loop.fork import fork_session
@@ -245,7 +250,7 @@ async def run_fork(
     ends = [e.seq for e in events if isinstance(e.data, StepEnd)]
     at = ends[(len(ends) - 1) // 2]
     fork_session(stores.log, done.id, at, child_id)
-    result = await run_session(child_id, stores, steps, make_provider, on_step, metrics)
+    result = await run_session(child_id, stores, steps, make_provider, on_step, metrics, dispatcher=dispatcher)
     result.note = f"fork of {done.id} at seq {at} (its step/end), continued here"
     return result
 
@@ -258,18 +263,21 @@ def run_demo(
     steps: int,
     quiet: bool,
     metrics: LoopMetrics | None = None,
+    dispatcher_for: Callable[[EventLog], StepDispatcher] | None = None,
 ) -> DemoResult:
     from .providers.emulated import emulated_provider_factory
 
     if metrics is not None:  # every append is measured; the session ids never become labels
         from .metrics import MeteredEventLog
 
-        stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments)
+        stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments, stores.folds)
     make_provider = emulated_provider_factory()
     ids = [f"demo-{i:03d}" for i in range(sessions)]
     fork_id = ids.pop() if sessions >= 4 else None
 
     async def main(progress: Progress | None) -> list[SessionResult]:
+        # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
+        dispatcher = dispatcher_for(stores.log) if dispatcher_for is not None else None
         task = progress.add_task("agent steps", total=sessions * steps) if progress else None
 
         def tick() -> None:
@@ -287,13 +295,19 @@ def run_demo(
                     metrics,
                     pressure=DEMO_PRESSURE if i == 0 else None,
                     image=i == 1,
+                    dispatcher=dispatcher,
                 )
             )
             for i, sid in enumerate(ids)
         ]
         if fork_id is not None:
-            runs.append(asyncio.ensure_future(run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics)))
-        return list(await asyncio.gather(*runs))
+            fork = run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics, dispatcher)
+            runs.append(asyncio.ensure_future(fork))
+        try:
+            return list(await asyncio.gather(*runs))
+        finally:
+            if dispatcher is not None:
+                await dispatcher.aclose()
 
     if quiet:
         results = asyncio.run(main(None))
@@ -316,12 +330,21 @@ def run_demo_cli(
     fresh: bool,
     quiet: bool,
     metrics: LoopMetrics | None = None,
+    projectors: int = 1,
+    dispatchers: int = 0,
 ) -> DemoResult:
     config = Config.from_env(data_dir, backend)
     if fresh and config.backend == "embedded" and config.data_dir.exists():
         shutil.rmtree(config.data_dir)
     stores = open_stores(config)
     try:
+        if config.backend == "distributed":
+            from .dispatcher.pipeline import distributed_pipeline
+
+            with distributed_pipeline(config, stores, projectors=projectors, dispatchers=dispatchers) as pipeline:
+                return run_demo(
+                    stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, pipeline.dispatcher_for
+                )
         return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
     finally:
         stores.close()

@@ -158,7 +158,11 @@ def resume(
             )
         config = folded.config.with_overrides(model=model) if model else folded.config
         provider = emulated_provider("anthropic" if config.provider == "anthropic" else "openai")
-        policy = PressurePolicy(budget, keep_recent_tokens=budget // 3) if budget else None
+        policy = (
+            PressurePolicy(budget, keep_recent_tokens=budget // 3, summary_max_tokens=max(64, budget // 4))
+            if budget
+            else None
+        )
         options = AgentOptions(config=config, system=folded.system, tools=demo_toolset(), pressure=policy)
         agent = Agent(session, stores.log, provider, options, attachments=stores.attachments)
         records: list[StepRecord] = []

@@ -160,16 +160,19 @@ def plan_trims(
 # ---------------------------------------------------------------------------- compaction
 
 
-def plan_compaction(messages: Sequence[Message], *, keep_recent_tokens: int) -> tuple[int, int] | None:
+def plan_compaction(
+    messages: Sequence[Message], *, keep_recent_tokens: int, min_region_tokens: int = 0
+) -> tuple[int, int] | None:
     """The inclusive surface range ``(0, end)`` to summarize, or None when nothing is worth compacting.
 
     The kept part starts at a user or assistant entry (a tool result stays with its call), holds at least
-    ``keep_recent_tokens``, and the range covers at least two entries.
+    ``keep_recent_tokens``, and the range covers at least two entries estimated above
+    ``min_region_tokens`` (a region no larger than its summary could be is not worth a cache miss).
     """
     cut = recent_start(messages, keep_recent_tokens)
     while cut > 0 and messages[cut].role == "tool":
         cut -= 1
-    if cut < 2:
+    if cut < 2 or estimate_tokens(messages[:cut]) <= min_region_tokens:
         return None
     return (0, cut - 1)
 

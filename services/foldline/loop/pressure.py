@@ -147,7 +147,9 @@ async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureActi
             keep_chars=policy.trim_keep_chars,
         )
     saved = sum(t.saved_tokens for t in trims)
-    span = cc.plan_compaction(messages, keep_recent_tokens=policy.keep_recent_tokens)
+    span = cc.plan_compaction(
+        messages, keep_recent_tokens=policy.keep_recent_tokens, min_region_tokens=policy.summary_max_tokens
+    )
     if trims and (estimate - saved <= policy.budget_tokens or span is None):
         first = session.next_seq
         agent._append(
