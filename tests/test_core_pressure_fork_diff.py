@@ -171,6 +171,8 @@ def test_fork_seed_between_steps_closes_the_turn_and_records_lineage() -> None:
     check_log(seed)
     assert lineage(seed) == SessionEndSeed("parent", cut + 1)
     assert lineage(events) is None
+    grandchild = fork_seed(seed, "child", len(seed) - 1, 456)
+    assert lineage(grandchild) == SessionEndSeed("child", len(seed))
 
 
 def test_fork_override_before_any_header_is_refused() -> None:

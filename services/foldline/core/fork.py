@@ -121,8 +121,11 @@ def fork_seed(
 
 
 def lineage(events: Sequence[Envelope]) -> SessionEndSeed | None:
-    """The ``session/end-seed`` of a fork child (its parent and seed length), or None."""
-    for e in events:
+    """The ``session/end-seed`` of a fork child (its parent and seed length), or None.
+
+    A fork of a fork holds its ancestors' end-seeds inside its prefix; the last one is its own.
+    """
+    for e in reversed(events):
         if isinstance(e.data, SessionEndSeed):
             return e.data
     return None
