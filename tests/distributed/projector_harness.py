@@ -1,0 +1,229 @@
+"""Shared by the projector tests and benchmarks/bench_projector.py: session logs to write, parallel writers,
+fold comparisons and subprocess workers against the real local Kafka and Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from confluent_kafka.admin import AdminClient
+
+from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.core import Envelope
+from foldline.core.fold import FoldState, fold_state
+from foldline.core.projection import Session
+from tests.factories import LogBuilder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def session_log(index: int, n_events: int) -> list[Envelope]:
+    """A valid session log of exactly ``n_events`` events (header, turns with tool rounds), ~200 bytes each."""
+    b = LogBuilder().header()
+    turn = 0
+    while len(b.events) < n_events + 20:
+        b.turn(turn, f"session {index} question {turn}: " + "context " * 12, steps=3)
+        turn += 1
+    events = b.events[:n_events]
+    # cut at a point the log rules accept: a prefix of a valid log is valid
+    return events
+
+
+def chunks(events: Sequence[Envelope], size: int) -> list[list[Envelope]]:
+    return [list(events[i : i + size]) for i in range(0, len(events), size)]
+
+
+def write_sessions(
+    bootstrap: str,
+    topic: str,
+    logs: dict[str, list[Envelope]],
+    *,
+    batch: int,
+    partitions: int,
+    threads: int = 8,
+    pause_s: float = 0.0,
+    stop: threading.Event | None = None,
+) -> int:
+    """Append every log in batches of ``batch`` events with ``threads`` writers; returns events written.
+
+    Sessions are interleaved (round robin over a writer's sessions), so every partition keeps receiving
+    events for the whole run.
+    """
+    ids = sorted(logs)
+    shares = [ids[k::threads] for k in range(threads)]
+    written = [0] * threads
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        log = KafkaEventLog(bootstrap, topic=topic, partitions=partitions, max_writers=1024)
+        try:
+            pending = {sid: chunks(logs[sid], batch) for sid in shares[k]}
+            pos = dict.fromkeys(shares[k], 0)
+            while pending:
+                for sid in list(pending):
+                    if stop is not None and stop.is_set():
+                        return
+                    part = pending[sid].pop(0)
+                    log.append(sid, pos[sid], part)
+                    pos[sid] += len(part)
+                    written[k] += len(part)
+                    if not pending[sid]:
+                        del pending[sid]
+                    if pause_s:
+                        time.sleep(pause_s)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            log.close()
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return sum(written)
+
+
+def fresh_fold(log: KafkaEventLog, session_id: str, epoch: int) -> FoldState:
+    return fold_state(Session(session_id, log.read(session_id)), epoch)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def all_applied(store: RedisFoldStore, heads: dict[str, int]) -> bool:
+    seqs = store.applied_seqs(list(heads))
+    return all(seqs[sid] >= head - 1 for sid, head in heads.items())
+
+
+def journal_problems(journal: list[str], head: int, *, rebuilds_allowed: bool = False) -> list[str]:
+    """Check that the change journal applies every seq in ``0..head-1`` exactly once (``p:`` = rebuild)."""
+    problems: list[str] = []
+    applied = -1
+    for entry in journal:
+        kind, *nums = entry.split(":")
+        if kind == "a":
+            first, last = int(nums[0]), int(nums[1])
+            if first != applied + 1:
+                problems.append(f"{entry} after seq {applied}: {'skipped' if first > applied + 1 else 'applied twice'}")
+            applied = last
+        elif kind == "p":
+            if not rebuilds_allowed:
+                problems.append(f"unexpected rebuild {entry}")
+            applied = max(applied, int(nums[0]))
+    if applied != head - 1:
+        problems.append(f"journal ends at seq {applied}, the log at {head - 1}")
+    return problems
+
+
+@dataclass
+class Topic:
+    bootstrap: str
+    name: str
+    partitions: int
+
+    def log(self, **kwargs: object) -> KafkaEventLog:
+        return KafkaEventLog(self.bootstrap, topic=self.name, partitions=self.partitions, **kwargs)  # type: ignore[arg-type]
+
+
+@contextmanager
+def kafka_topic(bootstrap: str, partitions: int, label: str = "projector") -> Iterator[Topic]:
+    name = f"test.{label}.{uuid.uuid4().hex[:10]}"
+    try:
+        yield Topic(bootstrap, name, partitions)
+    finally:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        existing = admin.list_topics(timeout=10).topics
+        doomed = [t for t in (name, name + ".index", name + ".dlq") if t in existing]
+        if doomed:
+            for fut in admin.delete_topics(doomed, operation_timeout=10).values():
+                fut.result(timeout=20)
+
+
+def drop_prefix(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
+    except redis.RedisError:
+        pass  # a private server that is already gone
+    finally:
+        client.close()
+
+
+@dataclass
+class WorkerProcess:
+    """``foldline projector`` as a child process (the shipped entry point, not a test double)."""
+
+    args: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[str] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def start(self, ready_timeout_s: float = 60.0) -> WorkerProcess:
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "foldline.projector", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+        )
+        ready = threading.Event()
+        proc = self.proc
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.lines.append(line)
+                if line.startswith("projector ready"):
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(ready_timeout_s):
+            self.kill()
+            stderr = proc.stderr.read() if proc.stderr is not None else ""
+            raise AssertionError(f"projector did not report ready in {ready_timeout_s:g}s: {stderr[-2000:]}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs (the crash the tests are about)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self) -> str:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            _out, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _out, err = self.proc.communicate()
+        return err
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO), env.get("PYTHONPATH", "")])
+    env.update(extra or {})
+    return env
