@@ -193,7 +193,7 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
     events: list[EventData] = [
         CompactionSummary(summary, config.provider, config.model, policy.summary_max_tokens, response.usage),
         UserMessage(
-            f"u{session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
+            f"u{agent.session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
         ),
         CompactionEnd(),
     ]
