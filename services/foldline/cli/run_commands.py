@@ -179,13 +179,28 @@ def demo(
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = "127.0.0.1",
     metrics_linger: MetricsLingerOpt = 0.0,
+    projectors: Annotated[
+        int, typer.Option("--projectors", min=1, help="Backend distributed: projector processes to start.")
+    ] = 1,
+    dispatchers: Annotated[
+        int,
+        typer.Option("--dispatchers", min=0, help="Backend distributed: dispatcher processes (0 = one in-process)."),
+    ] = 0,
 ) -> None:
     """The main job: N concurrent scripted agent sessions with tools against the local emulator."""
     from ..demo import print_demo, run_demo_cli
 
     with metrics_endpoint(metrics_port, metrics_host, metrics_linger) as metrics:
         result = run_demo_cli(
-            data_dir=data_dir, backend=backend, sessions=sessions, steps=steps, fresh=fresh, quiet=json, metrics=metrics
+            data_dir=data_dir,
+            backend=backend,
+            sessions=sessions,
+            steps=steps,
+            fresh=fresh,
+            quiet=json,
+            metrics=metrics,
+            projectors=projectors,
+            dispatchers=dispatchers,
         )
         if json:
             sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")

@@ -93,3 +93,7 @@ class StepDispatcher(Protocol):
     async def dispatch(self, handoff: StepHandoff) -> DispatchOutcome:
         """Build, check, log, send and log the answer of one step; raise a FoldlineError on failure."""
         ...
+
+    async def aclose(self) -> None:
+        """Release connections and provider clients."""
+        ...
