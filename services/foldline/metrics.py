@@ -23,7 +23,8 @@ Public API::
     projector.set_lag(events=..., seconds=..., partition="0")
     projector.seq_gap(); projector.fenced_write(); projector.duplicate(n); projector.fold_rebuilt()
 
-    dispatcher = DispatcherMetrics(registry)         # has .loop (a LoopMetrics on the same registry)
+    dispatcher = DispatcherMetrics(registry)         # has .loop (a LoopMetrics on the same registry,
+                                                     # or pass loop=... to share an in-process loop's)
     dispatcher.dispatch_latency(provider, model, seconds)
     dispatcher.fold_wait(seconds)                    # waiting for the fold to reach the boundary
     dispatcher.dispatch_error(kind)                  # e.g. "ProviderError", "FoldWaitTimeout"
@@ -375,9 +376,12 @@ class ProjectorMetrics:
 class DispatcherMetrics:
     """A dispatcher process: request latency and errors; ``.loop`` records the steps it completes."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, loop: LoopMetrics | None = None) -> None:
+        """``loop``: share the loop metrics of an in-process loop on the same registry (else new ones)."""
         self.registry = registry
-        self.loop = LoopMetrics(registry)
+        if loop is not None and loop.registry is not registry:
+            raise ValueError("DispatcherMetrics(loop=...) must share the dispatcher's registry")
+        self.loop = loop if loop is not None else LoopMetrics(registry)
         self.dispatch_seconds = Histogram(
             "dispatch_duration_seconds",
             "Step boundary to response appended, per provider and model.",

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from foldline.core.content import Usage
 from foldline.errors import MetricsServerError, ProviderError
-from foldline.metrics import DispatcherMetrics, ProjectorMetrics, new_registry, serve
+from foldline.metrics import DispatcherMetrics, LoopMetrics, ProjectorMetrics, new_registry, serve
 
 
 def get(url: str) -> tuple[int, str]:
@@ -111,3 +111,12 @@ def test_projector_and_dispatcher_recorders_over_http() -> None:
     assert got[("foldline_step_cache_read_ratio_bucket", (("le", "0.9"), *pm))] == 1  # 900 / 1000
     assert got[("foldline_cache_read_drops_total", (("cause", "unexplained"),))] == 0
     assert not any(name.endswith("_created") for name, _ in got)
+
+
+def test_a_dispatcher_can_share_an_in_process_loops_metrics() -> None:
+    registry = new_registry(process=False)
+    loop = LoopMetrics(registry)
+    dispatcher = DispatcherMetrics(registry, loop=loop)
+    assert dispatcher.loop is loop
+    with pytest.raises(ValueError, match="share the dispatcher's registry"):
+        DispatcherMetrics(new_registry(process=False), loop=loop)
