@@ -22,7 +22,7 @@ from foldline.providers.base import Serializer
 from foldline.providers.framing import IncrementalBody
 from foldline.providers.openai import OpenAIChatSerializer
 
-from .helpers import PNG_3X2, TOOLS, MemoryAttachmentStore
+from .helpers import TOOLS, MemoryAttachmentStore, image_block
 
 SERIALIZERS: list[Serializer] = [AnthropicMessagesSerializer(), OpenAIChatSerializer()]
 
@@ -66,8 +66,7 @@ steps = st.lists(
 @given(steps)
 def test_cached_body_equals_full_serialization(plan: list[tuple[list[int], str]]) -> None:
     store = MemoryAttachmentStore()
-    ref = store.put(PNG_3X2, "image/png")
-    image = ImageBlock(ref)
+    image = image_block(store)
     for serializer in SERIALIZERS:
         body_cache = IncrementalBody(serializer)
         items: list[Message] = []
@@ -92,8 +91,9 @@ def test_cached_body_equals_full_serialization(plan: list[tuple[list[int], str]]
 @pytest.mark.parametrize("serializer", SERIALIZERS, ids=lambda s: s.name)
 def test_corrupted_image_in_cached_prefix_still_fails(serializer: Serializer) -> None:
     store = MemoryAttachmentStore()
-    ref = store.put(PNG_3X2, "image/png")
-    items = [Message("user", (TextBlock("see"), ImageBlock(ref))), Message("assistant", (TextBlock("ok"),))]
+    image = image_block(store)
+    ref = image.image
+    items = [Message("user", (TextBlock("see"), image)), Message("assistant", (TextBlock("ok"),))]
     header = _header(1)
     body_cache = IncrementalBody(serializer)
     for extra in range(3):
