@@ -1,0 +1,161 @@
+"""Issue 7, end to end: an image object corrupted IN S3 stops the request before anything is sent.
+
+The session runs on the distributed stores (real Kafka log, Redis folds fed by a real projector worker,
+SeaweedFS S3) with an in-process dispatcher. After a first turn that shows the model an image, the image's
+object is overwritten in S3 through boto3 directly (same length and metadata, different bytes). The next
+turn — whose request carries the image in its history — must fail with AttachmentCorrupt before the
+provider sees anything, log `attachment/quarantine`, and `foldline verify` must report that step as
+unreconstructable with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.adapters.s3_attachments import S3AttachmentStore
+from foldline.cli.main import app
+from foldline.core import CallConfig
+from foldline.core.content import ImageBlock, TextBlock
+from foldline.core.events import AttachmentQuarantine, RequestDispatch, StepStart, TurnEnd
+from foldline.demo import demo_png
+from foldline.dispatcher import Dispatcher
+from foldline.errors import AttachmentCorrupt
+from foldline.loop import Agent, AgentOptions
+from foldline.projector import WorkerSettings, start_worker
+from foldline.providers.emulated import emulated_provider
+from foldline.providers.emulator import Emulator, ToolLoopScript
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
+
+CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
+SYSTEM = "You look at images and answer briefly. " * 120
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is unset: run `bash deploy/local/up.sh` and `source .local/env.sh`")
+    return value
+
+
+@pytest.fixture
+def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    run = uuid.uuid4().hex[:10]
+    out = {
+        "FOLDLINE_KAFKA_TOPIC": f"test.quarantine.{run}",
+        "FOLDLINE_FOLD_PREFIX": f"test:qfold:{run}:",
+        "FOLDLINE_S3_BUCKET": f"foldline-quar-{run}",
+    }
+    for key, value in out.items():
+        monkeypatch.setenv(key, value)
+    s3 = boto3.session.Session().client("s3", endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
+    s3.create_bucket(Bucket=out["FOLDLINE_S3_BUCKET"])
+    yield out
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out["FOLDLINE_S3_BUCKET"]):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=out["FOLDLINE_S3_BUCKET"], Key=obj["Key"])
+    s3.delete_bucket(Bucket=out["FOLDLINE_S3_BUCKET"])
+    s3.close()
+    from confluent_kafka.admin import AdminClient
+
+    topic = out["FOLDLINE_KAFKA_TOPIC"]
+    admin = AdminClient({"bootstrap.servers": _env("FOLDLINE_KAFKA_BOOTSTRAP")})
+    doomed = [t for t in (topic, topic + ".index", topic + ".dlq") if t in admin.list_topics(timeout=10).topics]
+    if doomed:
+        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
+            fut.result(timeout=20)
+    r = redis.Redis.from_url(_env("FOLDLINE_REDIS_URL"))
+    for key in r.scan_iter(match=out["FOLDLINE_FOLD_PREFIX"] + "*", count=1000):
+        r.delete(key)
+    r.close()
+
+
+def test_an_image_corrupted_in_s3_is_quarantined_before_sending(names: dict[str, str], tmp_path: Path) -> None:
+    bootstrap, redis_url = _env("FOLDLINE_KAFKA_BOOTSTRAP"), _env("FOLDLINE_REDIS_URL")
+    topic, prefix, bucket = names["FOLDLINE_KAFKA_TOPIC"], names["FOLDLINE_FOLD_PREFIX"], names["FOLDLINE_S3_BUCKET"]
+    log = KafkaEventLog(bootstrap, topic=topic)
+    folds = RedisFoldStore(redis_url, prefix=prefix)
+    attachments = S3AttachmentStore(bucket, endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
+    log.sessions()  # creates the topics the projector subscribes to
+    projector = start_worker(
+        WorkerSettings(bootstrap=bootstrap, topic=topic, group=f"{topic}.p", redis_url=redis_url, redis_prefix=prefix)
+    )
+    emulator = Emulator(ToolLoopScript(tool_steps=0))
+    try:
+        projector.wait_ready(60)
+
+        async def run() -> tuple[int, int]:
+            dispatcher = Dispatcher(
+                log,
+                folds,
+                {"anthropic": emulated_provider(emulator=emulator)},
+                attachments=attachments,
+                fold_timeout_s=20,
+            )
+            try:
+                options = AgentOptions(CONFIG, system=SYSTEM, dispatcher=dispatcher)
+                agent = Agent("q-1", log, emulated_provider(emulator=emulator), options, attachments=attachments)
+                meta = attachments.put(demo_png(32, 24, 7), "image/png")
+                await agent.run_turn([TextBlock("What does this chart show?"), ImageBlock(meta.image_ref())])
+                sent_before = emulator.requests
+
+                # corrupt the object in S3 behind the store's back: same length, same metadata, other bytes
+                s3 = attachments.client
+                key = attachments.key_of(meta.attachment_id)
+                head = s3.head_object(Bucket=bucket, Key=key)
+                original = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+                corrupted = original[:-8] + bytes(b ^ 0xFF for b in original[-8:])
+                s3.put_object(
+                    Bucket=bucket, Key=key, Body=corrupted, Metadata=head["Metadata"], ContentType=head["ContentType"]
+                )
+
+                resumed = Agent("q-1", log, emulated_provider(emulator=emulator), options, attachments=attachments)
+                with pytest.raises(AttachmentCorrupt, match=meta.attachment_id):
+                    await resumed.run_turn("And what changed since last week?")
+                return sent_before, emulator.requests
+            finally:
+                await dispatcher.aclose()
+
+        sent_before, sent_after = asyncio.run(run())
+        assert sent_before >= 1
+        assert sent_after == sent_before  # the emulator received nothing for the failed step
+
+        events = log.read("q-1")
+        quarantined = [(e.seq, e.data) for e in events if isinstance(e.data, AttachmentQuarantine)]
+        assert len(quarantined) == 1
+        q_seq, q = quarantined[0]
+        assert q.failure.startswith("AttachmentCorrupt")
+        assert "re-upload" in q.recovery
+        step = next(e.data for e in reversed(events[:q_seq]) if isinstance(e.data, StepStart))
+        assert isinstance(step, StepStart)
+        assert not any(isinstance(e.data, RequestDispatch) for e in events[q_seq:])
+        assert isinstance(events[-1].data, TurnEnd)
+        assert events[-1].data.reason == "error"
+    finally:
+        projector.stop()
+        folds.close()
+        attachments.close()
+        log.close()
+
+    res = CliRunner().invoke(app, ["verify", "q-1", "--json", "--backend", "distributed", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    assert report["mismatched"] == []
+    flagged = {u["seq"]: u for u in report["unreconstructable"]}
+    assert flagged[q_seq]["turn"] == step.turn
+    assert flagged[q_seq]["step"] == step.step
+    reason = flagged[q_seq]["reason"]
+    assert reason.startswith("attachment sha256:")
+    assert "AttachmentCorrupt" in reason
