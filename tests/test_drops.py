@@ -328,5 +328,53 @@ def test_loop_metrics_refuse_an_unknown_cause_and_a_missing_history() -> None:
     with pytest.raises(ValueError, match="unknown drop cause"):
         metrics.cache_read_drop("anthropic", "m", "gremlins")
     events = StepLog().step(0, 100).valid()
-    with pytest.raises(ValueError, match="no history"):
+    with pytest.raises(ValueError, match="no history was given"):
         metrics.observe_events("s", events[3:])
+
+
+class ReadCountingLog(MemoryEventLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int | None]] = []
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        self.reads.append((from_seq, to_seq))
+        return super().read(session_id, from_seq, to_seq)
+
+
+def test_two_writers_each_count_their_own_appends_and_read_only_the_gaps() -> None:
+    """A loop process writes turns, a dispatcher process writes requests and answers (the distributed path)."""
+    events = (
+        StepLog().step(0, 1100, tool=True).step(1100, 60).header("change", "Other.").step(10, 1200).step(5, 100).valid()
+    )
+    inner = ReadCountingLog()
+    loop_registry, dispatcher_registry = CollectorRegistry(), CollectorRegistry()
+    loop_log = MeteredEventLog(inner, LoopMetrics(loop_registry))
+    dispatcher_log = MeteredEventLog(inner, LoopMetrics(dispatcher_registry))
+
+    def by_dispatcher(e: Envelope) -> bool:
+        return isinstance(e.data, RequestDispatch | AssistantMessage | ToolCall)
+
+    i = 0
+    while i < len(events):
+        j = i
+        while j < len(events) and by_dispatcher(events[j]) == by_dispatcher(events[i]):
+            j += 1
+        (dispatcher_log if by_dispatcher(events[i]) else loop_log).append("s", i, events[i:j])
+        i = j
+    reads = list(inner.reads)
+    assert inner.read("s") == events
+    assert all(to is not None and to > start for start, to in reads), reads  # gaps only, never from 0 again
+    # each event is read once, by the writer that did not append it (nobody reads the last batch, a step/end)
+    assert sorted(seq for start, to in reads if to is not None for seq in range(start, to)) == list(range(24))
+    pm = {"provider": "anthropic", "model": "claude-emulated"}
+    assert _sample(dispatcher_registry, "foldline_steps_total", **pm) == 4
+    assert _sample(loop_registry, "foldline_steps_total", **pm) == 0
+    assert _sample(dispatcher_registry, "foldline_step_cache_read_tokens_total", **pm) == 1115
+    expected = {"first-request": 1, "header-change": 1, "unexplained": 1}
+    for cause in DROP_CAUSES:
+        assert _sample(dispatcher_registry, "foldline_cache_read_drops_total", cause=cause) == expected.get(cause, 0)
+        assert _sample(loop_registry, "foldline_cache_read_drops_total", cause=cause) == 0
+    assert _sample(loop_registry, "foldline_request_header_snapshots_total", reason="initial") == 1
+    assert _sample(loop_registry, "foldline_request_header_snapshots_total", reason="change") == 1
+    assert _sample(dispatcher_registry, "foldline_request_header_snapshots_total", reason="change") == 0

@@ -242,31 +242,34 @@ class LoopMetrics:
         session_id: str,
         envelopes: Sequence[Envelope],
         *,
-        history: Callable[[], Sequence[Envelope]] | None = None,
+        history: Callable[[int, int], Sequence[Envelope]] | None = None,
         capacity: int = 4096,
     ) -> None:
-        """Derive every loop metric from events just appended to ``session_id`` (in seq order).
+        """Derive every loop metric from events this process just appended to ``session_id`` (in seq order).
 
         Step usage is labelled with the provider/model of the header in force; drops are classified
-        by :class:`foldline.core.drops.DropTracker`. When this session has not been seen yet and its
-        first envelope is not seq 0, ``history`` must return the events before it (the tracker is
-        rebuilt from them without counting them again). The session id never becomes a label.
+        by :class:`foldline.core.drops.DropTracker`, kept per session (the ``capacity`` most recent).
+        Events written by other processes in between (e.g. a dispatcher's answers, another loop's
+        turns) are read with ``history(from_seq, to_seq)`` — only the missing range, or the whole
+        prefix for a session not tracked yet — and only advance the tracker: whoever appended them
+        counts them. Without ``history`` such a gap is an error. The session id never becomes a label.
         """
         if not envelopes:
             return
+        first = envelopes[0].seq
         with self._lock:
             tracker = self._trackers.get(session_id)
-            if tracker is None or tracker.next_seq != envelopes[0].seq:
+            if tracker is None or tracker.next_seq > first:
                 tracker = DropTracker(session_id)
-                if envelopes[0].seq != 0:
-                    if history is None:
-                        raise ValueError(
-                            f"session {session_id!r}: events start at seq {envelopes[0].seq} but no history was "
-                            "given to rebuild the drop tracker from"
-                        )
-                    for _ in tracker.feed(history()):
-                        pass
-                self._trackers[session_id] = tracker
+            if tracker.next_seq < first:
+                if history is None:
+                    raise ValueError(
+                        f"session {session_id!r}: events start at seq {first} but seq {tracker.next_seq}.. were not "
+                        "observed and no history was given to read them from"
+                    )
+                for _ in tracker.feed(history(tracker.next_seq, first)):
+                    pass  # counted by the process that appended them
+            self._trackers[session_id] = tracker
             self._trackers.move_to_end(session_id)
             while len(self._trackers) > capacity:
                 self._trackers.popitem(last=False)
@@ -450,7 +453,7 @@ class MeteredEventLog(EventLog):
     ) -> int:
         head = self.inner.append(session_id, expected_seq, events, lease=lease)
         batch = list(events)
-        self.metrics.observe_events(session_id, batch, history=lambda: self.inner.read(session_id, 0, expected_seq))
+        self.metrics.observe_events(session_id, batch, history=lambda a, b: self.inner.read(session_id, a, b))
         return head
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
