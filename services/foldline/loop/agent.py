@@ -369,12 +369,14 @@ class Agent:
             )
         answer = answers[0]
         response = ProviderResponse(answer.content, answer.usage or Usage(), answer.stop_reason or "other")
+        closing: list[EventData] = []  # the tool results and step/end, in one append as in a local step
         for call in (b for b in answer.content if isinstance(b, ToolCallBlock)):
             output = await self.options.tools.call(call.name, call.arguments)
-            self._append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            closing.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
             if output.additional_context:
                 self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
-        self._append(StepEnd(turn, step))
+        closing.append(StepEnd(turn, step))
+        self._append(*closing)
         self._step_open = False
         record = StepRecord(turn, step, outcome.dispatch_seq, outcome.digest, response.usage, reason)
         for listener in self.step_listeners:
