@@ -156,10 +156,14 @@ async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None
     log = ProjectingLog(folds)
     log.paused = True  # no projector
     emulator = Emulator()
-    dispatcher = Dispatcher(log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=0.2)
+    metrics = DispatcherMetrics(new_registry(process=False))
+    dispatcher = Dispatcher(
+        log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=0.2, metrics=metrics
+    )
     with pytest.raises(FoldTimeout, match="projector"):
         await run_session(log, "s-t", dispatcher, emulator)
     await dispatcher.aclose()
+    assert metrics.registry.get_sample_value("foldline_dispatch_errors_total", {"kind": "FoldTimeout"}) == 1
     events = log.read("s-t")
     assert emulator.requests == 0
     assert not any(isinstance(e.data, RequestDispatch) for e in events)
@@ -172,7 +176,8 @@ async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> N
     log = ProjectingLog(folds)
     log.paused = True
     emulator = Emulator()
-    dispatcher = dispatcher_for(log, folds, emulator)
+    metrics = DispatcherMetrics(new_registry(process=False))
+    dispatcher = dispatcher_for(log, folds, emulator, metrics=metrics)
     agent = Agent("s-x", log, emulated_provider(emulator=emulator), AgentOptions(CONFIG, system=SYSTEM))
     agent.options.dispatcher = dispatcher
 
@@ -192,6 +197,8 @@ async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> N
     await dispatcher.aclose()
     assert emulator.requests == 0
     assert not any(isinstance(e.data, RequestDispatch) for e in log.read("s-x"))
+    assert metrics.registry.get_sample_value("foldline_dispatch_errors_total", {"kind": "InvariantViolation"}) == 1
+    assert metrics.registry.get_sample_value("foldline_invariant_violations_total") == 1
 
 
 async def case_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
