@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,65 @@ def test_kafka_demo_metrics_equal_the_log(tmp_path: Path, monkeypatch: pytest.Mo
     doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic)]
     for fut in admin.delete_topics(doomed, operation_timeout=10).values():
         fut.result(timeout=20)
+
+
+@pytest.fixture
+def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A topic, fold key prefix and S3 bucket of this test only, removed afterwards."""
+    names = {
+        "FOLDLINE_KAFKA_BOOTSTRAP": os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP", ""),
+        "FOLDLINE_REDIS_URL": os.environ.get("FOLDLINE_REDIS_URL", ""),
+        "FOLDLINE_S3_ENDPOINT": os.environ.get("FOLDLINE_S3_ENDPOINT", ""),
+    }
+    unset = [k for k, v in names.items() if not v]
+    if unset:
+        pytest.fail(f"{', '.join(unset)} unset: run `bash deploy/local/up.sh` and `source .local/env.sh`")
+    run = uuid.uuid4().hex[:10]
+    env = {
+        "FOLDLINE_KAFKA_TOPIC": f"test.metrics.{run}",
+        "FOLDLINE_FOLD_PREFIX": f"test:metrics:{run}:",
+        "FOLDLINE_S3_BUCKET": f"foldline-metrics-{run}",
+    }
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    yield {**env, **names}
+
+    import boto3
+    import redis
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": names["FOLDLINE_KAFKA_BOOTSTRAP"]})
+    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(env["FOLDLINE_KAFKA_TOPIC"])]
+    if doomed:
+        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
+            fut.result(timeout=20)
+    r = redis.Redis.from_url(names["FOLDLINE_REDIS_URL"])
+    for key in r.scan_iter(match=env["FOLDLINE_FOLD_PREFIX"] + "*", count=1000):
+        r.delete(key)
+    r.close()
+    s3 = boto3.session.Session().client("s3", endpoint_url=names["FOLDLINE_S3_ENDPOINT"])
+    bucket = env["FOLDLINE_S3_BUCKET"]
+    if any(b["Name"] == bucket for b in s3.list_buckets().get("Buckets", [])):
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=obj["Key"])
+        s3.delete_bucket(Bucket=bucket)
+    s3.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+@pytest.mark.s3
+def test_distributed_demo_metrics_equal_the_log(distributed_env: dict[str, str], tmp_path: Path) -> None:
+    """loop → Kafka → projector process → Redis → dispatcher → emulator; the loop process exports the metrics."""
+    samples, result = run_demo_and_scrape(
+        ["--backend", "distributed", "--data-dir", str(tmp_path)], sessions=2, steps=4
+    )
+    assert all(s["verified"] for s in result["sessions"])
+    stores = open_stores(Config.from_env(tmp_path, "distributed"))
+    try:
+        events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
+    finally:
+        stores.close()
+    assert sorted(events) == ["demo-000", "demo-001"]
+    check_against_log(samples, events, steps=4)
