@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .core import codec
 from .core import compaction as cc
 from .core.events import (
     AttachmentQuarantine,
@@ -244,9 +245,18 @@ def _recheck_compaction(
         try:
             config = CallConfig(data.provider, data.model, max_tokens=data.max_tokens)
             request = cc.summarize_request(pending.region, config)
-            summarize_serializer(data.provider).serialize(request, attachments)
+            if data.serializer is not None and data.serializer_version is not None:
+                serializer = serializer_for(data.serializer, data.serializer_version)
+            else:
+                serializer = summarize_serializer(data.provider)
+            body = serializer.serialize(request, attachments)
         except (FoldlineError, ValueError) as exc:
             return pending, f"{where}: the summarize input cannot be rebuilt: {type(exc).__name__}: {exc}"
+        if data.input_digest is not None and codec.digest_bytes(body) != data.input_digest:
+            return pending, (
+                f"{where}: the rebuilt summarize body has digest {codec.digest_bytes(body)}, the log recorded "
+                f"{data.input_digest} for the body that was sent"
+            )
         return pending, None
     if isinstance(data, UserMessage):
         if data.surface_op != ReplaceOp(pending.start, pending.end):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import itertools
 from collections.abc import Sequence
@@ -212,6 +213,31 @@ def test_verify_flags_a_forged_compaction_replacement() -> None:
     assert any(
         "not the content derived from the logged compaction/summary" in u.reason for u in report.unreconstructable
     )
+
+
+def test_verify_proves_the_summarize_body_by_its_logged_digest() -> None:
+    log = MemoryEventLog()
+    agent, provider = make(log, fixed_emulator(), pressure=PressurePolicy(budget_tokens=600, keep_recent_tokens=200))
+    run_turns(agent, [f"q{i}" for i in range(4)])
+    events = log.read("s")
+    summaries = [e for e in events if isinstance(e.data, CompactionSummary)]
+    assert summaries
+    sent = {"sha256:" + hashlib.sha256(b).hexdigest() for b in provider.bodies}
+    for e in summaries:
+        assert isinstance(e.data, CompactionSummary)
+        assert (e.data.serializer, e.data.serializer_version) == ("anthropic-messages", 1)
+        assert e.data.input_digest in sent
+    target = summaries[0].seq
+    other = "sha256:" + "0" * 64
+    forged = [
+        Envelope(e.seq, e.time, dataclasses.replace(e.data, input_digest=other))
+        if e.seq == target and isinstance(e.data, CompactionSummary)
+        else e
+        for e in events
+    ]
+    report = verify_events("s", forged)
+    assert not report.ok
+    assert any("the rebuilt summarize body has digest" in u.reason for u in report.unreconstructable)
 
 
 def _forge(e: Envelope) -> Envelope:

@@ -168,12 +168,19 @@ class CompactionStart:
 
 @dataclass(frozen=True, slots=True)
 class CompactionSummary:
+    """The summarize one-shot's answer. ``serializer``/``serializer_version``/``input_digest`` name the exact
+    body that was sent (sha256 of its bytes), so ``foldline verify`` proves the rebuilt input byte for byte;
+    logs written before these fields existed are rechecked without that proof."""
+
     TYPE: ClassVar[str] = "compaction/summary"
     summary: str
     provider: str
     model: str
     max_tokens: int
     usage: Usage | None = None
+    serializer: str | None = None
+    serializer_version: int | None = None
+    input_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

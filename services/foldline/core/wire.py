@@ -211,6 +211,12 @@ def data_to_json(data: EventData) -> dict[str, Any]:
             }
             if data.usage is not None:
                 out["usage"] = usage_to_json(data.usage)
+            if data.serializer is not None:
+                out["serializer"] = data.serializer
+            if data.serializer_version is not None:
+                out["serializerVersion"] = data.serializer_version
+            if data.input_digest is not None:
+                out["inputDigest"] = data.input_digest
             return out
         case CompactionEnd():
             return {}
@@ -445,11 +451,19 @@ _FIELDS: dict[str, frozenset[str]] = {
     "request/dispatch": frozenset({"turn", "step", "serializer", "serializerVersion", "digest", "bytes"}),
     "session/end-seed": frozenset({"parentId", "seedLength"}),
     "compaction/start": frozenset({"start", "end", "estimatedTokens"}),
-    "compaction/summary": frozenset({"summary", "provider", "model", "maxTokens", "usage"}),
+    "compaction/summary": frozenset(
+        {"summary", "provider", "model", "maxTokens", "usage", "serializer", "serializerVersion", "inputDigest"}
+    ),
     "compaction/end": frozenset(),
     "attachment/quarantine": frozenset({"attachmentId", "failure", "recovery"}),
 }
 KNOWN_TYPES: frozenset[str] = frozenset(_FIELDS)
+
+
+def _check_digest(r: _Reader, digest: str, path: str) -> None:
+    hexpart = digest.removeprefix(codec.DIGEST_PREFIX)
+    if not digest.startswith(codec.DIGEST_PREFIX) or len(hexpart) != 64 or hexpart.strip(_HEX):
+        r.fail(f"{path} must be 'sha256:' + 64 lowercase hex digits, got {digest[:80]!r}")
 
 
 def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> EventData:
@@ -548,9 +562,7 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
             return RequestHeader(header_from_json(r, d.get("header"), p + ".header"), reason)  # type: ignore[arg-type]
         case "request/dispatch":
             digest = r.str_(d, "digest", p)
-            hexpart = digest.removeprefix(codec.DIGEST_PREFIX)
-            if not digest.startswith(codec.DIGEST_PREFIX) or len(hexpart) != 64 or hexpart.strip(_HEX):
-                r.fail(f"data.digest must be 'sha256:' + 64 lowercase hex digits, got {digest[:80]!r}")
+            _check_digest(r, digest, "data.digest")
             return RequestDispatch(
                 r.int_(d, "turn", p),
                 r.int_(d, "step", p),
@@ -565,12 +577,19 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
             return CompactionStart(r.int_(d, "start", p), r.int_(d, "end", p), r.int_(d, "estimatedTokens", p))
         case "compaction/summary":
             usage = usage_from_json(r, d["usage"], p + ".usage") if "usage" in d else None
+            input_digest = r.opt_str(d, "inputDigest", p)
+            if input_digest is not None:
+                _check_digest(r, input_digest, "data.inputDigest")
+            version = r.int_(d, "serializerVersion", p, 1) if "serializerVersion" in d else None
             return CompactionSummary(
                 r.str_(d, "summary", p),
                 r.str_(d, "provider", p),
                 r.str_(d, "model", p),
                 r.int_(d, "maxTokens", p, 1),
                 usage,
+                r.opt_str(d, "serializer", p),
+                version,
+                input_digest,
             )
         case "compaction/end":
             return CompactionEnd()

@@ -11,7 +11,8 @@ batch and therefore one cache miss:
   ``compaction/start {start, end, estimatedTokens}`` is appended, the summarize one-shot is built by pure
   code from the logged region (:func:`~foldline.core.compaction.summarize_request`), serialized with the
   loop's serializer (images resolved and verified through the store) and sent; then, in one batch,
-  ``compaction/summary {summary, provider, model, maxTokens, usage}``, the replacing ``user/message``
+  ``compaction/summary {summary, provider, model, maxTokens, usage, serializer, serializerVersion,
+  inputDigest}`` (the sha256 of the exact summarize body), the replacing ``user/message``
   (source ``compaction``, replace ``start..end`` listing every hidden event) and ``compaction/end``.
 
 The summarize request is never marked as a loop request, so the invariant companion and other observers
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ..core import codec
 from ..core import compaction as cc
 from ..core.content import TextBlock
 from ..core.events import (
@@ -181,7 +183,8 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
     first = session.next_seq
     agent._append(CompactionStart(start, end, estimate))
     try:
-        body = agent.provider.serializer.serialize(request, agent.attachments)
+        serializer = agent.provider.serializer
+        body = serializer.serialize(request, agent.attachments)
         response = await agent.provider.send(body)
     except AttachmentError as exc:
         agent._append(quarantine_event(exc), CompactionEnd())
@@ -191,7 +194,16 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
         raise
     summary = "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
     events: list[EventData] = [
-        CompactionSummary(summary, config.provider, config.model, policy.summary_max_tokens, response.usage),
+        CompactionSummary(
+            summary,
+            config.provider,
+            config.model,
+            policy.summary_max_tokens,
+            response.usage,
+            serializer.name,
+            serializer.version,
+            codec.digest_bytes(body),
+        ),
         UserMessage(
             f"u{agent.session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
         ),
