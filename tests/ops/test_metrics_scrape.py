@@ -131,28 +131,38 @@ def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
     check_against_log(samples, events, steps=6)
 
 
-@pytest.mark.kafka
-def test_kafka_demo_metrics_equal_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _delete_topics(bootstrap: str, prefix: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+    if doomed:
+        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
+            fut.result(timeout=20)
+
+
+@pytest.fixture
+def kafka_topic(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A topic (with its .index and .dlq) of this test only, deleted afterwards."""
     bootstrap = os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP")
     if not bootstrap:
         pytest.fail("FOLDLINE_KAFKA_BOOTSTRAP is not set: run `deploy/local/up.sh kafka` and `source .local/env.sh`")
     topic = f"test.metrics.{uuid.uuid4().hex[:10]}"
     monkeypatch.setenv("FOLDLINE_KAFKA_TOPIC", topic)
+    yield topic
+    _delete_topics(bootstrap, topic)
+
+
+@pytest.mark.kafka
+def test_kafka_demo_metrics_equal_the_log(kafka_topic: str, tmp_path: Path) -> None:
     samples, _ = run_demo_and_scrape(["--backend", "kafka", "--data-dir", str(tmp_path)], sessions=2, steps=4)
-    config = Config.from_env(tmp_path, "kafka")
-    stores = open_stores(config)
+    stores = open_stores(Config.from_env(tmp_path, "kafka"))
     try:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:
         stores.close()
     assert sorted(events) == ["demo-000", "demo-001"]
     check_against_log(samples, events, steps=4)
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topic)]
-    for fut in admin.delete_topics(doomed, operation_timeout=10).values():
-        fut.result(timeout=20)
 
 
 @pytest.fixture
@@ -178,13 +188,8 @@ def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
 
     import boto3
     import redis
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": names["FOLDLINE_KAFKA_BOOTSTRAP"]})
-    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(env["FOLDLINE_KAFKA_TOPIC"])]
-    if doomed:
-        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
-            fut.result(timeout=20)
+    _delete_topics(names["FOLDLINE_KAFKA_BOOTSTRAP"], env["FOLDLINE_KAFKA_TOPIC"])
     r = redis.Redis.from_url(names["FOLDLINE_REDIS_URL"])
     for key in r.scan_iter(match=env["FOLDLINE_FOLD_PREFIX"] + "*", count=1000):
         r.delete(key)
