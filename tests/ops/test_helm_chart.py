@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) ->
     for name, d in deployments.items():
         [c] = d["spec"]["template"]["spec"]["containers"]
         assert c["command"] == ["foldline"]
-        assert c["args"][:2] == [name, "--backend"]
+        assert c["args"][0] == name
         assert c["args"][c["args"].index("--metrics-port") + 1] == "9500"
         assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"
         assert c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
@@ -146,6 +147,7 @@ def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) ->
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
     [config] = by_kind(docs, "ConfigMap")
     assert config["data"]["FOLDLINE_BACKEND"] == "distributed"
+    assert config["data"]["FOLDLINE_KAFKA_PARTITIONS"] == "12"
     [secret] = by_kind(docs, "Secret")
     assert set(secret["stringData"]) == {"FOLDLINE_REDIS_URL"}  # empty credentials are not rendered
     services = by_kind(docs, "Service")
@@ -177,3 +179,13 @@ def test_autoscaling_and_an_existing_secret(deploy_tools: DeployTools) -> None:
     assert "--no-invariant" in args
     [config] = by_kind(docs, "ConfigMap")
     assert config["data"]["FOLDLINE_S3_ENDPOINT"] == "http://minio:9000"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_worker_command_lines_are_accepted_by_the_cli(deploy_tools: DeployTools, variant: str) -> None:
+    """Every option the chart passes exists (click rejects an unknown option even with --help)."""
+    foldline = Path(sys.executable).with_name("foldline")
+    for d in by_kind(render(deploy_tools, *VARIANTS[variant]), "Deployment"):
+        [c] = d["spec"]["template"]["spec"]["containers"]
+        done = run(foldline, *c["args"], "--help")
+        assert done.returncode == 0, f"{c['args']}: {done.stdout}{done.stderr}"

@@ -54,18 +54,22 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* The worker's command-line arguments after `foldline`. */}}
+{{/* The worker's command-line arguments after `foldline` (the backend and stores come from the ConfigMap). */}}
 {{- define "foldline.args" -}}
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
 {{- $c := index $root.Values $name -}}
 - {{ $name }}
-- --backend
-- {{ $root.Values.config.backend | quote }}
 - --metrics-port
 - {{ $root.Values.metrics.port | quote }}
 - --metrics-host
 - "0.0.0.0"
+{{- if eq $name "projector" }}
+- --group
+- {{ $c.group | quote }}
+- --max-batch
+- {{ $c.maxBatch | quote }}
+{{- end }}
 {{- if eq $name "dispatcher" }}
 - --concurrency
 - {{ $c.concurrency | quote }}
