@@ -8,6 +8,11 @@ invariant check and serialization: ``store.get(session)`` (one pipelined round t
 list), decode the header and the 200 messages, and build the frozen, marked loop request
 (:func:`~foldline.dispatcher.request_from_fold`).
 
+Two figures: **cold** — every message decoded, as for a dispatcher's first step of a session (this is the
+target row); **warm** — with the dispatcher's decode cache holding the session's messages, as for a
+dispatcher that served the session's previous step (the cache is keyed by the exact bytes fetched, so the
+fetch is still paid in full).
+
 Five rounds of 400 samples each; the figure is the median of the rounds' p99, with the spread (min..max)
 beside it, since this 2-core machine is shared.
 
@@ -25,6 +30,7 @@ from typing import Any
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.core.fold import FoldState, encode_header, encode_message
 from foldline.dispatcher import request_from_fold
+from foldline.dispatcher.decode import MessageCache
 
 from .bench_serialize import realistic_request
 
@@ -39,7 +45,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def measure(redis_url: str) -> dict[str, Any]:
+def measure(redis_url: str, *, warm: bool = False) -> dict[str, Any]:
     request = realistic_request()
     prefix = f"bench:fold:{uuid.uuid4().hex[:10]}:"
     store = RedisFoldStore(redis_url, prefix=prefix)
@@ -50,17 +56,18 @@ def measure(redis_url: str) -> dict[str, Any]:
         assert store.put(state).status == "applied"
         check = request_from_fold(store.get(session) or state)
         assert check.same_as(request), "the fold read back from Redis must build the same request"
+        cache = MessageCache() if warm else None
         p50s: list[float] = []
         p99s: list[float] = []
         for _ in range(ROUNDS):
             for _ in range(WARMUP):
-                request_from_fold(store.get(session) or state)
+                request_from_fold(store.get(session) or state, cache)
             samples: list[float] = []
             for _ in range(SAMPLES):
                 start = time.perf_counter()
                 fetched = store.get(session)
                 assert fetched is not None
-                request_from_fold(fetched)
+                request_from_fold(fetched, cache)
                 samples.append((time.perf_counter() - start) * 1000)
             samples.sort()
             p50s.append(_percentile(samples, 0.50))
@@ -83,19 +90,24 @@ def run() -> list[dict[str, Any]]:
         raise RuntimeError(
             "FOLDLINE_REDIS_URL is unset: run `bash deploy/local/up.sh redis` and `source .local/env.sh`"
         )
-    m = measure(url)
-    return [
-        {
-            "name": (
-                f"request from a Redis fold, 200 messages ({m['bytes'] / 1024:.0f} KB): fetch + decode + build, p99 "
-                f"(median of {ROUNDS} rounds; spread {m['p99_min']:.2f}..{m['p99_max']:.2f} ms; p50 {m['p50']:.2f} ms)"
-            ),
-            "value": round(m["p99"], 3),
-            "unit": "ms",
-            "target": f"<= {TARGET_P99_MS:.0f} ms",
-            "ok": m["p99"] <= TARGET_P99_MS,
-        }
-    ]
+    rows: list[dict[str, Any]] = []
+    for warm in (False, True):
+        m = measure(url, warm=warm)
+        what = "warm decode cache" if warm else "cold: every message decoded"
+        rows.append(
+            {
+                "name": (
+                    f"request from a Redis fold, 200 messages ({m['bytes'] / 1024:.0f} KB), {what}: fetch + decode + "
+                    f"build, p99 (median of {ROUNDS} rounds; spread {m['p99_min']:.2f}..{m['p99_max']:.2f} ms; "
+                    f"p50 {m['p50']:.2f} ms)"
+                ),
+                "value": round(m["p99"], 3),
+                "unit": "ms",
+                "target": f"<= {TARGET_P99_MS:.0f} ms",
+                "ok": m["p99"] <= TARGET_P99_MS,
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":

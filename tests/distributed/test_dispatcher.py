@@ -22,7 +22,7 @@ from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, To
 from foldline.core.fold import decode_message, encode_message, fold_delta, fold_state
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, StepHandoff
-from foldline.dispatcher.decode import decode_fold_messages
+from foldline.dispatcher.decode import MessageCache, decode_fold_messages
 from foldline.errors import ConflictError, FencedError, FoldTimeout, FormatError, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.metrics import DispatcherMetrics, new_registry
@@ -130,6 +130,7 @@ async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     assert (report.ok, report.checked) == (True, 6)
     labels = {"provider": "anthropic", "model": "claude-emulated"}
     assert metrics.registry.get_sample_value("foldline_dispatch_duration_seconds_count", labels) == 6
+    assert dispatcher.messages.hits > dispatcher.messages.misses  # later steps reuse decoded messages
 
 
 async def case_many_sessions_concurrently_keep_their_own_order() -> None:
@@ -267,6 +268,9 @@ messages = st.builds(Message, st.sampled_from(["user", "assistant", "tool"]), st
 def test_the_fast_fold_decoder_equals_the_core_decoder(batch: list[Message]) -> None:
     raw = tuple(encode_message(m) for m in batch)
     assert decode_fold_messages(raw) == tuple(decode_message(m) for m in raw) == tuple(batch)
+    cache = MessageCache(capacity=3)
+    assert cache.decode(raw) == cache.decode(raw) == cache.decode(raw[::-1])[::-1] == tuple(batch)
+    assert len(cache._entries) <= 3
 
 
 @pytest.mark.parametrize(

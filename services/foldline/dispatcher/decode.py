@@ -12,6 +12,7 @@ the raw log before anything is sent.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -20,7 +21,7 @@ from ..core.content import ContentBlock, TextBlock, ToolCallBlock, ToolResultBlo
 from ..core.fold import decode_message
 from ..core.projection import Message
 
-__all__ = ["decode_fold_messages"]
+__all__ = ["MessageCache", "decode_fold_messages"]
 
 _ROLES = frozenset({"user", "assistant", "tool"})
 
@@ -86,3 +87,44 @@ def decode_fold_messages(raw: tuple[bytes, ...]) -> tuple[Message, ...]:
             message = None
         out.append(message if message is not None else decode_message(m))  # the slow path names the problem
     return tuple(out)
+
+
+class MessageCache:
+    """Decoded fold messages by their exact bytes (an LRU of at most ``capacity`` messages).
+
+    Decoding is a pure function of the bytes, so equal bytes always decode to an equal message: a hit is
+    the same answer :func:`decode_fold_messages` would give. A dispatcher serving a session step after
+    step then decodes only the messages appended since its last step.
+    """
+
+    def __init__(self, capacity: int = 20_000) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[bytes, Message] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def decode(self, raw: tuple[bytes, ...]) -> tuple[Message, ...]:
+        entries = self._entries
+        out: list[Message] = []
+        missing: list[int] = []
+        for i, m in enumerate(raw):
+            hit = entries.get(m)
+            if hit is None:
+                missing.append(i)
+                out.append(_PLACEHOLDER)
+            else:
+                entries.move_to_end(m)
+                out.append(hit)
+        if missing:
+            decoded = decode_fold_messages(tuple(raw[i] for i in missing))
+            for i, message in zip(missing, decoded, strict=True):
+                out[i] = message
+                entries[raw[i]] = message
+            while len(entries) > self.capacity:
+                entries.popitem(last=False)
+        self.hits += len(raw) - len(missing)
+        self.misses += len(missing)
+        return tuple(out)
+
+
+_PLACEHOLDER = Message("user", ())

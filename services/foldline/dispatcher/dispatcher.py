@@ -51,7 +51,7 @@ from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from ..ports.step_dispatch import DispatchOutcome, StepHandoff
 from ..providers.base import Provider, ProviderResponse
-from .decode import decode_fold_messages
+from .decode import MessageCache, decode_fold_messages
 
 __all__ = ["DispatchResult", "Dispatcher", "QUARANTINE_RECOVERY", "request_from_fold"]
 
@@ -65,15 +65,18 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def request_from_fold(state: FoldState) -> GenerateOptions:
-    """The loop request a fold describes: its folded header and derived messages, frozen and marked."""
+def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> GenerateOptions:
+    """The loop request a fold describes: its folded header and derived messages, frozen and marked.
+
+    ``cache`` reuses messages decoded at earlier steps (same bytes, same message)."""
     header = state.decoded_header()
     if header is None:
         raise ReconstructionError(
             f"session {state.session_id!r}: the fold at seq {state.applied_seq} has no request/header; "
             "a step boundary always follows one — rebuild the fold from the log (foldline projector --rebuild)"
         )
-    return mark_loop_request(build_request(decode_fold_messages(state.messages), header))
+    messages = cache.decode(state.messages) if cache is not None else decode_fold_messages(state.messages)
+    return mark_loop_request(build_request(messages, header))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,8 @@ class Dispatcher:
 
     ``providers`` maps a call config's ``provider`` (``"anthropic"``, ``"openai"``) to its adapter.
     ``invariant`` (default on) rebuilds every request from the raw log before sending. ``fold_timeout_s``
-    bounds the wait for the fold; ``max_concurrency`` bounds steps in flight across sessions.
+    bounds the wait for the fold; ``max_concurrency`` bounds steps in flight across sessions;
+    ``decode_cache`` is how many decoded fold messages are kept for later steps.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Dispatcher:
         max_concurrency: int = 64,
         metrics: DispatcherMetrics | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        decode_cache: int = 20_000,
     ) -> None:
         if not providers:
             raise ConfigError("a dispatcher needs at least one provider adapter")
@@ -117,6 +122,7 @@ class Dispatcher:
         self.metrics = metrics
         self.clock = clock
         self.dispatched = 0
+        self.messages = MessageCache(decode_cache)  # decoded fold messages, reused across steps
         self._slots = asyncio.Semaphore(max_concurrency)
         self._sessions: dict[str, tuple[asyncio.Lock, int]] = {}  # per-session lock and its user count
         # fold waits block (the FoldStore port is synchronous); they get their own threads so a slow
@@ -150,7 +156,7 @@ class Dispatcher:
         started = time.perf_counter()
         try:
             state = await self._wait_for_fold(h)
-            request = request_from_fold(state)
+            request = request_from_fold(state, self.messages)
             if self.invariant is not None:
                 self.invariant.check(h.session_id, h.boundary, request)
             provider = self._provider_for(request.config)
