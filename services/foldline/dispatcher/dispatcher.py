@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..loop.invariant import InvariantCompanion
 from ..loop.registry import mark_loop_request
-from ..metrics import DispatcherMetrics
+from ..metrics import DispatcherMetrics, MeteredEventLog
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
@@ -113,6 +113,8 @@ class Dispatcher:
             raise ConfigError("a dispatcher needs at least one provider adapter")
         if max_concurrency < 1:
             raise ConfigError("max_concurrency must be at least 1")
+        if metrics is not None:  # steps, their usage and cache-read drops are counted from what it appends
+            log = MeteredEventLog(log, metrics.loop)
         self.log = log
         self.folds = folds
         self.providers = dict(providers)
@@ -194,7 +196,6 @@ class Dispatcher:
         self.dispatched += 1
         if self.metrics is not None:
             self.metrics.dispatch_latency(request.config.provider, request.config.model, time.perf_counter() - started)
-            self.metrics.loop.observe_step(request.config.provider, request.config.model, response.usage)
         return DispatchResult(h.session_id, h.boundary, digest, head, response)
 
     async def _wait_for_fold(self, h: StepHandoff) -> FoldState:

@@ -1,0 +1,97 @@
+"""A dispatcher counts the steps it answers, and their cache-read drops, from the log; the loop counts its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from foldline.adapters.memory_folds import MemoryFoldStore
+from foldline.adapters.memory_log import MemoryEventLog
+from foldline.core import CallConfig
+from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
+from foldline.core.events import Envelope, RequestHeader
+from foldline.core.fold import fold_delta, fold_state
+from foldline.core.projection import Session
+from foldline.dispatcher import Dispatcher
+from foldline.loop import Agent, AgentOptions, Toolset
+from foldline.metrics import DispatcherMetrics, LoopMetrics, MeteredEventLog, new_registry
+from foldline.ports.event_log import WriterLease
+from foldline.providers.emulated import emulated_provider
+from foldline.providers.emulator import Emulator, ToolLoopScript
+
+CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
+
+
+class FoldingLog(MemoryEventLog):
+    """An in-memory log that folds every append into a fold store right away, as a projector would."""
+
+    def __init__(self, folds: MemoryFoldStore) -> None:
+        super().__init__()
+        self.folds = folds
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        head = super().append(session_id, expected_seq, events, lease=lease)
+        delta = fold_delta(self.read(session_id, self.folds.applied_seq(session_id) + 1), 0)
+        if delta is None:
+            self.folds.put(fold_state(Session(session_id, self.read(session_id)), 0))
+        else:
+            assert self.folds.apply(session_id, delta).status == "applied"
+        return head
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def test_dispatcher_and_loop_metrics_split_the_log_between_them() -> None:
+    folds = MemoryFoldStore()
+    log = FoldingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=2))
+    dispatcher_metrics = DispatcherMetrics(new_registry(process=False))
+    loop_registry = new_registry(process=False)
+    loop_log = MeteredEventLog(log, LoopMetrics(loop_registry))
+    prompts = iter(["You are careful. " * 400, "You are careful. " * 400, "You are terse. " * 400])
+    system = {"text": next(prompts)}
+    toolset = Toolset()
+
+    @toolset.tool
+    def echo(text: str) -> str:
+        """Echo the text back."""
+        return text
+
+    async def main() -> None:
+        dispatcher = Dispatcher(
+            log, folds, {"anthropic": emulated_provider(emulator=emulator)}, metrics=dispatcher_metrics
+        )
+        options = AgentOptions(CONFIG, system=lambda: system["text"], tools=toolset, dispatcher=dispatcher)
+        agent = Agent("s-1", loop_log, emulated_provider(emulator=emulator), options)
+        for i in range(3):
+            await agent.run_turn(f"question {i}")
+            system["text"] = next(prompts, system["text"])  # the third turn renders another system prompt
+        await dispatcher.aclose()
+
+    asyncio.run(main())
+    events = log.read("s-1")
+    verdicts = classify_session("s-1", events)
+    assert len(verdicts) == 9
+    d = dispatcher_metrics.registry
+    pm = {"provider": "anthropic", "model": "claude-emulated"}
+    assert value(d, "foldline_steps_total", **pm) == 9
+    assert value(d, "foldline_step_cache_read_tokens_total", **pm) == sum(v.step.usage.cache_read for v in verdicts)
+    assert value(d, "foldline_step_cache_write_tokens_total", **pm) == sum(v.step.usage.cache_write for v in verdicts)
+    assert value(d, "foldline_dispatch_duration_seconds_count", **pm) == 9
+    drops = Counter(drop.cause for drop in session_drops("s-1", events))
+    assert drops["header-change"] == 1  # the new system prompt
+    for cause in DROP_CAUSES:
+        assert value(d, "foldline_cache_read_drops_total", cause=cause) == drops[cause], cause
+    headers = Counter(e.data.reason for e in events if isinstance(e.data, RequestHeader))
+    assert headers == {"initial": 1, "change": 1}
+    for reason, n in headers.items():  # the loop appended the headers, so the loop counts them
+        assert value(loop_registry, "foldline_request_header_snapshots_total", reason=reason) == n
+        assert value(d, "foldline_request_header_snapshots_total", reason=reason) == 0
+    assert value(loop_registry, "foldline_steps_total", **pm) == 0  # the dispatcher answered them
