@@ -93,6 +93,7 @@ def bench_throughput_and_memory(bootstrap: str, redis_url: str) -> list[dict[str
         for attempt in range(RUNS):
             rate, store, prefix = _fold_once(bootstrap, topic.name, redis_url, total)
             rates.append(rate)
+            print(f"  run {attempt + 1}: {rate:,.0f} events/s", flush=True)
             if attempt == 0:
                 for sid in logs:
                     state = store.get(sid)

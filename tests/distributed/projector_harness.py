@@ -3,6 +3,7 @@ fold comparisons and subprocess workers against the real local Kafka and Redis."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -146,8 +147,12 @@ class Topic:
 @contextmanager
 def kafka_topic(bootstrap: str, partitions: int, label: str = "projector") -> Iterator[Topic]:
     name = f"test.{label}.{uuid.uuid4().hex[:10]}"
+    topic = Topic(bootstrap, name, partitions)
+    creator = topic.log()  # the log creates its topics (events, index, dlq) on first use
+    creator.head("topic-creation")
+    creator.close()
     try:
-        yield Topic(bootstrap, name, partitions)
+        yield topic
     finally:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         existing = admin.list_topics(timeout=10).topics
@@ -227,3 +232,27 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "services"), str(REPO), env.get("PYTHONPATH", "")])
     env.update(extra or {})
     return env
+
+
+def env_or_fail(name: str) -> str:
+    import pytest
+
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"{name} is unset: run `bash deploy/local/up.sh` and `source .local/env.sh` (make test does both)")
+    return value
+
+
+def fold_mismatches(log: KafkaEventLog, store: RedisFoldStore, heads: dict[str, int], epoch: int) -> list[str]:
+    """Sessions whose fold differs from a fresh fold of their log (by field, for a readable failure)."""
+    bad: list[str] = []
+    for sid in heads:
+        fresh = fresh_fold(log, sid, epoch)
+        got = store.get(sid)
+        if got != fresh:
+            if got is None:
+                bad.append(f"{sid}: no fold")
+                continue
+            fields = [f.name for f in dataclasses.fields(FoldState) if getattr(got, f.name) != getattr(fresh, f.name)]
+            bad.append(f"{sid}: {', '.join(fields)} differ (applied {got.applied_seq}, log head {fresh.applied_seq})")
+    return bad

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from ..adapters.avro import AvroCodec
 from ..adapters.kafka_consumer import (
@@ -67,7 +68,7 @@ class WorkerSettings:
     redis_prefix: str = "foldline:fold:"
     partitions: int = 12  # the topic's partition count (checked by the event log)
     max_batch: int = 5000  # records per poll and per apply
-    poll_timeout_s: float = 0.05
+    poll_timeout_s: float = 0.01
     registry_url: str | None = None
     metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (0 picks a free port)
     metrics_host: str = "127.0.0.1"
@@ -147,6 +148,7 @@ class ProjectorWorker:
         """Consume, fold and acknowledge until :meth:`stop`; returns the totals."""
         self._start_metrics_server()
         try:
+            self._wait_for_topic()
             while not self._stop.is_set():
                 consumer = self._open_consumer()
                 try:
@@ -161,6 +163,22 @@ class ProjectorWorker:
         finally:
             self._shutdown()
         return self.totals
+
+    def _wait_for_topic(self) -> None:
+        """Block (not ready) until the topic exists: writers create it on first use."""
+        s = self.settings
+        admin = AdminClient({"bootstrap.servers": s.bootstrap, **s.client_config})
+        warned = False
+        while not self._stop.is_set():
+            try:
+                if s.topic in admin.list_topics(timeout=5.0).topics:
+                    return
+            except KafkaException as exc:
+                _LOG.warning("listing Kafka topics failed: %s", exc)
+            if not warned:
+                _LOG.warning("waiting for topic %s to exist (writers create it on their first append)", s.topic)
+                warned = True
+            self._stop.wait(0.5)
 
     def _consume(self, consumer: SessionEventConsumer) -> None:
         s = self.settings
