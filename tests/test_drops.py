@@ -38,6 +38,7 @@ from foldline.core.events import (
 )
 from foldline.core.header import HeaderReason
 from foldline.core.validation import LogRules
+from foldline.errors import StoreUnavailable
 from foldline.metrics import LoopMetrics, MeteredEventLog
 
 runner = CliRunner()
@@ -378,3 +379,32 @@ def test_two_writers_each_count_their_own_appends_and_read_only_the_gaps() -> No
     assert _sample(loop_registry, "foldline_request_header_snapshots_total", reason="initial") == 1
     assert _sample(loop_registry, "foldline_request_header_snapshots_total", reason="change") == 1
     assert _sample(dispatcher_registry, "foldline_request_header_snapshots_total", reason="change") == 0
+
+
+class FlakyReadLog(MemoryEventLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_reads = 0
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        if self.fail_reads:
+            self.fail_reads -= 1
+            raise StoreUnavailable("the broker did not answer in time")
+        return super().read(session_id, from_seq, to_seq)
+
+
+def test_a_metrics_failure_never_fails_a_durable_append(caplog: pytest.LogCaptureFixture) -> None:
+    events = StepLog().step(0, 1000).step(1000, 100).step(1100, 5).valid()
+    inner = FlakyReadLog()
+    registry = CollectorRegistry()
+    log = MeteredEventLog(inner, LoopMetrics(registry))
+    inner.append("s", 0, events[:6])  # written by another process: the metered log must read it
+    inner.fail_reads = 1
+    assert log.append("s", 6, events[6:12]) == 12  # durable, though its metrics could not be derived
+    assert _sample(registry, "foldline_metrics_observation_errors_total", kind="StoreUnavailable") == 1
+    assert "not recorded: StoreUnavailable" in caplog.text
+    assert log.append("s", 12, events[12:]) == len(events)  # re-reads the session, counts what it wrote
+    pm = {"provider": "anthropic", "model": "claude-emulated"}
+    assert _sample(registry, "foldline_steps_total", **pm) == 1
+    assert _sample(registry, "foldline_step_cache_read_tokens_total", **pm) == 1100
+    assert inner.read("s") == events

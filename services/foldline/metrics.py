@@ -43,6 +43,7 @@ successful append to a :class:`LoopMetrics`, so an embedded loop is measured wit
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -85,6 +86,7 @@ __all__ = [
     "serve",
 ]
 
+_log = logging.getLogger("foldline.metrics")
 NAMESPACE: Final = "foldline"
 CACHE_READ_RATIO_BUCKETS: Final = (0.0, 0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -182,6 +184,14 @@ class LoopMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.observation_errors = Counter(
+            "metrics_observation_errors",
+            "Appends whose metrics could not be derived (e.g. the log could not be read); the append itself "
+            "succeeded. By error type.",
+            ("kind",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
         self.attachment_errors = Counter(
             "attachment_errors",
             "Attachments that could not be used, by error type.",
@@ -234,6 +244,13 @@ class LoopMetrics:
 
     def attachment_error(self, kind: str) -> None:
         self.attachment_errors.labels(kind).inc()
+
+    def observation_failed(self, session_id: str, exc: BaseException) -> None:
+        """Deriving metrics from an append failed: count it, log it, and re-read the session next time."""
+        with self._lock:
+            self._trackers.pop(session_id, None)
+        self.observation_errors.labels(type(exc).__name__).inc()
+        _log.warning("metrics for an append to session %r not recorded: %s: %s", session_id, type(exc).__name__, exc)
 
     # ----------------------------------------------------------------- from the log
 
@@ -441,7 +458,9 @@ class MeteredEventLog(EventLog):
     """An :class:`EventLog` that feeds every successful append to :meth:`LoopMetrics.observe_events`.
 
     Reads, leases and errors pass through unchanged; a failed append records nothing, so the
-    counters only ever report what the log holds.
+    counters only ever report what the log holds. If deriving the metrics fails after a successful
+    append (the log could not be read for a gap), the append still succeeds: the failure is logged and
+    counted in ``foldline_metrics_observation_errors_total`` and the session is re-read next time.
     """
 
     def __init__(self, inner: EventLog, metrics: LoopMetrics) -> None:
@@ -452,8 +471,10 @@ class MeteredEventLog(EventLog):
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
     ) -> int:
         head = self.inner.append(session_id, expected_seq, events, lease=lease)
-        batch = list(events)
-        self.metrics.observe_events(session_id, batch, history=lambda a, b: self.inner.read(session_id, a, b))
+        try:
+            self.metrics.observe_events(session_id, events, history=lambda a, b: self.inner.read(session_id, a, b))
+        except Exception as exc:  # the events are durable: a metrics failure must not look like a failed append
+            self.metrics.observation_failed(session_id, exc)
         return head
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
