@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,15 @@ def test_the_worker_command_lines_are_accepted_by_the_cli(deploy_tools: DeployTo
         [c] = d["spec"]["template"]["spec"]["containers"]
         done = run(foldline, *c["args"], "--help")
         assert done.returncode == 0, f"{c['args']}: {done.stdout}{done.stderr}"
+
+
+def test_the_packaged_chart_carries_the_rule_file_itself(deploy_tools: DeployTools, tmp_path: Path) -> None:
+    done = run(deploy_tools.helm, "package", CHART, "--destination", tmp_path)
+    assert done.returncode == 0, done.stderr
+    [archive] = tmp_path.glob("foldline-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.getmember("foldline/files/foldline.rules.yml")
+        assert member.isfile()  # the link's target, not a link
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        assert extracted.read() == RULE_FILE.read_bytes()
