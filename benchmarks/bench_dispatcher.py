@@ -13,7 +13,7 @@ target row); **warm** — with the dispatcher's decode cache holding the session
 dispatcher that served the session's previous step (the cache is keyed by the exact bytes fetched, so the
 fetch is still paid in full).
 
-Five rounds of 400 samples each; the figure is the median of the rounds' p99, with the spread (min..max)
+Nine rounds of 400 samples each; the figure is the median of the rounds' p99, with the spread (min..max)
 beside it, since this 2-core machine is shared.
 
     source .local/env.sh && python -m benchmarks.bench_dispatcher
@@ -35,7 +35,7 @@ from foldline.dispatcher.decode import MessageCache
 from .bench_serialize import realistic_request
 
 TARGET_P99_MS = 2.0
-ROUNDS = 5
+ROUNDS = 9
 SAMPLES = 400
 WARMUP = 50
 

@@ -124,7 +124,13 @@ def dispatcher(
         if metrics_port is not None:
             registry = new_registry()
             metrics = DispatcherMetrics(registry)
-            server = serve(metrics_port, registry, host=metrics_host, ready=lambda: not stop.is_set())
+            folds = stores.folds
+            ping = getattr(folds, "ping", None)  # the Redis fold store answers a PING; ready = serving and reachable
+
+            def ready() -> bool:
+                return not stop.is_set() and (ping is None or bool(ping()))
+
+            server = serve(metrics_port, registry, host=metrics_host, ready=ready)
             err_console.print(f"metrics: {server.url}/metrics")
         err_console.print(f"dispatcher serving steps from {stream or DEFAULT_STREAM!r} (stop with SIGTERM or Ctrl-C)")
         answered = asyncio.run(main())
