@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from foldline.adapters.fs_attachments import FilesystemAttachmentStore
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
+from foldline.core.content import ImageBlock, TextBlock
 from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
-from foldline.core.events import Envelope, RequestHeader
+from foldline.core.events import AttachmentQuarantine, Envelope, RequestHeader
 from foldline.core.fold import fold_delta, fold_state
 from foldline.core.projection import Session
+from foldline.demo import demo_png
 from foldline.dispatcher import Dispatcher
+from foldline.errors import AttachmentNotFound
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.metrics import DispatcherMetrics, LoopMetrics, MeteredEventLog, new_registry
 from foldline.ports.event_log import WriterLease
@@ -95,3 +101,36 @@ def test_dispatcher_and_loop_metrics_split_the_log_between_them() -> None:
         assert value(loop_registry, "foldline_request_header_snapshots_total", reason=reason) == n
         assert value(d, "foldline_request_header_snapshots_total", reason=reason) == 0
     assert value(loop_registry, "foldline_steps_total", **pm) == 0  # the dispatcher answered them
+
+
+def test_an_attachment_failure_is_counted_once(tmp_path: Path) -> None:
+    """The dispatcher logs a quarantine and fails the step; the quarantine in the log is what is counted."""
+    folds = MemoryFoldStore()
+    log = FoldingLog(folds)
+    attachments = FilesystemAttachmentStore(tmp_path / "attachments")
+    emulator = Emulator(ToolLoopScript(tool_steps=0))
+    metrics = DispatcherMetrics(new_registry(process=False))
+
+    async def main() -> None:
+        dispatcher = Dispatcher(
+            log, folds, {"anthropic": emulated_provider(emulator=emulator)}, attachments=attachments, metrics=metrics
+        )
+        options = AgentOptions(CONFIG, system="You look at images. " * 100, dispatcher=dispatcher)
+        agent = Agent("s-2", log, emulated_provider(emulator=emulator), options, attachments=attachments)
+        meta = attachments.put(demo_png(16, 16, 3), "image/png")
+        await agent.run_turn([TextBlock("What is this?"), ImageBlock(meta.image_ref())])
+        for path in (tmp_path / "attachments").rglob("*"):
+            if path.is_file() and meta.attachment_id.split(":")[1] in path.name and not path.name.endswith(".json"):
+                path.unlink()
+        with pytest.raises(AttachmentNotFound):
+            await agent.run_turn("And now?")
+        await dispatcher.aclose()
+
+    asyncio.run(main())
+    assert [e.data.failure.split(":")[0] for e in log.read("s-2") if isinstance(e.data, AttachmentQuarantine)] == [
+        "AttachmentNotFound"
+    ]
+    r = metrics.registry
+    assert value(r, "foldline_attachment_errors_total", kind="AttachmentNotFound") == 1
+    assert value(r, "foldline_dispatch_errors_total", kind="AttachmentNotFound") == 1
+    assert value(r, "foldline_steps_total", provider="anthropic", model="claude-emulated") == 1
