@@ -27,7 +27,7 @@ Public API::
                                                      # or pass loop=... to share an in-process loop's)
     dispatcher.dispatch_latency(provider, model, seconds)
     dispatcher.fold_wait(seconds)                    # waiting for the fold to reach the boundary
-    dispatcher.dispatch_error(kind)                  # e.g. "ProviderError", "FoldWaitTimeout"
+    dispatcher.dispatch_error(kind)                  # e.g. "ProviderError", "FoldTimeout"
     dispatcher.fenced_write()
     dispatcher.attachment_error(kind); dispatcher.invariant_violation()
 
@@ -38,7 +38,8 @@ Public API::
     instrument_agent(agent, loop)                    # ... and its invariant violations
 
 :class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog` and feeds every
-successful append to a :class:`LoopMetrics`, so an embedded loop is measured without touching it.
+successful append to a :class:`LoopMetrics`, so a loop is measured without touching it; a
+:class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way.
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ class LoopMetrics:
                 self.header_snapshot(data.reason)
             elif isinstance(data, CompactionEnd):
                 self.compaction()
-            elif isinstance(data, ToolResult) and isinstance(data.surface_op, ReplaceOp):
+            elif isinstance(data, ToolResult) and isinstance(op := data.surface_op, ReplaceOp) and op.start == op.end:
                 self.trim()
             elif isinstance(data, AttachmentQuarantine):
                 self.attachment_error(data.failure.split(":", 1)[0] or "unknown")
