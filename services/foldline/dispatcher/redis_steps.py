@@ -145,6 +145,12 @@ async def serve_steps(
             await pipe.execute()
         answered += 1
 
+    def finished(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the step ran but its reply could not be written (Redis lost): the loop gets DispatchTimeout
+            _LOG.error("could not answer a handed-off step: %r", task.exception())
+
     try:
         try:
             await r.xgroup_create(stream, group, id="0", mkstream=True)
@@ -161,7 +167,7 @@ async def serve_steps(
                 for entry_id, fields in batch:
                     task = asyncio.create_task(handle(entry_id, fields))
                     in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
+                    task.add_done_callback(finished)
         if in_flight:
             await asyncio.gather(*in_flight)
     except RedisError as exc:
