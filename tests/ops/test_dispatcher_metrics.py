@@ -19,14 +19,24 @@ from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
 from foldline.core.events import AttachmentQuarantine, Envelope, RequestHeader
 from foldline.core.fold import fold_delta, fold_state
 from foldline.core.projection import Session
+from foldline.core.request import build_request
 from foldline.demo import demo_png
 from foldline.dispatcher import Dispatcher
-from foldline.errors import AttachmentNotFound
+from foldline.errors import AttachmentNotFound, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
-from foldline.metrics import DispatcherMetrics, LoopMetrics, MeteredEventLog, new_registry
+from foldline.loop.registry import mark_loop_request
+from foldline.metrics import (
+    DispatcherMetrics,
+    LoopMetrics,
+    MeteredEventLog,
+    MeteredInvariant,
+    instrument_agent,
+    new_registry,
+)
 from foldline.ports.event_log import WriterLease
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
+from tests.factories import simple_log
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 
@@ -134,3 +144,23 @@ def test_an_attachment_failure_is_counted_once(tmp_path: Path) -> None:
     assert value(r, "foldline_attachment_errors_total", kind="AttachmentNotFound") == 1
     assert value(r, "foldline_dispatch_errors_total", kind="AttachmentNotFound") == 1
     assert value(r, "foldline_steps_total", provider="anthropic", model="claude-emulated") == 1
+
+
+def test_an_instrumented_agent_counts_its_invariant_violations() -> None:
+    """The companion is wrapped, not replaced: a request that differs from its rebuild is refused and counted."""
+    log = MemoryEventLog()
+    log.append("s-3", 0, simple_log(turns=2, steps=2))
+    registry = new_registry(process=False)
+    metrics = LoopMetrics(registry)
+    agent = Agent("s-3", log, emulated_provider(emulator=Emulator()), AgentOptions(CONFIG))
+    instrument_agent(agent, metrics)
+    assert isinstance(agent.invariant, MeteredInvariant)
+    session = Session("s-3", log.read("s-3"))
+    header = session.header()
+    assert header is not None
+    request = mark_loop_request(build_request(session.derive_messages(), header))
+    agent.invariant.check("s-3", session.next_seq, request)  # equal to its rebuild: passes, nothing counted
+    assert value(registry, "foldline_invariant_violations_total") == 0
+    with pytest.raises(InvariantViolation, match="differs from its rebuild"):
+        agent.invariant.check("s-3", session.next_seq - 3, request)  # a shorter prefix rebuilds another request
+    assert value(registry, "foldline_invariant_violations_total") == 1
