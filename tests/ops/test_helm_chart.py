@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,14 @@ def test_the_packaged_chart_carries_the_rule_file_itself(deploy_tools: DeployToo
         extracted = tar.extractfile(member)
         assert extracted is not None
         assert extracted.read() == RULE_FILE.read_bytes()
+
+
+def test_the_default_image_tag_is_the_package_version() -> None:
+    """The chart runs ``foldline:<appVersion>``; the Dockerfile builds the package at pyproject's version."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["foldline"]' in dockerfile
+    copied = {part for line in dockerfile.splitlines() if line.startswith("COPY ") for part in line.split()[1:-1]}
+    assert {"pyproject.toml", "README.md", "services", "schemas"} <= copied  # everything the wheel build reads

@@ -1,0 +1,15 @@
+# The worker image the Helm chart runs (`foldline projector`, `foldline dispatcher`):
+#   docker build -t foldline:$(python -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])') .
+# One process per container; configuration comes from the environment (see helm/foldline/values.yaml).
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY services ./services
+COPY schemas ./schemas
+RUN pip install --no-cache-dir --prefix=/install .
+
+FROM python:3.11-slim
+COPY --from=build /install /usr/local
+RUN useradd --uid 10001 --no-create-home foldline
+USER 10001
+ENTRYPOINT ["foldline"]
