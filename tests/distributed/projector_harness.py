@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import redis
 from confluent_kafka.admin import AdminClient
@@ -176,19 +178,24 @@ def drop_prefix(url: str, prefix: str) -> None:
 
 @dataclass
 class WorkerProcess:
-    """``foldline projector`` as a child process (the shipped entry point, not a test double)."""
+    """``python -m foldline.projector`` as a child process (the shipped entry point, not a test double)."""
 
     args: list[str]
     env: dict[str, str]
     proc: subprocess.Popen[str] | None = None
     lines: list[str] = field(default_factory=list)
+    starts: int = 0
+    _reader: threading.Thread | None = None
+    _stderr: IO[str] | None = None
 
     def start(self, ready_timeout_s: float = 60.0) -> WorkerProcess:
         self.lines = []
+        self.starts += 1
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "foldline.projector", *self.args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             text=True,
             env=self.env,
             cwd=REPO,
@@ -203,28 +210,36 @@ class WorkerProcess:
                 if line.startswith("projector ready"):
                     ready.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         if not ready.wait(ready_timeout_s):
+            stderr = self.stderr()
             self.kill()
-            stderr = proc.stderr.read() if proc.stderr is not None else ""
             raise AssertionError(f"projector did not report ready in {ready_timeout_s:g}s: {stderr[-2000:]}")
         return self
 
+    def stderr(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read()
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs (the crash the tests are about)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def terminate(self) -> str:
-        assert self.proc is not None
-        self.proc.terminate()
-        try:
-            _out, err = self.proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _out, err = self.proc.communicate()
-        return err
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        self.proc = None
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
