@@ -25,6 +25,7 @@ from foldline.dispatcher import Dispatcher, StepHandoff
 from foldline.dispatcher.decode import MessageCache, decode_fold_messages
 from foldline.errors import ConflictError, FencedError, FoldTimeout, FormatError, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
+from foldline.loop.pressure import PressurePolicy
 from foldline.metrics import DispatcherMetrics, new_registry
 from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
@@ -288,3 +289,28 @@ def test_the_fast_fold_decoder_rejects_what_the_core_rejects(raw: bytes) -> None
     with pytest.raises((FormatError, ValueError)) as fast:
         decode_fold_messages((encode_message(Message("user", ())), raw))
     assert (type(fast.value), str(fast.value)) == (type(core.value), str(core.value))
+
+
+async def case_compaction_replaces_the_fold_and_dispatched_requests_still_verify() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=2))
+    dispatcher = dispatcher_for(log, folds, emulator)
+    pressure = PressurePolicy(budget_tokens=300, keep_recent_tokens=120, trim_over_tokens=None, summary_max_tokens=64)
+    options = AgentOptions(CONFIG, system="Be brief.", tools=tools(), dispatcher=dispatcher, pressure=pressure)
+    agent = Agent("s-c", log, emulated_provider(emulator=emulator), options, clock=ticking_clock())
+    for i in range(4):
+        await agent.run_turn(f"question {i}: " + "tell me about folds " * 10)
+    await dispatcher.aclose()
+    events = log.read("s-c")
+    assert any(e.type == "compaction/start" for e in events)
+    state = folds.get("s-c")
+    assert state is not None
+    assert state.generation > 0  # the replace was folded by a rebuild, and later steps were built from it
+    report = verify_events("s-c", events)
+    assert report.ok
+    assert report.checked == dispatcher.dispatched == sum(isinstance(e.data, RequestDispatch) for e in events)
+
+
+def test_compaction_replaces_the_fold_and_dispatched_requests_still_verify() -> None:
+    asyncio.run(case_compaction_replaces_the_fold_and_dispatched_requests_still_verify())
