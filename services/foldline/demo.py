@@ -249,6 +249,10 @@ async def run_fork(
     events = stores.log.read(done.id)
     ends = [e.seq for e in events if isinstance(e.data, StepEnd)]
     at = ends[(len(ends) - 1) // 2]
+    base, n = child_id, 1
+    while stores.log.head(child_id) > 0:  # a persistent log (Kafka) already has the fork of an earlier run
+        n += 1
+        child_id = f"{base}.{n}"
     fork_session(stores.log, done.id, at, child_id)
     result = await run_session(child_id, stores, steps, make_provider, on_step, metrics, dispatcher=dispatcher)
     result.note = f"fork of {done.id} at seq {at} (its step/end), continued here"
