@@ -20,6 +20,7 @@ answers; :meth:`ProjectorWorker.ready` and ``/readyz`` report it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -270,6 +271,10 @@ class ProjectorWorker:
         for tp in partitions:
             self._last_offsets.pop(tp.partition, None)
             self._last_times.pop(tp.partition, None)
+            if self.metrics is not None:  # another member reports this partition's lag from now on
+                for gauge in (self.metrics.lag_events, self.metrics.lag_seconds):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(str(tp.partition))
 
     # ---------------------------------------------------------------- dead letters for fenced events
 
