@@ -117,8 +117,7 @@ def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootst
     lease_a = a.acquire(sid)
     a.append(sid, 0, events[:2], lease=lease_a)
     a.append(other, 0, events[:2])
-    assert a._writer is not None
-    producer = a._writer.producer()
+    producer = a._writer_for(partition_for(sid, a.partitions)).producer()
     assert producer is not None
     producer.begin_transaction()
     for e in events[2:4]:
@@ -138,13 +137,14 @@ def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootst
     assert b"zombie" in everything
     assert b"zombie" not in committed
     assert make_log().read(sid) == events[:5]
-    assert b._writer is not None
-    b_writer = b._writer.writer_id
+    b_writer = b._writer_for(partition_for(sid, b.partitions)).writer_id
     with pytest.raises(FencedError):
         a.append(sid, 5, events[5:6], lease=lease_a)
     assert a.append(other, 2, events[2:4]) == 4  # the fenced instance recovers for the sessions it still owns
     assert b.append(sid, 5, events[5:6], lease=lease_b) == 6
-    assert b._writer.writer_id == b_writer  # the stale writer's attempts never fenced the rightful one
+    assert (
+        b._writer_for(partition_for(sid, b.partitions)).writer_id == b_writer
+    )  # the stale writer's attempts never fenced the rightful one
     assert make_log().read(sid) == events[:6]
     assert make_log().read(other) == events[:4]
 
@@ -170,7 +170,7 @@ def test_confluent_framing_with_mock_registry(make_log: MakeLog, kafka_bootstrap
         {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed"}
     )
     part = partition_for(sid, log.partitions)
-    c.assign([TopicPartition(log.topic, part, log._index[sid].offsets[0])])
+    c.assign([TopicPartition(log.topic, part, log._load_state(sid, time.monotonic() + 10).offsets[0])])
     msg = None
     while msg is None:
         msg = c.poll(5)

@@ -164,24 +164,55 @@ class _Pending:
 
 
 @dataclass(slots=True)
+class _Entry:
+    """A session's index entry: epoch, owner, and where its events are.
+
+    The offsets of the first ``sealed`` events are in ``chunks`` chunk records (``<session>\\xff<n>``,
+    runs of offsets); the rest are ``tail`` (runs), then a ``pending`` batch (entries of older writers).
+    An entry therefore stays small however long the session grows.
+    """
+
+    epoch: int = 0
+    next_seq: int = 0
+    owner: str | None = None
+    chunks: int = 0
+    sealed: int = 0
+    tail: list[list[int]] = field(default_factory=list)
+    pending: _Pending | None = None
+
+
+@dataclass(slots=True)
 class _State:
-    """What is known of one session: epoch, the data offset of every event (by seq), its owner."""
+    """A session's state with every event's data offset (by seq): what reads and the owner work with."""
 
     epoch: int = 0
     offsets: list[int] = field(default_factory=list)
-    pending: _Pending | None = None
     owner: str | None = None
+    chunks: int = 0
+    sealed: int = 0
+    tail: list[list[int]] = field(default_factory=list)
 
     @property
     def next_seq(self) -> int:
-        return len(self.offsets) + (self.pending.count if self.pending else 0)
+        return len(self.offsets)
 
-    def copy(self) -> _State:
-        return _State(self.epoch, list(self.offsets), self.pending, self.owner)
+    def entry(self, epoch: int | None = None, owner: str | None = None) -> _Entry:
+        return _Entry(
+            self.epoch if epoch is None else epoch,
+            len(self.offsets),
+            self.owner if owner is None else owner,
+            self.chunks,
+            self.sealed,
+            [list(r) for r in self.tail],
+        )
 
 
-def _runs(offsets: Sequence[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
+_CHUNK_RUNS = 32  # runs in an entry's tail before they are sealed into a chunk record
+_CHUNK_MARK = b"\xff"  # never in UTF-8: chunk keys cannot collide with a session id
+
+
+def _runs(offsets: Sequence[int], into: list[list[int]] | None = None) -> list[list[int]]:
+    runs = into if into is not None else []
     for off in offsets:
         if runs and runs[-1][0] + runs[-1][1] == off:
             runs[-1][1] += 1
@@ -190,35 +221,78 @@ def _runs(offsets: Sequence[int]) -> list[list[int]]:
     return runs
 
 
-def _encode_index(state: _State) -> bytes:
-    pending = state.pending
+def _expand(runs: Iterable[Sequence[int]]) -> list[int]:
+    out: list[int] = []
+    for start, count in runs:
+        out.extend(range(start, start + count))
+    return out
+
+
+def _chunk_key(session_id: str, n: int) -> bytes:
+    return session_id.encode() + _CHUNK_MARK + str(n).encode()
+
+
+def _encode_index(entry: _Entry) -> bytes:
+    pending = entry.pending
     value: dict[str, Any] = {
-        "v": 1,
-        "epoch": state.epoch,
-        "nextSeq": state.next_seq,
-        "offsets": _runs(state.offsets),
+        "v": 2,
+        "epoch": entry.epoch,
+        "nextSeq": entry.next_seq,
+        "chunks": entry.chunks,
+        "sealed": entry.sealed,
+        "offsets": entry.tail,
         "pending": None
         if pending is None
         else {"batch": pending.batch, "minOffset": pending.min_offset, "count": pending.count},
     }
-    if state.owner is not None:
-        value["owner"] = state.owner
+    if entry.owner is not None:
+        value["owner"] = entry.owner
     return canonical.canonical_json(value)
 
 
-def _decode_index(raw: bytes) -> _State:
+def _encode_chunk(n: int, runs: list[list[int]]) -> bytes:
+    return canonical.canonical_json({"v": 2, "chunk": n, "offsets": runs})
+
+
+def _runs_of(value: Any) -> list[list[int]]:
+    runs = [[int(start), int(count)] for start, count in value]
+    if any(count < 1 or start < 0 for start, count in runs):
+        raise ValueError("bad offset run")
+    return runs
+
+
+def _decode_index(raw: bytes) -> _Entry:
     try:
         value = canonical.loads(raw)
-        offsets = [start + i for start, count in value["offsets"] for i in range(count)]
+        tail = _runs_of(value["offsets"])
         p = value["pending"]
         pending = None if p is None else _Pending(str(p["batch"]), int(p["minOffset"]), int(p["count"]))
         owner = value.get("owner")
-        state = _State(int(value["epoch"]), offsets, pending, None if owner is None else str(owner))
-        if state.next_seq != value["nextSeq"]:
+        chunks, sealed = int(value.get("chunks", 0)), int(value.get("sealed", 0))  # v1 entries have neither
+        next_seq = int(value["nextSeq"])
+        if next_seq != sealed + sum(c for _, c in tail) + (pending.count if pending else 0):
             raise ValueError("nextSeq disagrees with the offsets")
-        return state
+        return _Entry(
+            int(value["epoch"]), next_seq, None if owner is None else str(owner), chunks, sealed, tail, pending
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError("kafka-index", f"malformed session index entry: {exc}") from exc
+
+
+def _decode_chunk(raw: bytes) -> list[list[int]]:
+    try:
+        return _runs_of(canonical.loads(raw)["offsets"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise FormatError("kafka-index", f"malformed session index chunk: {exc}") from exc
+
+
+def _next_entry(base: _State, epoch: int, owner: str, offsets: Sequence[int]) -> tuple[_Entry, list[list[int]] | None]:
+    """The entry after appending ``offsets`` to ``base``, and the chunk to seal with it (if any)."""
+    tail = _runs(offsets, [list(r) for r in base.tail])
+    next_seq = base.next_seq + len(offsets)
+    if len(tail) > _CHUNK_RUNS:
+        return _Entry(epoch, next_seq, owner, base.chunks + 1, next_seq, []), tail
+    return _Entry(epoch, next_seq, owner, base.chunks, base.sealed, tail), None
 
 
 # ---------------------------------------------------------------- group commit
@@ -231,7 +305,19 @@ class _Retry(Exception):
 class _Request:
     """One append waiting for the group transaction: its encoded records and, when done, their offsets."""
 
-    __slots__ = ("base", "done", "epoch", "error", "failures", "offsets", "part", "session_id", "values", "writer")
+    __slots__ = (
+        "base",
+        "chunk",
+        "done",
+        "entry",
+        "epoch",
+        "error",
+        "offsets",
+        "part",
+        "session_id",
+        "values",
+        "writer",
+    )
 
     def __init__(self, session_id: str, part: int, epoch: int, base: _State, values: list[bytes], writer: str) -> None:
         self.session_id = session_id
@@ -241,18 +327,51 @@ class _Request:
         self.values = values
         self.writer = writer
         self.offsets: list[int] = []
-        self.failures: list[KafkaError] = []
+        self.entry: _Entry | None = None
+        self.chunk: list[list[int]] | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
 
-    def delivered(self, err: KafkaError | None, msg: Message) -> None:
-        # delivery reports of one partition arrive in produce order (idempotent producer)
+
+class _Reports:
+    """Delivery reports of the records one transaction sent to one partition.
+
+    Only the first and the last record of the partition's run report (each report costs this process a
+    trip through the interpreter lock): the run is contiguous iff ``last - first + 1`` is its length.
+    With ``every`` set, each record reports its offset.
+    """
+
+    __slots__ = ("error", "first", "last", "offsets")
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.last: int | None = None
+        self.error: KafkaError | None = None
+        self.offsets: list[int] = []
+
+    def on_first(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self.failures.append(err)
+            self.error = err
+        else:
+            self.first = msg.offset()
+
+    def on_last(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.error = err
+        else:
+            self.last = msg.offset()
+
+    def on_each(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.error = err
         else:
             off = msg.offset()
             if off is not None:
                 self.offsets.append(off)
+
+
+class _NotContiguous(Exception):
+    """Internal: another producer's records landed between ours; redo the transaction with every offset reported."""
 
 
 class _Writer:
@@ -263,17 +382,20 @@ class _Writer:
     under; a request for an older id fails with :class:`_Retry` and is taken over again by its caller.
     """
 
-    def __init__(self, log: KafkaEventLog) -> None:
+    def __init__(self, log: KafkaEventLog, number: int) -> None:
         self._log = log
+        self.number = number
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._init_lock = threading.Lock()
         self._producer: Producer | None = None
         self.writer_id: str | None = None
         self._to_fence: list[str] = []  # replaced ids whose last transaction may still be open
-        self.dead: set[str] = set()  # ids known to be fenced: taking their sessions needs no fencing
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=f"foldline-kafka-commit-{log.topic}", daemon=True)
+        self._batch = 0  # batch ids: <writer id>#<n>
+        self._thread = threading.Thread(
+            target=self._run, name=f"foldline-kafka-writer-{number}-{log.topic}", daemon=True
+        )
         self._thread.start()
 
     # -- callers
@@ -286,8 +408,8 @@ class _Writer:
             for old in list(self._to_fence):
                 self._log._fence(old, deadline)
                 self._to_fence.remove(old)
-                self.dead.add(old)
-            writer_id = f"{self._log.topic}/writer/{uuid.uuid4().hex}"
+                self._log._dead.add(old)
+            writer_id = f"{self._log.topic}/writer/{self.number}/{uuid.uuid4().hex}"
             producer = self._log._new_producer(writer_id, self._log._group_config)
             try:
                 producer.init_transactions(self._log._remaining(deadline))
@@ -353,7 +475,7 @@ class _Writer:
                 return
             producer, self._producer, self.writer_id = self._producer, None, None
             if fenced:
-                self.dead.add(writer_id)
+                self._log._dead.add(writer_id)
             else:
                 self._to_fence.append(writer_id)
         if producer is not None:
@@ -363,37 +485,83 @@ class _Writer:
                 _LOG.debug("discarding writer %s: %s", writer_id, exc)
 
     def _commit(self, producer: Producer, writer_id: str, requests: list[_Request]) -> None:
+        try:
+            self._transaction(producer, writer_id, requests, every=False)
+        except _NotContiguous:
+            self._transaction(producer, writer_id, requests, every=True)
+
+    def _transaction(self, producer: Producer, writer_id: str, requests: list[_Request], *, every: bool) -> None:
+        """One group transaction: every request's events, then (once their offsets are known) its index entry."""
         log = self._log
         deadline = time.monotonic() + log.timeout_s
+        by_part: dict[int, list[_Request]] = {}
+        for r in requests:
+            by_part.setdefault(r.part, []).append(r)
         try:
             producer.begin_transaction()
-            for r in requests:
-                headers: list[tuple[str, str | bytes | None]] = [
-                    (HEADER_KIND, KIND_EVENT),
-                    (HEADER_EPOCH, str(r.epoch).encode()),
-                    (HEADER_BATCH, uuid.uuid4().hex.encode()),
-                ]
-                for value in r.values:
-                    producer.produce(
-                        log.topic,
-                        value=value,
-                        key=r.session_id,
-                        partition=r.part,
-                        headers=headers,
-                        on_delivery=r.delivered,
-                    )
+            reports: dict[int, _Reports] = {}
+            for part, group in by_part.items():
+                rep = reports[part] = _Reports()
+                last_i = sum(len(r.values) for r in group) - 1
+                i = 0
+                for r in group:
+                    self._batch += 1
+                    headers: list[tuple[str, str | bytes | None]] = [
+                        (HEADER_KIND, KIND_EVENT),
+                        (HEADER_EPOCH, str(r.epoch).encode()),
+                        (HEADER_BATCH, f"{writer_id}#{self._batch}".encode()),
+                    ]
+                    for value in r.values:
+                        if every:
+                            cb: Any = rep.on_each
+                        else:
+                            cb = rep.on_first if i == 0 else rep.on_last if i == last_i else None
+                        producer.produce(
+                            log.topic, value=value, key=r.session_id, partition=part, headers=headers, on_delivery=cb
+                        )
+                        i += 1
             # The index entries name the events' offsets, so they follow the events' acknowledgements.
             if _flush(producer, max(0.0, deadline - time.monotonic())):
                 raise _Abort(None, "the broker did not acknowledge the batch in time")
+            for part, group in by_part.items():
+                rep = reports[part]
+                if rep.error is not None:
+                    raise _Abort(rep.error, "the broker rejected a record")
+                total = sum(len(r.values) for r in group)
+                if every:
+                    if len(rep.offsets) != total:
+                        raise _Abort(None, "missing delivery reports")
+                    offsets = rep.offsets
+                else:
+                    first = rep.first
+                    last = first if total == 1 else rep.last
+                    if first is None or last is None:
+                        raise _Abort(None, "missing delivery reports")
+                    if last - first + 1 != total:
+                        raise _NotContiguous()
+                    offsets = list(range(first, first + total))
+                at = 0
+                for r in group:
+                    r.offsets = offsets[at : at + len(r.values)]
+                    at += len(r.values)
             for r in requests:
-                if r.failures:
-                    raise _Abort(r.failures[0], "the broker rejected a record")
-                if len(r.offsets) != len(r.values):
-                    raise _Abort(None, "missing delivery reports")
-            for r in requests:
-                entry = _State(r.epoch, [*r.base.offsets, *r.offsets], None, writer_id)
-                producer.produce(log.index_topic, value=_encode_index(entry), key=r.session_id, partition=r.part)
+                r.entry, r.chunk = _next_entry(r.base, r.epoch, writer_id, r.offsets)
+                if r.chunk is not None:
+                    producer.produce(
+                        log.index_topic,
+                        value=_encode_chunk(r.base.chunks, r.chunk),
+                        key=_chunk_key(r.session_id, r.base.chunks),
+                        partition=r.part,
+                    )
+                producer.produce(log.index_topic, value=_encode_index(r.entry), key=r.session_id, partition=r.part)
             producer.commit_transaction(max(0.001, deadline - time.monotonic()))
+        except _NotContiguous:
+            self._abort(producer, writer_id)
+            if self.writer_id != writer_id:
+                raise StoreUnavailable(
+                    "the group transaction could not be aborted; nothing was written — retry"
+                ) from None
+            raise
         except _Abort as exc:
             if exc.err is not None and (exc.err.code() in _FENCED_CODES or exc.err.fatal()):
                 self._replace(writer_id, fenced=exc.err.code() in _FENCED_CODES)
@@ -456,6 +624,9 @@ class KafkaEventLog(EventLog):
     that does not answer makes the call fail with :class:`~foldline.errors.StoreUnavailable` (an
     append within about ``2 * timeout_s``). ``max_writers`` is how many owned sessions keep their state
     and validation rules warm (LRU); a session evicted from it is re-read on its next append.
+    ``writers`` transactional producers share the partitions (writer ``k`` commits partitions
+    ``p % writers == k``): more writers mean more transactions in flight and a smaller share of
+    sessions disturbed when another instance takes one over.
     """
 
     def __init__(
@@ -472,11 +643,15 @@ class KafkaEventLog(EventLog):
         max_writers: int = 4096,
         create_topics: bool = True,
         client_config: Mapping[str, Any] | None = None,
+        writers: int = 1,
     ) -> None:
         if partitions < 1:
             raise ConfigError("partitions must be >= 1")
         if max_writers < 1:
             raise ConfigError("max_writers must be >= 1")
+        if writers < 1:
+            raise ConfigError("writers must be >= 1")
+        self._writer_count = writers
         self.bootstrap = bootstrap
         self.topic = topic
         self.index_topic = index_topic(topic)
@@ -500,7 +675,7 @@ class KafkaEventLog(EventLog):
         # the group writer batches (linger) and keeps many records in flight; take-over and fencing
         # producers send one small transaction each
         self._group_config: dict[str, Any] = {
-            "linger.ms": 2,
+            "linger.ms": 5,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 1_000_000,
         }
@@ -514,10 +689,12 @@ class KafkaEventLog(EventLog):
         self._locks_lock = threading.Lock()
         self._session_locks: dict[str, tuple[threading.Lock, int]] = {}
         self._owned: OrderedDict[str, _Owned] = OrderedDict()
-        self._index: dict[str, _State] = {}
+        self._index: dict[str, _Entry] = {}
+        self._chunks: dict[str, dict[int, list[list[int]]]] = {}
         self._index_pos: dict[int, int] = {}
         self._consumers: dict[str, Consumer] = {}
-        self._writer: _Writer | None = None
+        self._writers: list[_Writer] = []
+        self._dead: set[str] = set()  # writer ids known to be fenced: taking their sessions needs no fencing
 
     # -------------------------------------------------------------- EventLog
 
@@ -526,9 +703,10 @@ class KafkaEventLog(EventLog):
     ) -> int:
         if not events:
             return self.head(session_id)
-        writer = self._ensure_ready()
+        self._ensure_ready()
         deadline = time.monotonic() + self.timeout_s
         part = partition_for(session_id, self.partitions)
+        writer = self._writer_for(part)
         values = self._encode(events)
         with self._session_lock(session_id):
             fresh = False
@@ -576,8 +754,14 @@ class KafkaEventLog(EventLog):
                 if request.error is not None:
                     self._disown(session_id)  # its rules already count the batch
                     raise request.error
+                entry = request.entry
+                assert entry is not None
+                if request.chunk is not None:
+                    with self._index_lock:
+                        self._chunks.setdefault(session_id, {})[state.chunks] = request.chunk
                 state.offsets.extend(request.offsets)
-                self._remember(session_id, state.copy())
+                state.chunks, state.sealed, state.tail = entry.chunks, entry.sealed, entry.tail
+                self._remember(session_id, entry)
                 return state.next_seq
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
@@ -616,8 +800,8 @@ class KafkaEventLog(EventLog):
             if self._closed:
                 return
             self._closed = True
-        if self._writer is not None:
-            self._writer.close()
+        for writer in self._writers:
+            writer.close()
         with self._read_lock:
             for consumer in self._consumers.values():
                 consumer.close()
@@ -660,9 +844,9 @@ class KafkaEventLog(EventLog):
         :class:`ConflictError` when the committed state already rules the append out (before fencing
         anyone: a stale writer never disturbs the rightful one).
         """
-        assert self._writer is not None
+        writer = self._writer_for(partition_for(session_id, self.partitions))
         while True:
-            writer_id = self._writer.current(deadline)
+            writer_id = writer.current(deadline)
             with self._owned_lock:
                 owned = self._owned.get(session_id)
                 if owned is not None and owned.writer == writer_id and not new_epoch:
@@ -726,10 +910,9 @@ class KafkaEventLog(EventLog):
                 raise self._unavailable(f"taking session {session_id!r} over", exc) from exc
             with self._read_lock:
                 state = self._load_state(session_id, deadline)
-            assert self._writer is not None
-            if state.owner is not None and state.owner != writer_id and state.owner not in self._writer.dead:
+            if state.owner is not None and state.owner != writer_id and state.owner not in self._dead:
                 self._fence(state.owner, deadline)
-                self._writer.dead.add(state.owner)
+                self._dead.add(state.owner)
                 with self._read_lock:
                     state = self._load_state(session_id, deadline)
             if not new_epoch:
@@ -737,7 +920,7 @@ class KafkaEventLog(EventLog):
                     raise FencedError(session_id, lease.epoch, state.epoch)
                 if expected_seq is not None and expected_seq != state.next_seq:
                     raise ConflictError(session_id, expected_seq, state.next_seq)
-            entry = _State(state.epoch + (1 if new_epoch else 0), state.offsets, None, writer_id)
+            entry = state.entry(state.epoch + (1 if new_epoch else 0), writer_id)
             try:
                 producer.begin_transaction()
                 if new_epoch:
@@ -763,8 +946,9 @@ class KafkaEventLog(EventLog):
                     "the next attempt settles it)",
                     exc,
                 ) from exc
-            self._remember(session_id, entry.copy())
-            return entry
+            self._remember(session_id, entry)
+            state.epoch, state.owner = entry.epoch, writer_id
+            return state
         finally:
             producer.flush(0)
 
@@ -797,23 +981,26 @@ class KafkaEventLog(EventLog):
                 rules.check_batch(self._fetch(session_id, state, 0, state.next_seq, deadline))
         return rules
 
-    def _remember(self, session_id: str, state: _State) -> None:
+    def _remember(self, session_id: str, entry: _Entry) -> None:
         with self._index_lock:
             known = self._index.get(session_id)
-            if known is None or (state.epoch, state.next_seq) >= (known.epoch, known.next_seq):
-                self._index[session_id] = state
+            if known is None or (entry.epoch, entry.next_seq) >= (known.epoch, known.next_seq):
+                self._index[session_id] = entry
 
     # -------------------------------------------------------------- topics and clients
 
-    def _ensure_ready(self) -> _Writer:
+    def _ensure_ready(self) -> None:
         with self._ready_lock:
             if self._closed:
                 raise StoreUnavailable("this KafkaEventLog is closed")
-            if self._writer is not None:
-                return self._writer
+            if self._writers:
+                return
             self._create_or_check_topics()
-            self._writer = _Writer(self)
-            return self._writer
+            self._writers = [_Writer(self, k) for k in range(min(self._writer_count, self.partitions))]
+
+    def _writer_for(self, part: int) -> _Writer:
+        """The writer of a partition: writer ``k`` commits partitions ``p`` with ``p % writers == k``."""
+        return self._writers[part % len(self._writers)]
 
     def _create_or_check_topics(self) -> None:
         admin = AdminClient(self._base)
@@ -870,7 +1057,7 @@ class KafkaEventLog(EventLog):
                     "enable.idempotence": True,
                     "acks": "all",
                     "retry.backoff.ms": 2,
-                    "retry.backoff.max.ms": 50,
+                    "retry.backoff.max.ms": 5,
                     "transaction.timeout.ms": self._transaction_timeout_ms,
                     "message.max.bytes": _MAX_MESSAGE_BYTES,
                     "message.timeout.ms": min(self._transaction_timeout_ms, max(1000, int(self.timeout_s * 1000))),
@@ -919,20 +1106,33 @@ class KafkaEventLog(EventLog):
                 time.sleep(0.05)
 
     def _load_state(self, session_id: str, deadline: float) -> _State:
-        """The session's committed state: its latest index entry (a pending batch's offsets found)."""
+        """The session's committed state: its latest index entry with every event's offset."""
         part = partition_for(session_id, self.partitions)
         with self._read_lock:
             self._catch_up_index(part, deadline)
             with self._index_lock:
-                state = self._index.get(session_id)
-            if state is None:
+                entry = self._index.get(session_id)
+                chunks = dict(self._chunks.get(session_id, {}))
+            if entry is None:
                 return _State()
-            if state.pending is not None:
-                pending = state.pending
-                found = self._scan_batch(session_id, part, pending, deadline)
-                state = _State(state.epoch, [*state.offsets, *found], None, state.owner)
-                self._remember(session_id, state)
-            return state.copy()
+            offsets: list[int] = []
+            for n in range(entry.chunks):
+                runs = chunks.get(n)
+                if runs is None:
+                    raise FormatError("kafka-index", f"session {session_id!r}: index chunk {n} is missing")
+                offsets.extend(_expand(runs))
+            if len(offsets) != entry.sealed:
+                raise FormatError(
+                    "kafka-index",
+                    f"session {session_id!r}: index chunks hold {len(offsets)} offsets, not {entry.sealed}",
+                )
+            tail = [list(r) for r in entry.tail]
+            offsets.extend(_expand(tail))
+            if entry.pending is not None:
+                found = self._scan_batch(session_id, part, entry.pending, deadline)
+                offsets.extend(found)
+                _runs(found, tail)
+            return _State(entry.epoch, offsets, entry.owner, entry.chunks, entry.sealed, tail)
 
     def _catch_up_index(self, part: int, deadline: float) -> None:
         # Read up to the high watermark taken now (not the last stable offset): an append that returned
@@ -947,8 +1147,14 @@ class KafkaEventLog(EventLog):
             value = msg.value()
             if key is None or value is None:
                 continue
-            # entries only grow (epoch, head); never step back to an older one this process already knows
-            self._remember(key.decode(), _decode_index(value))
+            mark = key.find(_CHUNK_MARK)
+            if mark >= 0:  # a sealed chunk of offsets: written once, never replaced
+                chunk = _decode_chunk(value)
+                with self._index_lock:
+                    self._chunks.setdefault(key[:mark].decode(), {})[int(key[mark + 1 :])] = chunk
+            else:
+                # entries only grow (epoch, head); never step back to an older one this process already knows
+                self._remember(key.decode(), _decode_index(value))
         self._index_pos[part] = high
 
     def _consume(
