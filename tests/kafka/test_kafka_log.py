@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from foldline.adapters.kafka_log import HEADER_BATCH, KafkaEventLog, partition_for
+from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable
 from foldline.ports.event_log import EventLog
 from tests.contracts.event_log import EventLogContract
-from tests.factories import simple_log
+from tests.factories import HEADER, env, simple_log
 from tests.kafka.conftest import MakeLog
+from tests.kafka.private_broker import PrivateBroker, kafka_libs
 
 pytestmark = pytest.mark.kafka
 
@@ -195,3 +201,112 @@ def test_large_session_reads_only_its_own_records(make_log: MakeLog) -> None:
     state = log._load_state(target, time.monotonic() + 10)
     assert len(state.offsets) == len(events)
     assert log.read(target) == events
+
+
+@pytest.mark.slow
+def test_broker_lost_mid_run_fails_appends_in_bounded_time_and_keeps_acknowledged_events(tmp_path: Path) -> None:
+    """A private broker is killed after some appends: the next append fails with StoreUnavailable within
+    its bound (no hang); after a restart every acknowledged event is there and the log goes on."""
+    libs = kafka_libs()
+    if libs is None:
+        pytest.fail("the Kafka jars are missing: run deploy/local/kafka.sh install (make test does)")
+    sid = _sid()
+    events = simple_log()
+    with PrivateBroker(tmp_path / "broker", libs) as broker:
+        broker.start()
+        log = KafkaEventLog(broker.bootstrap, topic="lost.session-events", partitions=2, timeout_s=3.0)
+        try:
+            assert log.append(sid, 0, events[:4]) == 4
+            broker.stop()
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                log.append(sid, 4, events[4:6])
+            assert time.monotonic() - start < 2 * (3.0 + 5.0) + 2  # the documented bound: never a hang
+        finally:
+            log.close()
+        broker.start()
+        fresh = KafkaEventLog(broker.bootstrap, topic="lost.session-events", partitions=2, timeout_s=20.0)
+        try:
+            assert fresh.read(sid) == events[:4]  # the acknowledged batch survived; the failed one is absent
+            assert fresh.append(sid, 4, events[4:]) == len(events)
+            assert fresh.read(sid) == events
+        finally:
+            fresh.close()
+
+
+def test_index_entries_stay_bounded_as_a_session_grows(make_log: MakeLog) -> None:
+    """Offsets beyond a tail of runs are sealed into chunk records; the session entry stays small."""
+    topic = f"test.chunks.{uuid.uuid4().hex[:8]}"
+    log = make_log(topic=topic, partitions=1)
+    target, noise = _sid(), _sid()
+
+    def session(n: int) -> list[Envelope]:
+        return [env(0, RequestHeader(HEADER, "initial"))] + [
+            env(s, UserMessage(f"u{s}", (TextBlock(f"message {s}"),))) for s in range(1, n)
+        ]
+
+    events, others = session(80), session(80)
+    for s, e in enumerate(events):  # one event per append, interleaved: every append is its own run
+        log.append(target, s, [e])
+        log.append(noise, s, [others[s]])
+    entries = _index_entries(log, target)
+    assert entries, "no index entry for the session"
+    last = entries[-1]
+    assert last["chunks"] >= 2
+    assert last["sealed"] >= 64
+    assert max(len(e["offsets"]) for e in entries) <= 33  # a tail never grows past one chunk
+    assert make_log(topic=topic, partitions=1).read(target) == events
+
+
+def _index_entries(log: KafkaEventLog, session_id: str) -> list[dict[str, Any]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": log.bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    c.assign([TopicPartition(log.index_topic, partition_for(session_id, log.partitions), 0)])
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 10
+    done = False
+    while not done and time.monotonic() < deadline:
+        for m in c.consume(500, timeout=0.5):
+            if m.error():
+                done = True
+            elif m.key() == session_id.encode() and m.value():
+                out.append(json.loads(m.value() or b""))
+    c.close()
+    return out
+
+
+def test_two_instances_racing_on_one_session_never_lose_or_duplicate(make_log: MakeLog) -> None:
+    """Lease-less appends from two instances at once: each append either lands whole or conflicts."""
+    sid = _sid()
+    a, b = make_log(), make_log()
+    a.append(sid, 0, [env(0, RequestHeader(HEADER, "initial"))])
+    landed: dict[int, Envelope] = {}
+    lock = threading.Lock()
+
+    def writer(log: KafkaEventLog, name: str) -> None:
+        wins = 0
+        while wins < 4:
+            head = log.head(sid)
+            e = env(head, UserMessage(f"{name}{head}", (TextBlock(f"{name} at {head}"),)))
+            try:
+                assert log.append(sid, head, [e]) == head + 1
+            except ConflictError:
+                continue
+            with lock:
+                assert head not in landed
+                landed[head] = e
+            wins += 1
+
+    threads = [threading.Thread(target=writer, args=(log, name)) for log, name in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(landed) == list(range(1, 9))
+    assert make_log().read(sid)[1:] == [landed[s] for s in range(1, 9)]
