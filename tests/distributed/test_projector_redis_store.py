@@ -99,3 +99,33 @@ def test_session_ids_lists_folds_under_the_prefix(prefix: str) -> None:
         store.apply(sid, delta)
     assert sorted(store.session_ids()) == ["a", "b:c", "d{e}"]
     store.close()
+
+
+def test_a_fold_that_lost_a_key_is_treated_as_missing(prefix: str) -> None:
+    store = RedisFoldStore(redis_url(), prefix=prefix)
+    log = simple_log(turns=2)
+    first, rest = fold_delta(log[:6], 1), fold_delta(log[6:], 1)
+    assert first is not None
+    assert rest is not None
+    store.apply("s", first)
+    client = redis.Redis.from_url(redis_url())
+    client.delete(store.keys_of("s")[1])  # e.g. evicted under a maxmemory policy
+    client.close()
+    assert store.get("s") is None  # never a fold with its messages missing
+    result = store.apply("s", rest)
+    assert (result.status, result.applied_seq, result.expected_seq) == ("gap", -1, 0)  # -> rebuilt from the log
+    assert store.get("s") is None
+    store.put(fold_state(Session("s", log), 1))
+    assert store.get("s") == fold_state(Session("s", log), 1)
+    store.close()
+
+
+def test_small_meta_hash_stays_compact(prefix: str) -> None:
+    store = RedisFoldStore(redis_url(), prefix=prefix)
+    delta = fold_delta(simple_log(), 1)
+    assert delta is not None
+    store.apply("s", delta)
+    client = redis.Redis.from_url(redis_url())
+    assert client.object("encoding", store.keys_of("s")[0]) == b"listpack"
+    client.close()
+    store.close()

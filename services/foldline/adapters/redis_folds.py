@@ -3,10 +3,11 @@
 Layout per session (``<prefix>`` defaults to ``foldline:fold:``; the ``{...}`` hash tag keeps a
 session's keys in one cluster slot):
 
-* ``<prefix>{<session>}:meta`` — a small hash: ``a`` applied seq, ``e`` writer epoch, ``g`` surface
-  generation, ``h`` header bytes and ``hs`` its seq (absent when no header was folded), ``r`` how
-  many times the fold was replaced whole (rebuilds).
-* ``<prefix>{<session>}:msgs`` — a list holding each derived message's canonical bytes, in order.
+* ``<prefix>{<session>}:meta`` — a small hash of integers (kept listpack-encoded, so it costs little):
+  ``a`` applied seq, ``e`` writer epoch, ``g`` surface generation, ``hs`` the folded header's seq (-1:
+  none), ``n`` the length of the list below, ``r`` how many times the fold was replaced whole (rebuilds).
+* ``<prefix>{<session>}:msgs`` — a list: entry 0 is the folded header's canonical bytes (empty when
+  ``hs`` is -1), then each derived message's canonical bytes, in order.
 * ``<prefix>{<session>}:journal`` — only with ``journal=True``: one entry per change, ``a:<from>:<to>``
   for a delta that applied events ``from..to`` and ``p:<seq>`` for a whole-fold replace. Tests read it
   to prove that no event was applied twice or skipped; production leaves it off.
@@ -14,7 +15,10 @@ session's keys in one cluster slot):
 :meth:`RedisFoldStore.apply` runs one Lua script that reads the applied seq and epoch and decides
 ``duplicate`` / ``gap`` / ``fenced`` / ``applied`` exactly as the port's contract says, appending only
 the messages past the applied seq — all inside one atomic script, so concurrent projectors (during a
-rebalance) and redelivered batches can never double-apply or roll a fold back.
+rebalance) and redelivered batches can never double-apply or roll a fold back. Both scripts first check
+that the list holds ``n`` entries: a fold that lost one of its keys (deleted by hand, or evicted — run
+Redis with ``maxmemory-policy noeviction``) is deleted and answered as missing, so it is rebuilt from
+the log; :meth:`RedisFoldStore.get` returns ``None`` for it meanwhile.
 :meth:`RedisFoldStore.apply_many` sends many sessions' deltas in one pipelined round trip (each
 session's script is still its own atomic unit). Redis errors reach callers as
 :class:`~foldline.errors.StoreUnavailable`.
@@ -53,18 +57,36 @@ local function push(key, first)
 end
 """.replace("CHUNK", str(_CHUNK))
 
+# Both scripts first check that the two keys agree (the list holds ``n`` entries): a fold whose list was
+# evicted or deleted on its own is treated as lost — deleted, and reported as missing, so it is rebuilt.
+_CONSISTENT = """
+local function load()
+  local m = redis.call('HMGET', KEYS[1], 'a', 'e', 'n', 'r')
+  if m[1] and tonumber(m[3]) ~= redis.call('LLEN', KEYS[2]) then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    return -1, -1, false, tonumber(m[4]) or 0
+  end
+  return tonumber(m[1]) or -1, tonumber(m[2]) or -1, m[1] ~= false, tonumber(m[4]) or 0
+end
+"""
+
 # KEYS: meta, msgs, journal. ARGV: first_seq, last_seq, epoch, header_seq (-1: none), header, journal (0|1),
-# then the appended messages' seqs as one comma-free list "s1 s2 ..." in ARGV[7], then the message bytes.
+# then the appended messages' seqs as one space-separated list "s1 s2 ..." in ARGV[7], then the message bytes.
 _APPLY = (
     _PUSH
+    + _CONSISTENT
     + """
-local m = redis.call('HMGET', KEYS[1], 'a', 'e')
-local a = tonumber(m[1]) or -1
-local e = tonumber(m[2]) or -1
+local a, e, exists = load()
 local first, last, epoch = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if last <= a then return {'duplicate', a} end
 if first > a + 1 then return {'gap', a, a + 1} end
 if epoch < e then return {'fenced', a} end
+local hs = tonumber(ARGV[4])
+if not exists then
+  -- the header goes in with the list (an LSET that grows entry 0 later can split the list's first node)
+  if hs > a then redis.call('RPUSH', KEYS[2], ARGV[5]) else redis.call('RPUSH', KEYS[2], '') end
+  redis.call('HSET', KEYS[1], 'g', 0, 'r', 0, 'hs', -1)
+end
 local skip = 0
 if a >= first then
   for s in string.gmatch(ARGV[7], '%d+') do
@@ -72,11 +94,12 @@ if a >= first then
   end
 end
 push(KEYS[2], 8 + skip)
-local hs = tonumber(ARGV[4])
-if hs > a then redis.call('HSET', KEYS[1], 'h', ARGV[5], 'hs', hs) end
+if hs > a then
+  if exists then redis.call('LSET', KEYS[2], 0, ARGV[5]) end
+  redis.call('HSET', KEYS[1], 'hs', hs)
+end
 if epoch < e then epoch = e end
-if a == -1 then redis.call('HSET', KEYS[1], 'g', 0, 'r', 0) end
-redis.call('HSET', KEYS[1], 'a', last, 'e', epoch)
+redis.call('HSET', KEYS[1], 'a', last, 'e', epoch, 'n', redis.call('LLEN', KEYS[2]))
 if ARGV[6] == '1' then redis.call('RPUSH', KEYS[3], 'a:' .. (a + 1) .. ':' .. last) end
 return {'applied', last, -1, a}
 """
@@ -86,19 +109,19 @@ return {'applied', last, -1, a}
 # then the message bytes.
 _PUT = (
     _PUSH
+    + _CONSISTENT
     + """
-local m = redis.call('HMGET', KEYS[1], 'a', 'e', 'r')
+local a, e, exists, r = load()
 local seq, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
-local a = tonumber(m[1]) or -1
-if m[1] then
-  if epoch < tonumber(m[2]) then return {'fenced', a} end
+if exists then
+  if epoch < e then return {'fenced', a} end
   if seq < a then return {'duplicate', a} end
 end
-local r = (tonumber(m[3]) or 0) + 1
 redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('RPUSH', KEYS[2], ARGV[5])
 push(KEYS[2], 7)
-redis.call('HSET', KEYS[1], 'a', seq, 'e', epoch, 'g', ARGV[3], 'r', r)
-if tonumber(ARGV[4]) >= 0 then redis.call('HSET', KEYS[1], 'h', ARGV[5], 'hs', ARGV[4]) end
+redis.call('HSET', KEYS[1], 'a', seq, 'e', epoch, 'g', ARGV[3], 'r', r + 1, 'hs', ARGV[4],
+  'n', redis.call('LLEN', KEYS[2]))
 if ARGV[6] == '1' then redis.call('RPUSH', KEYS[3], 'p:' .. seq) end
 return {'applied', seq}
 """
@@ -194,18 +217,18 @@ class RedisFoldStore(FoldStore):
         pipe = self._redis.pipeline(transaction=True)
         pipe.hgetall(meta_key)
         pipe.lrange(msgs_key, 0, -1)
-        meta, messages = self._execute(pipe, f"reading the fold of {session_id!r}")
-        if not meta:
-            return None
-        header = meta.get(b"h")
+        meta, entries = self._execute(pipe, f"reading the fold of {session_id!r}")
+        if not meta or len(entries) != _int(meta.get(b"n", b"-1")):
+            return None  # no fold, or its keys disagree (the next apply deletes it and it is rebuilt)
+        header_seq = _int(meta[b"hs"])
         return FoldState(
             session_id=session_id,
             applied_seq=_int(meta[b"a"]),
             epoch=_int(meta[b"e"]),
-            generation=_int(meta.get(b"g", b"0")),
-            header=header,
-            header_seq=None if header is None else _int(meta[b"hs"]),
-            messages=tuple(messages),
+            generation=_int(meta[b"g"]),
+            header=entries[0] if header_seq >= 0 else None,
+            header_seq=header_seq if header_seq >= 0 else None,
+            messages=tuple(entries[1:]),
         )
 
     def applied_seq(self, session_id: str) -> int:
