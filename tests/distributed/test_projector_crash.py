@@ -37,6 +37,7 @@ from tests.distributed.projector_harness import (
     drop_prefix,
     env_or_fail,
     fold_mismatches,
+    fold_mismatches_parallel,
     journal_problems,
     kafka_topic,
     session_log,
@@ -103,11 +104,7 @@ def test_kill_9_projectors_during_50000_events_across_500_sessions(prefix: str) 
             for w in workers:
                 w.kill()
         assert written == [50_000]
-        log = topic.log()
-        try:
-            assert fold_mismatches(log, store, heads, epoch=0) == []
-        finally:
-            log.close()
+        assert fold_mismatches_parallel(topic, store, heads, epoch=0) == []
         problems = {sid: journal_problems(store.journal_of(sid), head) for sid, head in heads.items()}
         assert {sid: p for sid, p in problems.items() if p} == {}
         assert kills >= 5
