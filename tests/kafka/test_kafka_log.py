@@ -310,3 +310,25 @@ def test_two_instances_racing_on_one_session_never_lose_or_duplicate(make_log: M
         t.join(120)
     assert sorted(landed) == list(range(1, 9))
     assert make_log().read(sid)[1:] == [landed[s] for s in range(1, 9)]
+
+
+def test_handing_a_session_back_and_forth_fences_only_that_session(make_log: MakeLog) -> None:
+    """After the first take-over a handed-over session runs on its own producer: later hand-overs
+    fence that producer alone, not the group writer the instance's other sessions share."""
+    s, t = _sid(), _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    lease = a.acquire(s)
+    a.append(s, 0, events[:2], lease=lease)
+    a.append(t, 0, events[:2])
+    assert b.append(s, 2, events[2:3], lease=lease) == 3  # fences a's group writer once
+    assert a.append(t, 2, events[2:3]) == 3  # a continues t on a new group writer
+    group_writer = a._writer_for(partition_for(t, a.partitions)).writer_id
+    for head in range(3, 9):
+        log = a if head % 2 else b
+        assert log.append(s, head, events[head : head + 1], lease=lease) == head + 1
+    assert a.append(t, 3, events[3:4]) == 4
+    assert a._writer_for(partition_for(t, a.partitions)).writer_id == group_writer
+    fresh = make_log()
+    assert fresh.read(s) == events[:9]
+    assert fresh.read(t) == events[:4]

@@ -73,6 +73,7 @@ KIND_LEASE = b"lease"
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 _MAX_RECORD_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
 _GROUP_MAX_EVENTS = 20_000  # events per group transaction
+_MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
 _TRANSIENT = frozenset(
     {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
@@ -417,6 +418,7 @@ class _Writer:
                 producer.flush(0)
                 raise self._log._unavailable("initializing the transactional writer", exc) from exc
             self._producer, self.writer_id = producer, writer_id
+            self._log._mine.add(writer_id)
             return writer_id
 
     def submit(self, request: _Request) -> None:
@@ -604,13 +606,65 @@ class _Abort(Exception):
         super().__init__(f"{message}: {err}" if err is not None else message)
 
 
+class _Solo(_Writer):
+    """One session's own transactional producer (``<topic>:<session>``), committing that session alone.
+
+    A session taken over from another instance is written this way: when two instances hand a session
+    back and forth (a loop and its dispatcher), each hand-over then fences only that session's producer
+    — one ``init_transactions`` — instead of the other instance's whole group writer.
+    """
+
+    def __init__(self, log: KafkaEventLog, producer: Producer, transactional_id: str) -> None:
+        self._log = log
+        self.number = -1
+        self._init_lock = threading.Lock()
+        self._producer = producer
+        self.writer_id = transactional_id
+        self._to_fence = []
+        self._closed = False
+        self._batch = 0
+
+    def commit(self, request: _Request) -> None:
+        """Commit one append in its own transaction (in the caller's thread); the outcome lands on it."""
+        producer, writer_id = self._producer, self.writer_id
+        if producer is None or writer_id is None:
+            request.error = _Retry()
+            return
+        try:
+            self._commit(producer, writer_id, [request])
+        except (_Retry, StoreUnavailable) as exc:
+            request.error = exc
+
+    def _replace(self, writer_id: str, *, fenced: bool) -> None:
+        # the next init_transactions on this id (the next take-over) settles whatever is open
+        producer, self._producer, self.writer_id = self._producer, None, None
+        if producer is not None:
+            try:
+                producer.flush(0)
+            except KafkaException as exc:
+                _LOG.debug("discarding session producer %s: %s", writer_id, exc)
+
+    def close(self) -> None:
+        if self.writer_id is not None:
+            self._replace(self.writer_id, fenced=False)
+
+
 @dataclass(slots=True)
 class _Owned:
-    """A session this instance owns: its exact state and validation rules, valid while ``writer`` lives."""
+    """A session this instance owns: its exact state and validation rules, valid while its writer lives.
+
+    ``writer`` is the group writer's id, or (with ``solo``) the session's own transactional id.
+    """
 
     writer: str
     state: _State
     rules: LogRules | None = None
+    solo: _Solo | None = None
+
+    def live(self, group_writer: str) -> bool:
+        if self.solo is not None:
+            return self.solo.writer_id is not None
+        return self.writer == group_writer
 
 
 # ---------------------------------------------------------------- the adapter
@@ -695,6 +749,7 @@ class KafkaEventLog(EventLog):
         self._consumers: dict[str, Consumer] = {}
         self._writers: list[_Writer] = []
         self._dead: set[str] = set()  # writer ids known to be fenced: taking their sessions needs no fencing
+        self._mine: set[str] = set()  # this instance's group writer ids, past and present
 
     # -------------------------------------------------------------- EventLog
 
@@ -727,11 +782,15 @@ class KafkaEventLog(EventLog):
                     owned.rules = self._rules_for(session_id, state, deadline)
                 owned.rules.check_batch(events)  # raises ValidationError: nothing sent
                 request = _Request(session_id, part, state.epoch, state, values, owned.writer)
-                try:
-                    writer.submit(request)
-                except BaseException:
-                    self._disown(session_id)
-                    raise
+                if owned.solo is not None:
+                    owned.solo.commit(request)
+                    request.done.set()
+                else:
+                    try:
+                        writer.submit(request)
+                    except BaseException:
+                        self._disown(session_id)
+                        raise
                 if not request.done.wait(2 * (self.timeout_s + 5.0) + 1.0):
                     # The commit thread bounds every transaction, so this is a stuck client: give up on
                     # this writer (the next one fences it, which settles the transaction) and report.
@@ -802,6 +861,11 @@ class KafkaEventLog(EventLog):
             self._closed = True
         for writer in self._writers:
             writer.close()
+        with self._owned_lock:
+            solos = [o.solo for o in self._owned.values() if o.solo is not None]
+            self._owned.clear()
+        for solo in solos:
+            solo.close()
         with self._read_lock:
             for consumer in self._consumers.values():
                 consumer.close()
@@ -827,7 +891,9 @@ class KafkaEventLog(EventLog):
 
     def _disown(self, session_id: str) -> None:
         with self._owned_lock:
-            self._owned.pop(session_id, None)
+            owned = self._owned.pop(session_id, None)
+        if owned is not None and owned.solo is not None:
+            owned.solo.close()
 
     def _own(
         self,
@@ -849,10 +915,10 @@ class KafkaEventLog(EventLog):
             writer_id = writer.current(deadline)
             with self._owned_lock:
                 owned = self._owned.get(session_id)
-                if owned is not None and owned.writer == writer_id and not new_epoch:
+                if owned is not None and owned.live(writer_id) and not new_epoch:
                     self._owned.move_to_end(session_id)
                     return owned, False
-                self._owned.pop(session_id, None)
+            self._disown(session_id)
             with self._read_lock:
                 state = self._load_state(session_id, deadline)
             if state.owner == writer_id and not new_epoch:
@@ -865,7 +931,7 @@ class KafkaEventLog(EventLog):
             if expected_seq is not None and expected_seq < state.next_seq:
                 raise ConflictError(session_id, expected_seq, state.next_seq)
             try:
-                state = self._take_over(session_id, writer_id, deadline, expected_seq, lease, new_epoch)
+                state, solo = self._take_over(session_id, writer_id, deadline, expected_seq, lease, new_epoch)
             except _Retry:
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
@@ -873,14 +939,24 @@ class KafkaEventLog(EventLog):
                         "instances keep taking it over at the same time"
                     ) from None
                 continue
+            if solo is not None:
+                return self._keep(session_id, _Owned(solo.writer_id or "", state, solo=solo)), True
             return self._keep(session_id, _Owned(writer_id, state)), True
 
     def _keep(self, session_id: str, owned: _Owned) -> _Owned:
+        evicted: list[_Owned] = []
         with self._owned_lock:
             self._owned[session_id] = owned
             self._owned.move_to_end(session_id)
             while len(self._owned) > self._max_writers:
-                self._owned.popitem(last=False)
+                evicted.append(self._owned.popitem(last=False)[1])
+            solos = [sid for sid, o in self._owned.items() if o.solo is not None]
+            for sid in solos[: max(0, len(solos) - _MAX_SOLO)]:
+                if sid != session_id and sid not in self._session_locks:  # not in the middle of an append
+                    evicted.append(self._owned.pop(sid))
+        for o in evicted:
+            if o.solo is not None:
+                o.solo.close()
         return owned
 
     def _take_over(
@@ -891,18 +967,26 @@ class KafkaEventLog(EventLog):
         expected_seq: int | None,
         lease: WriterLease | None,
         new_epoch: bool,
-    ) -> _State:
-        """Make ``writer_id`` the session's owner (and, for ``acquire``, raise the lease epoch).
+    ) -> tuple[_State, _Solo | None]:
+        """Make this instance the session's owner (and, for ``acquire``, raise the lease epoch).
 
         1. ``init_transactions`` on the session's transactional id: concurrent take-overs of this session
-           are serialized (the older one is fenced and fails its commit) and none is left half done.
-        2. Read the session; fence its owner's producer (``init_transactions`` with the owner's id),
-           which aborts the owner's open transaction and rejects all it sends from now on.
+           are serialized (the older one is fenced and fails its commit) and none is left half done;
+           a previous owner writing through this same id is fenced by it.
+        2. Read the session; fence its owner's producer if that is another one (``init_transactions``
+           with the owner's id), which aborts the owner's open transaction and rejects all it sends
+           from now on.
         3. Read the session again — exact now — check, and commit the new index entry (and the lease
            record) in the session's transaction.
+
+        A new session, or one last written by this instance's group writer, joins the group writer. A
+        session taken from another instance stays on its own producer (returned as ``_Solo``), so that
+        handing it back and forth fences only that session.
         """
         part = partition_for(session_id, self.partitions)
-        producer = self._new_producer(f"{self.topic}:{session_id}", self._session_config)
+        session_txid = f"{self.topic}:{session_id}"
+        producer = self._new_producer(session_txid, self._session_config)
+        keep = False
         try:
             try:
                 producer.init_transactions(self._remaining(deadline))
@@ -910,9 +994,11 @@ class KafkaEventLog(EventLog):
                 raise self._unavailable(f"taking session {session_id!r} over", exc) from exc
             with self._read_lock:
                 state = self._load_state(session_id, deadline)
-            if state.owner is not None and state.owner != writer_id and state.owner not in self._dead:
-                self._fence(state.owner, deadline)
-                self._dead.add(state.owner)
+            previous = state.owner
+            if previous not in (None, writer_id, session_txid) and previous not in self._dead:
+                assert previous is not None
+                self._fence(previous, deadline)
+                self._dead.add(previous)
                 with self._read_lock:
                     state = self._load_state(session_id, deadline)
             if not new_epoch:
@@ -920,7 +1006,9 @@ class KafkaEventLog(EventLog):
                     raise FencedError(session_id, lease.epoch, state.epoch)
                 if expected_seq is not None and expected_seq != state.next_seq:
                     raise ConflictError(session_id, expected_seq, state.next_seq)
-            entry = state.entry(state.epoch + (1 if new_epoch else 0), writer_id)
+            solo = previous is not None and previous not in self._mine
+            owner = session_txid if solo else writer_id
+            entry = state.entry(state.epoch + (1 if new_epoch else 0), owner)
             try:
                 producer.begin_transaction()
                 if new_epoch:
@@ -947,10 +1035,12 @@ class KafkaEventLog(EventLog):
                     exc,
                 ) from exc
             self._remember(session_id, entry)
-            state.epoch, state.owner = entry.epoch, writer_id
-            return state
+            state.epoch, state.owner = entry.epoch, owner
+            keep = solo
+            return state, _Solo(self, producer, session_txid) if solo else None
         finally:
-            producer.flush(0)
+            if not keep:
+                producer.flush(0)
 
     def _fence(self, writer_id: str, deadline: float) -> None:
         """Fence the producer ``writer_id``: its open transaction is aborted, its later sends rejected."""
