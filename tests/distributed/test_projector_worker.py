@@ -18,6 +18,9 @@ from typer.testing import CliRunner
 from foldline.adapters.kafka_log import partition_for
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
+from foldline.core import TextBlock
+from foldline.core.events import Envelope, ReplaceOp, ToolResult
+from foldline.core.projection import Session
 from foldline.projector import WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
     Topic,
@@ -148,5 +151,49 @@ def test_undecodable_records_are_dead_lettered_and_the_rest_folds(topic: Topic, 
         totals = handle.stop()
     assert (totals.dead_letters, totals.applied) == (1, len(events))
     assert fold_mismatches(log, store, {"d": len(events)}, epoch=0) == []
+    store.close()
+    log.close()
+
+
+def test_a_surface_replace_on_the_log_rebuilds_the_fold(topic: Topic, prefix: str) -> None:
+    redis_url = env_or_fail("FOLDLINE_REDIS_URL")
+    events = session_log(3, 40)
+    result = next(e for e in events if isinstance(e.data, ToolResult))
+    assert isinstance(result.data, ToolResult)
+    pos = next(i for i, n in enumerate(Session("t", events).rules.surface) if n.seq == result.seq)
+    trim = Envelope(
+        len(events),
+        1_700_000_100_000,
+        ToolResult(
+            result.data.call_id,
+            result.data.name,
+            (TextBlock("[trimmed]"),),
+            surface_op=ReplaceOp(pos, pos),
+            source_event_seqs=(result.seq,),
+        ),
+    )
+    log = topic.log()
+    log.append("t", 0, events)
+    handle = start_worker(
+        WorkerSettings(
+            bootstrap=topic.bootstrap,
+            topic=topic.name,
+            group=f"g-{uuid.uuid4().hex[:8]}",
+            redis_url=redis_url,
+            redis_prefix=prefix,
+            partitions=topic.partitions,
+        )
+    )
+    store = RedisFoldStore(redis_url, prefix=prefix)
+    try:
+        store.wait_for("t", len(events) - 1, 60)
+        log.append("t", len(events), [trim])
+        state = store.wait_for("t", len(events), 60)
+    finally:
+        totals = handle.stop()
+    assert state.generation == 1
+    assert b"[trimmed]" in b"".join(state.messages)
+    assert totals.rebuilt == ["t"]
+    assert fold_mismatches(log, store, {"t": len(events) + 1}, epoch=0) == []
     store.close()
     log.close()
