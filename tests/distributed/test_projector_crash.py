@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from foldline.adapters.avro import AvroCodec
-from foldline.adapters.kafka_consumer import DLQ_HEADER_ERROR, DLQ_HEADER_REASON
+from foldline.adapters.kafka_consumer import DLQ_HEADER_ERROR, DLQ_HEADER_REASON, SessionEventConsumer
 from foldline.adapters.kafka_log import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.errors import FencedError
@@ -109,6 +109,60 @@ def test_kill_9_projectors_during_50000_events_across_500_sessions(prefix: str) 
         assert {sid: p for sid, p in problems.items() if p} == {}
         assert kills >= 5
         store.close()
+
+
+# ------------------------------------------------------------------------ the crash window itself
+
+
+class _CrashBeforeCommit(BaseException):
+    """Stops a worker thread dead between a successful apply and its offset commit."""
+
+
+def test_crash_between_apply_and_commit_redelivers_only_duplicates(
+    topic: Topic, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redis_url = env_or_fail("FOLDLINE_REDIS_URL")
+    logs = {f"w{i}": session_log(i, 30) for i in range(8)}
+    heads = {sid: len(events) for sid, events in logs.items()}
+    write_sessions(topic.bootstrap, topic.name, logs, batch=30, partitions=topic.partitions, threads=2)
+    settings = WorkerSettings(
+        bootstrap=topic.bootstrap,
+        topic=topic.name,
+        group=f"test-projector-{uuid.uuid4().hex[:8]}",
+        redis_url=redis_url,
+        redis_prefix=prefix,
+        partitions=topic.partitions,
+        max_batch=40,
+        journal=True,
+    )
+    commit = SessionEventConsumer.commit
+    commits = [0]
+
+    def crash_on_the_third_commit(self: SessionEventConsumer) -> None:
+        commits[0] += 1
+        if commits[0] == 3:
+            raise _CrashBeforeCommit  # the batch is in Redis, its offsets are never committed
+        commit(self)
+
+    monkeypatch.setattr(SessionEventConsumer, "commit", crash_on_the_third_commit)
+    first = start_worker(settings)
+    first.thread.join(60)
+    assert [type(e) for e in first.errors] == [_CrashBeforeCommit]
+    applied_before_crash = first.worker.totals.applied  # totals are merged after the commit, so...
+    monkeypatch.undo()
+    second = start_worker(settings)
+    store = RedisFoldStore(redis_url, prefix=prefix, journal=True)
+    try:
+        wait_until(lambda: all_applied(store, heads), 60, "the second worker to fold everything")
+    finally:
+        totals = second.stop()
+    # ...the crashed batch is only in the store; it comes back to the second worker, every event a duplicate
+    assert 0 < totals.duplicates <= settings.max_batch
+    assert applied_before_crash + totals.duplicates + totals.applied == sum(heads.values())
+    assert fold_mismatches_parallel(topic, store, heads, epoch=0, threads=2) == []
+    for sid, head in heads.items():
+        assert journal_problems(store.journal_of(sid), head) == [], sid
+    store.close()
 
 
 # ------------------------------------------------------------------------ Redis restarted mid-run
