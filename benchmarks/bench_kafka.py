@@ -7,7 +7,9 @@
   commit, every guarantee on (transactions, index entries, fencing checks); median of 3 rounds with
   min/max, since this machine and its broker are shared. The same with 50-event appends, and one
   session appending 500-event batches alone, for reference;
-* append -> visible to a ``read_committed`` consumer, p50/p99 at 5,000 events/s (batches of 50 every 10 ms).
+* append -> visible to a ``read_committed`` consumer, p50/p99 at 5,000 events/s (batches of 50 every 10 ms);
+* the local Apache Kafka (KRaft) cold start: a private broker from the jars ``deploy/local/kafka.sh``
+  installed, on free ports with fresh storage, until it answers a metadata request (target <= 30 s).
 
 ``run() -> list[dict]`` returns rows {"name", "value", "unit", "target", "ok"}; ``python -m
 benchmarks.bench_kafka`` prints them.
@@ -17,14 +19,17 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tests.factories import HEADER
+from tests.kafka.private_broker import PrivateBroker, kafka_libs
 
 from foldline.adapters.avro import AvroCodec
 from foldline.adapters.kafka_log import KafkaEventLog
@@ -33,6 +38,7 @@ from foldline.core.wire import encode_event
 
 THROUGHPUT_TARGET = 50_000.0
 P99_TARGET_MS = 50.0
+KRAFT_START_TARGET_S = 30.0
 RATE = 5_000
 BATCH = 50
 
@@ -235,10 +241,27 @@ def run() -> list[dict[str, Any]]:
         p50, p99 = bench_visibility(log, bootstrap)
         rows.append(_row(f"append -> visible p50 at {RATE} events/s", p50, "ms", P99_TARGET_MS, False))
         rows.append(_row(f"append -> visible p99 at {RATE} events/s", p99, "ms", P99_TARGET_MS, False))
+        rows.append(
+            _row(
+                "local Apache Kafka (KRaft) cold start to first metadata answer (fresh storage, format included)",
+                bench_kraft_start(),
+                "s",
+                KRAFT_START_TARGET_S,
+                False,
+            )
+        )
         return rows
     finally:
         log.close()
         _delete(bootstrap, [topic, topic + ".index", topic + ".dlq", topic + ".raw-bench"])
+
+
+def bench_kraft_start() -> float:
+    libs = kafka_libs()
+    if libs is None:
+        raise RuntimeError("the Kafka jars are missing: run deploy/local/kafka.sh install")
+    with tempfile.TemporaryDirectory(prefix="foldline-kraft-") as tmp, PrivateBroker(Path(tmp), libs) as broker:
+        return broker.start(timeout_s=120)
 
 
 def _create(bootstrap: str, topic: str) -> bool:
