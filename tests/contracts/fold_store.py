@@ -101,6 +101,20 @@ class FoldStoreContract(abc.ABC):
         assert state is not None
         assert state.epoch == 4
 
+    def test_raise_epoch_fences_older_writers_from_then_on(self, store: FoldStore, sid: str) -> None:
+        log = simple_log()
+        store.raise_epoch(sid, 7)  # no fold yet: nothing to raise, nothing created
+        assert store.get(sid) is None
+        store.apply(sid, _delta(log[:5], epoch=1))
+        store.raise_epochs({sid: 3, f"{sid}-none": 9})
+        store.raise_epoch(sid, 2)  # never lowers
+        state = store.get(sid)
+        assert state is not None
+        assert (state.epoch, state.applied_seq) == (3, 4)
+        assert store.apply(sid, _delta(log[5:], epoch=1)).status == "fenced"
+        assert store.apply(sid, _delta(log[5:], epoch=3)).status == "applied"
+        assert store.get(f"{sid}-none") is None
+
     def test_header_is_replaced_only_by_a_newer_one(self, store: FoldStore, sid: str) -> None:
         changed = HEADER.__class__(HEADER.config, "another system prompt", HEADER.tools)
         b = LogBuilder().header().user("hello").header(changed, "change").user("again")

@@ -154,3 +154,19 @@ def test_rebuild_on_demand_keeps_the_fold_epoch() -> None:
     result = projector.rebuild("s")
     assert (result.status, result.applied_seq) == ("applied", len(events) - 1)
     _assert_folds_match(log, store, epoch=3)
+
+
+def test_a_lease_fences_older_epochs_in_later_batches() -> None:
+    events = simple_log(turns=2)
+    log, store, projector = _setup(("s", events))
+    projector.project(_consumed("s", events[:6], epoch=1))
+    report = projector.project([ConsumedLease("s", 2, 0, 50)])  # a new writer took the session over
+    assert report.leases == 1
+    state = store.get("s")
+    assert state is not None
+    assert state.epoch == 2
+    # a projector that restarted after the lease no longer knows it; the store does
+    stale = projector.project(_consumed("s", events[6:], epoch=1))
+    assert [c.event.seq for c in stale.fenced] == [e.seq for e in events[6:]]
+    projector.project(_consumed("s", events[6:], epoch=2))
+    _assert_folds_match(log, store, epoch=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from ..core.fold import FoldDelta, FoldState
@@ -40,6 +41,12 @@ class MemoryFoldStore(FoldStore):
                 messages,
             )
             return ApplyResult("applied", delta.last_seq, previous_seq=applied)
+
+    def raise_epoch(self, session_id: str, epoch: int) -> None:
+        with self._lock:
+            cur = self._folds.get(session_id)
+            if cur is not None and epoch > cur.epoch:
+                self._folds[session_id] = dataclasses.replace(cur, epoch=epoch)
 
     def put(self, state: FoldState) -> ApplyResult:
         with self._lock:

@@ -26,7 +26,7 @@ session's script is still its own atomic unit). Redis errors reach callers as
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -127,6 +127,17 @@ return {'applied', seq}
 """
 )
 
+# KEYS: meta, msgs. ARGV: epoch.
+_RAISE_EPOCH = (
+    _CONSISTENT
+    + """
+local a, e, exists = load()
+local epoch = tonumber(ARGV[1])
+if exists and epoch > e then redis.call('HSET', KEYS[1], 'e', epoch) end
+return e
+"""
+)
+
 
 def _int(raw: Any) -> int:
     return int(raw.decode() if isinstance(raw, bytes) else raw)
@@ -161,6 +172,7 @@ class RedisFoldStore(FoldStore):
             raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
         self._apply: Script = self._redis.register_script(_APPLY)
         self._put: Script = self._redis.register_script(_PUT)
+        self._raise_epoch: Script = self._redis.register_script(_RAISE_EPOCH)
 
     # ---------------------------------------------------------------- keys
 
@@ -194,6 +206,18 @@ class RedisFoldStore(FoldStore):
             self._apply(keys=list(self.keys_of(session_id)), args=args, client=pipe)
         replies = self._execute(pipe, f"applying {len(deltas)} fold delta(s)")
         return [_result(reply) for reply in replies]
+
+    def raise_epoch(self, session_id: str, epoch: int) -> None:
+        self.raise_epochs({session_id: epoch})
+
+    def raise_epochs(self, epochs: Mapping[str, int]) -> None:
+        """:meth:`raise_epoch` for many sessions in one round trip."""
+        if not epochs:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for session_id, epoch in epochs.items():
+            self._raise_epoch(keys=list(self.keys_of(session_id)[:2]), args=[epoch], client=pipe)
+        self._execute(pipe, f"raising the epoch of {len(epochs)} fold(s)")
 
     def put(self, state: FoldState) -> ApplyResult:
         header_seq = state.header_seq if state.header is not None and state.header_seq is not None else -1

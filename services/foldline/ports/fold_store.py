@@ -20,6 +20,8 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
   ``fenced`` and changes nothing.
 * ``apply_many([(session, delta), ...])`` is ``apply`` for each pair, in order, with one result each;
   adapters batch the round trips (each session's delta stays atomic on its own).
+* ``raise_epoch(session, epoch)`` records a writer lease seen in the log: the fold's epoch becomes
+  ``max(stored, epoch)`` so a later event of an older epoch is ``fenced``; no-op without a fold.
 * ``get`` returns the whole fold or ``None``; ``applied_seq`` returns ``A`` (-1 when unknown).
 * ``wait_for(session, seq, timeout_s)`` returns the fold once ``A >= seq``, or raises
   :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,6 +59,15 @@ class FoldStore(abc.ABC):
     def apply_many(self, deltas: Sequence[tuple[str, FoldDelta]]) -> list[ApplyResult]:
         """``apply`` each ``(session, delta)`` in order; one result per pair."""
         return [self.apply(session_id, delta) for session_id, delta in deltas]
+
+    @abc.abstractmethod
+    def raise_epoch(self, session_id: str, epoch: int) -> None:
+        """A newer writer leased the session: fence older epochs from now on (no-op without a fold)."""
+
+    def raise_epochs(self, epochs: Mapping[str, int]) -> None:
+        """``raise_epoch`` for each session; adapters batch the round trips."""
+        for session_id, epoch in epochs.items():
+            self.raise_epoch(session_id, epoch)
 
     @abc.abstractmethod
     def put(self, state: FoldState) -> ApplyResult:

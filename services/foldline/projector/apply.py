@@ -1,8 +1,8 @@
 """Folding consumed session events into a fold store, independent of the consumer runtime.
 
 :class:`BatchProjector` takes a batch of typed consumer items (:mod:`foldline.adapters.kafka_consumer`:
-events, leases, dead letters) from any runtime — the confluent-kafka worker, the faust agent, a test —
-and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched call:
+events, leases, dead letters) from any runtime — the confluent-kafka worker, a test, another consumer
+runtime — and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched call:
 
 1. Events are grouped per session into *runs*: contiguous seqs of one writer epoch, in arrival order.
 2. Each run becomes a :class:`~foldline.core.fold.FoldDelta`; a run holding a surface replace
@@ -17,7 +17,9 @@ and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched
    * ``fenced`` — the run's writer epoch is older than the fold's: the events are stale and returned in
      :attr:`BatchReport.fenced` so the runtime dead-letters them.
 
-4. Rebuilds read the whole session through the event log, fold it with
+4. Writer leases in the batch raise the fold's epoch (:meth:`FoldStore.raise_epochs`), so an event of
+   an older epoch met later — even by a projector that restarted after the lease — is ``fenced``.
+5. Rebuilds read the whole session through the event log, fold it with
    :func:`~foldline.core.fold.fold_state` and :meth:`FoldStore.put` it (fenced by seq and epoch, so a
    slower concurrent projector can never roll it back).
 
@@ -103,12 +105,15 @@ class BatchProjector:
         runs: list[_Run] = []
         last_run: dict[str, _Run] = {}
         epochs: dict[str, int] = {}
+        leases: dict[str, int] = {}  # writer leases seen: fence older epochs in the store from now on
         for item in items:
             if isinstance(item, DeadLetter):
                 report.dead_letters += 1
                 continue
             if isinstance(item, ConsumedLease):
                 report.leases += 1
+                leases[item.session_id] = max(leases.get(item.session_id, 0), item.epoch)
+                epochs[item.session_id] = max(epochs.get(item.session_id, 0), item.epoch)
                 continue
             report.events += 1
             sid = item.session_id
@@ -121,6 +126,8 @@ class BatchProjector:
             else:
                 run.events.append(item)
         if not runs:
+            if leases:
+                self.store.raise_epochs(leases)
             return report
 
         rebuild: dict[str, None] = {}  # ordered set
@@ -140,6 +147,8 @@ class BatchProjector:
         results = self.store.apply_many(deltas)
         for run, result in zip(delta_runs, results, strict=True):
             self._account(run, result, report, rebuild)
+        if leases:  # after the deltas: the batch's events older than a lease precede it in the log
+            self.store.raise_epochs(leases)
         for sid in rebuild:
             self.rebuild(sid, epoch=epochs.get(sid, 0))
             report.rebuilt.append(sid)
