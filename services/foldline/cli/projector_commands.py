@@ -62,6 +62,14 @@ def projector(
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = "127.0.0.1",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every assignment and batch.")] = False,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            envvar="FOLDLINE_PROJECTOR_RUNTIME",
+            help="Consumer runtime: confluent (a confluent-kafka group consumer) or faust (a faust-streaming app).",
+        ),
+    ] = "confluent",
 ) -> None:
     """Run a projector worker (one consumer-group member) until SIGINT/SIGTERM, or rebuild folds and exit.
 
@@ -70,6 +78,8 @@ def projector(
     """
     from ..projector import WorkerSettings
 
+    if runtime not in ("confluent", "faust"):
+        raise ConfigError(f"--runtime must be confluent or faust, not {runtime!r}")
     if sessions and not rebuild:
         raise ConfigError("session ids are only taken with --rebuild (e.g. foldline projector --rebuild s1 s2)")
     logging.basicConfig(
@@ -92,6 +102,8 @@ def projector(
     )
     if rebuild:
         _rebuild(settings, sessions or [])
+    elif runtime == "faust":
+        _run_faust(settings)
     else:
         _run(settings)
 
@@ -132,6 +144,24 @@ def _run(settings: WorkerSettings) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     totals = worker.run()
+    err_console.print(
+        f"projector stopped: {totals.events} events, {totals.applied} applied, {totals.duplicates} duplicates, "
+        f"{len(totals.gaps)} gaps, {len(totals.rebuilt)} rebuilds, {len(totals.fenced)} fenced, "
+        f"{totals.dead_letters} dead letters"
+    )
+
+
+def _run_faust(settings: WorkerSettings) -> None:
+    from ..projector.faust_runtime import FaustProjector
+
+    def announce(worker: FaustProjector) -> None:
+        url = worker.metrics_url
+        extra = f" metrics={url}" if url else ""
+        sys.stdout.write(f"projector ready group={settings.group} topic={settings.topic}{extra}\n")
+        sys.stdout.flush()
+
+    # faust's worker installs its own SIGTERM/SIGINT handlers: a signal stops the app cleanly
+    totals = FaustProjector(settings, on_ready=announce).run()
     err_console.print(
         f"projector stopped: {totals.events} events, {totals.applied} applied, {totals.duplicates} duplicates, "
         f"{len(totals.gaps)} gaps, {len(totals.rebuilt)} rebuilds, {len(totals.fenced)} fenced, "

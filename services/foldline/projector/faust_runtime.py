@@ -1,0 +1,505 @@
+"""The projector as a faust-streaming app: one consumer group, one agent, manual acks after the apply.
+
+``foldline projector --runtime faust`` runs :class:`FaustProjector`; the default runtime is the
+confluent-kafka worker (:mod:`.worker`). Both fold through the same :class:`~.apply.BatchProjector` and
+dead-letter through the same decoding and DLQ code (:class:`~foldline.adapters.kafka_consumer.SessionEventConsumer`),
+so a topic folded by either runtime gives the same folds.
+
+How this runtime avoids faust's known defects (docs/PROJECTOR.md, "The runtimes"):
+
+* **read_committed outside exactly-once mode.** faust creates its aiokafka consumer with
+  ``isolation_level="read_committed"`` only when the app runs with ``processing_guarantee="exactly_once"``.
+  The app here uses a transport whose consumer thread builds faust's own worker consumer and then sets
+  its isolation level to ``read_committed`` before it starts (aiokafka hands it to its fetcher on
+  ``start()``), so records of aborted or fenced transactions never reach the agent.
+* **offsets acked past unfinished messages (concurrency > 1, faust issue #606).** One agent with
+  ``concurrency=1``; a partition is owned by one group member and its events reach the agent in order,
+  and every event is acked in order, after its batch applied. faust commits the highest contiguous
+  acked offset, so nothing unapplied can be committed.
+* **take()/take_events() ack a batch in a finally block, even when processing raised.** The agent reads
+  batches with ``Stream.noack_take`` (it yields the events and never acks them) and acks each event with
+  ``Stream.ack`` only after :meth:`BatchProjector.project` returned. When the apply raises anything but
+  :class:`~foldline.errors.StoreUnavailable`, nothing of the batch is acked, the agent stops taking
+  events (a restarted agent would ack events past the failed batch) and the worker shuts down with the
+  error: the process exits non-zero and the group redelivers from the last commit. A fold-store outage
+  (``StoreUnavailable``) keeps the batch and retries it with backoff, not ready meanwhile, as the
+  confluent worker does.
+
+Delivery is at least once and the apply is idempotent (fenced by seq and epoch in the store), so events
+redelivered after a crash or a rebalance are skipped as duplicates.
+
+The app runs under faust's worker on the process's main thread (it installs the SIGTERM/SIGINT
+handlers): this runtime is a process, not a thread (:func:`~.worker.start_worker` is the in-process one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import faust
+from confluent_kafka import Message, Producer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from ..adapters.avro import AvroCodec
+from ..adapters.kafka_consumer import ConsumedEvent, ConsumedItem, DeadLetter, SessionEventConsumer
+from ..adapters.kafka_log import KafkaEventLog, dlq_topic
+from ..errors import ConfigError, FencedError, FoldlineError, StoreUnavailable
+from ..ports.event_log import EventLog
+from ..ports.fold_store import FoldStore
+from .apply import BatchProjector, BatchReport
+from .worker import WorkerSettings
+
+if TYPE_CHECKING:
+    from ..metrics import HealthServer, ProjectorMetrics
+
+__all__ = ["READ_COMMITTED", "FaustProjector", "RecordChecker", "projector_app"]
+
+_LOG = logging.getLogger("foldline.projector")
+READ_COMMITTED = "read_committed"
+AGENT_NAME = "foldline-projector-fold"
+BATCH_WITHIN_S = 0.05  # a partial batch is applied after this long without filling up
+
+
+# ------------------------------------------------------------------ faust app with a read_committed consumer
+
+
+class ReadCommittedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """faust's aiokafka consumer thread, but the group consumer reads committed records only."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        current = getattr(consumer, "_isolation_level", None)
+        if current not in ("read_uncommitted", READ_COMMITTED):
+            raise ConfigError(
+                f"aiokafka's consumer no longer keeps its isolation level where faust's projector sets it "
+                f"(found {current!r}); pin aiokafka to a version the faust runtime supports or use --runtime confluent"
+            )
+        # aiokafka passes this to its Fetcher in start(), which has not run yet
+        consumer._isolation_level = READ_COMMITTED
+        return consumer
+
+
+class ReadCommittedConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> ReadCommittedConsumerThread:
+        return ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class ReadCommittedTransport(faust_aiokafka.Transport):
+    Consumer = ReadCommittedConsumer
+
+
+class _ProjectorApp(faust.App):
+    def _new_transport(self) -> Any:
+        return ReadCommittedTransport(self.conf.broker_consumer, self)
+
+
+def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = False) -> faust.App:
+    """The faust app of a projector: consumer group ``settings.group``, no web server, no tables.
+
+    ``vanilla=True`` builds the same app on faust's stock transport (which reads uncommitted records
+    outside exactly-once mode); tests use it to show what the read_committed transport prevents.
+    """
+    if settings.client_config:
+        raise ConfigError(
+            "the faust projector runtime does not take librdkafka client settings (client_config); "
+            "use --runtime confluent for a broker that needs them"
+        )
+    cls = faust.App if vanilla else _ProjectorApp
+    return cls(
+        settings.group,  # faust's app id is the consumer group id
+        broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",") if host.strip()],
+        autodiscover=False,
+        web_enabled=False,
+        datadir=datadir,
+        key_serializer="raw",
+        value_serializer="raw",
+        processing_guarantee="at_least_once",
+        topic_allow_declare=False,  # the event log creates its topics
+        topic_disable_leader=True,  # no <group>-__assignor-__leader topic
+        table_standby_replicas=0,
+        topic_partitions=settings.partitions,
+        consumer_auto_offset_reset="earliest",
+        broker_max_poll_records=settings.max_batch,
+        stream_buffer_maxsize=max(4096, 2 * settings.max_batch),
+        broker_session_timeout=6.0,  # as the confluent worker: a killed member leaves the group within 6 s
+        broker_heartbeat_interval=1.0,
+        broker_commit_interval=1.0,
+        worker_redirect_stdouts=False,
+    )
+
+
+# ------------------------------------------------------------------ decoding and dead letters
+
+
+class RecordChecker(SessionEventConsumer):
+    """:class:`SessionEventConsumer`'s decoding, checks and dead-lettering for records another client consumed.
+
+    It has no consumer of its own: the records come from faust's, converted to confluent-kafka
+    :class:`~confluent_kafka.Message` objects, and go through the same ``_item``/``_dead_letter`` code
+    (Avro framing, writer epoch against the latest lease, log rules per session, DLQ headers).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topic: str,
+        registry_url: str | None = None,
+        log: EventLog | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        # deliberately not SessionEventConsumer.__init__: that one subscribes a group consumer
+        self.topic = topic
+        self.dlq_topic = dlq_topic(topic)
+        self.codec = AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
+        self.timeout_s = timeout_s
+        self._log = log
+        self._dlq = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "logger": logging.getLogger("foldline.kafka"),
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.timeout.ms": max(1000, int(timeout_s * 1000)),
+            }
+        )
+        self._rules = {}
+        self._epochs = {}
+        self._dlq_errors = []
+
+    def check(self, messages: Iterable[Message]) -> list[ConsumedItem]:
+        """Typed items for ``messages`` in order; dead letters are durably in the DLQ topic when this returns."""
+        items: list[ConsumedItem] = []
+        dead = 0
+        for msg in messages:
+            item = self._item(msg)
+            if isinstance(item, DeadLetter):
+                self._dead_letter(msg, item.error)
+                dead += 1
+            items.append(item)
+        if dead:
+            self._flush_dead_letters(dead)
+        return items
+
+    def dead_letter_fenced(self, fenced: Sequence[tuple[Message, ConsumedEvent]], epochs: Mapping[str, int]) -> None:
+        """Copy events the store refused as stale (older writer epoch than the fold's) to the DLQ topic."""
+        for msg, ev in fenced:
+            self._dead_letter(msg, FencedError(ev.session_id, ev.epoch, epochs.get(ev.session_id, ev.epoch + 1)))
+        self._flush_dead_letters(len(fenced))
+
+    def _flush_dead_letters(self, count: int) -> None:
+        if self._dlq.flush(self.timeout_s):
+            raise StoreUnavailable(f"dead-letter topic {self.dlq_topic} did not acknowledge {count} record(s)")
+        if self._dlq_errors:
+            raise StoreUnavailable(f"dead-letter write failed: {self._dlq_errors.pop()}")
+
+    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedItem]:
+        raise TypeError("RecordChecker has no consumer: pass consumed records to check()")
+
+    def commit(self) -> None:
+        raise TypeError("RecordChecker has no consumer: the runtime that consumed the records commits them")
+
+    def close(self) -> None:
+        self._dlq.flush(self.timeout_s)
+
+
+def to_message(record: Any) -> Message:
+    """A faust (aiokafka) consumer record as the confluent-kafka Message the decoding code reads."""
+    headers = record.headers
+    if isinstance(headers, Mapping):
+        headers = list(headers.items())
+    return Message(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        headers=list(headers) if headers else None,
+    )
+
+
+# ------------------------------------------------------------------ the runtime
+
+
+class FaustProjector:
+    """One projector process on faust; see the module docstring. :meth:`run` blocks until SIGTERM/SIGINT."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        *,
+        store: FoldStore | None = None,
+        log: EventLog | None = None,
+        projector: BatchProjector | None = None,
+        metrics: ProjectorMetrics | None = None,
+        on_ready: Callable[[FaustProjector], None] | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        batch_within_s: float = BATCH_WITHIN_S,
+    ) -> None:
+        self.settings = settings
+        self._owns_store = store is None and projector is None
+        self._owns_log = log is None and projector is None
+        if projector is None:
+            if store is None:
+                from ..adapters.redis_folds import RedisFoldStore
+
+                store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=settings.journal)
+            if log is None:
+                log = KafkaEventLog(
+                    settings.bootstrap,
+                    topic=settings.topic,
+                    partitions=settings.partitions,
+                    registry_url=settings.registry_url,
+                )
+            projector = BatchProjector(store, log, metrics=metrics)
+        self.projector = projector
+        self.store = projector.store
+        self.log = projector.log
+        self.metrics = metrics if metrics is not None else projector.metrics
+        self.totals = BatchReport()
+        self.failure: BaseException | None = None
+        self._on_ready = on_ready
+        self._on_batch = on_batch
+        self._within = batch_within_s
+        self._lock = threading.Lock()
+        self._assigned: set[int] | None = None
+        self._store_ok = True
+        self._stopping = False
+        self._announced = False
+        self._last_offsets: dict[int, int] = {}
+        self._last_times: dict[int, int] = {}
+        self._server: HealthServer | None = None
+        self._worker: Any = None
+        self._stop_task: asyncio.Future[Any] | None = None
+        self._checker = RecordChecker(
+            settings.bootstrap, topic=settings.topic, registry_url=settings.registry_url, log=self.log
+        )
+
+    # ---------------------------------------------------------------- state
+
+    def ready(self) -> bool:
+        """True while the worker holds its partition assignment and the fold store applies."""
+        with self._lock:
+            return self._assigned is not None and self._store_ok and not self._stopping and self.failure is None
+
+    def assigned_partitions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._assigned or ())
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self._server is None else self._server.url
+
+    # ---------------------------------------------------------------- process lifecycle
+
+    def run(self) -> BatchReport:
+        """Run faust's worker until SIGTERM/SIGINT; raise the failure that stopped it, if one did."""
+        with tempfile.TemporaryDirectory(prefix="foldline-faust-") as datadir:
+            app = projector_app(self.settings, datadir)
+            self._install(app)
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._start_metrics_server()
+            worker = faust.Worker(
+                app,
+                loop=loop,
+                quiet=True,
+                redirect_stdouts=False,
+                override_logging=False,  # keep the process's logging setup
+                workdir=datadir,
+            )
+            self._worker = worker
+            status: object = 0
+            try:
+                worker.execute_from_commandline()
+            except SystemExit as exc:  # faust's worker always leaves through sys.exit
+                status = exc.code
+            finally:
+                self._shutdown()
+        if self.failure is not None:
+            raise self.failure
+        if status not in (0, None):
+            raise StoreUnavailable(
+                f"the faust projector worker exited with status {status}; see the log above for the cause"
+            )
+        return self.totals
+
+    def _install(self, app: faust.App) -> None:
+        s = self.settings
+        topic = app.topic(s.topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+
+        async def fold(stream: Any) -> None:
+            async for events in stream.noack_take(s.max_batch, within=self._within):
+                await self._apply_batch(stream, events)
+
+        app.agent(topic, name=AGENT_NAME, concurrency=1)(fold)
+        app.on_partitions_assigned.connect(self._on_assigned)
+        app.on_partitions_revoked.connect(self._on_revoked)
+        app.timer(1.0, name="foldline-projector-lag")(self._update_lag)
+
+    async def _on_assigned(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
+        assigned: Iterable[Any] = args[0] if args else ()
+        parts = {tp.partition for tp in assigned if tp.topic == self.settings.topic}
+        ok = await asyncio.to_thread(self._store_answers)
+        with self._lock:
+            self._assigned = parts
+            self._store_ok = ok
+        _LOG.info("assigned partitions %s", sorted(parts))
+        self._maybe_announce()
+
+    async def _on_revoked(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
+        revoked: Iterable[Any] = args[0] if args else ()
+        gone = {tp.partition for tp in revoked if tp.topic == self.settings.topic}
+        with self._lock:
+            if self._assigned is not None:
+                self._assigned -= gone
+        for part in gone:
+            self._last_offsets.pop(part, None)
+            self._last_times.pop(part, None)
+            if self.metrics is not None:  # another member reports this partition's lag from now on
+                for gauge in (self.metrics.lag_events, self.metrics.lag_seconds):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(str(part))
+
+    def _store_answers(self) -> bool:
+        ping = getattr(self.store, "ping", None)
+        if ping is None:
+            return True
+        try:
+            return bool(ping())
+        except FoldlineError:
+            return False
+
+    def _maybe_announce(self) -> None:
+        if not self._announced and self.ready():
+            self._announced = True
+            _LOG.info("projector ready (group %s, faust runtime)", self.settings.group)
+            if self._on_ready is not None:
+                self._on_ready(self)
+
+    # ---------------------------------------------------------------- one batch
+
+    async def _apply_batch(self, stream: Any, events: Sequence[Any]) -> None:
+        if self.failure is not None:  # never reached: the agent parks after a failure
+            await asyncio.Event().wait()
+        messages = [to_message(ev.message) for ev in events]
+        try:
+            items = await asyncio.to_thread(self._checker.check, messages)
+            report = await self._apply_until_done(items, messages)
+        except asyncio.CancelledError:
+            raise  # shutdown: nothing of this batch is acked
+        except BaseException as exc:
+            await self._fail(exc, len(events))
+            return
+        # Only now: every event of the batch is in the store (or dead-lettered). In order, so faust's
+        # commit (the highest contiguous acked offset per partition) never passes an unapplied event.
+        for ev in events:
+            await stream.ack(ev)
+        self._observe(items, report)
+
+    async def _apply_until_done(self, items: Sequence[ConsumedItem], messages: Sequence[Message]) -> BatchReport:
+        pause = 0.05
+        while True:
+            try:
+                report = await asyncio.to_thread(self._project, items, messages)
+            except StoreUnavailable as exc:
+                with self._lock:
+                    self._store_ok = False
+                _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(items), exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            with self._lock:
+                self._store_ok = True
+            self._maybe_announce()
+            return report
+
+    def _project(self, items: Sequence[ConsumedItem], messages: Sequence[Message]) -> BatchReport:
+        report = self.projector.project(items)
+        if report.fenced:
+            by_offset = {(m.partition(), m.offset()): m for m in messages}
+            epochs: dict[str, int] = {}
+            for sid in {ev.session_id for ev in report.fenced}:
+                fold = self.store.get(sid)
+                if fold is not None:
+                    epochs[sid] = fold.epoch
+            self._checker.dead_letter_fenced(
+                [(by_offset[(ev.partition, ev.offset)], ev) for ev in report.fenced], epochs
+            )
+        return report
+
+    async def _fail(self, exc: BaseException, size: int) -> None:
+        """Stop the worker with ``exc``; this agent takes (and acks) nothing more."""
+        self.failure = exc
+        _LOG.error(
+            "applying a batch of %d records failed (%s: %s); none of it is acknowledged, stopping the projector",
+            size,
+            type(exc).__name__,
+            exc,
+        )
+        if self._worker is not None and self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._worker.stop())
+        # Park instead of raising: faust's supervisor would restart a crashed agent, which would then
+        # ack events past the failed batch. The worker's stop cancels this wait.
+        await asyncio.Event().wait()
+
+    def _observe(self, items: Sequence[ConsumedItem], report: BatchReport) -> None:
+        self.totals.merge(report)
+        for item in items:
+            if isinstance(item, ConsumedEvent):
+                self._last_offsets[item.partition] = item.offset
+                self._last_times[item.partition] = item.event.time
+        if self._on_batch is not None:
+            self._on_batch(report)
+
+    # ---------------------------------------------------------------- metrics
+
+    def _start_metrics_server(self) -> None:
+        s = self.settings
+        if s.metrics_port is None:
+            return
+        from ..metrics import ProjectorMetrics, new_registry, serve
+
+        if self.metrics is None:
+            self.metrics = ProjectorMetrics(new_registry())
+            self.projector.metrics = self.metrics
+        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.ready, host=s.metrics_host)
+        _LOG.info("metrics on %s/metrics", self._server.url)
+
+    async def _update_lag(self, app: Any = None) -> None:
+        if self.metrics is None or self._worker is None:
+            return
+        consumer = self._worker.app.consumer
+        for part in self.assigned_partitions():
+            tp = faust.types.TP(self.settings.topic, part)
+            try:
+                high = consumer.highwater(tp)
+            except Exception as exc:  # not fetched yet, or the partition just moved
+                _LOG.debug("lag of partition %d unknown: %s", part, exc)
+                continue
+            if high is None:
+                continue
+            done = self._last_offsets.get(part)
+            behind = max(0, int(high) - (done + 1)) if done is not None else 0
+            seen = self._last_times.get(part)
+            age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
+            self.metrics.set_lag(events=behind, seconds=age, partition=str(part))
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            self._stopping = True
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self._checker.close()
+        if self._owns_store:
+            self.store.close()
+        if self._owns_log:
+            self.log.close()
