@@ -375,6 +375,15 @@ class _NotContiguous(Exception):
     """Internal: another producer's records landed between ours; redo the transaction with every offset reported."""
 
 
+def _copy_error(exc: BaseException) -> BaseException:
+    """A fresh exception per waiting append (one instance must not be raised in several threads)."""
+    if isinstance(exc, _Retry):
+        return _Retry()
+    if isinstance(exc, StoreUnavailable):
+        return StoreUnavailable(str(exc))
+    return StoreUnavailable(f"Kafka writer failed: {exc!r}; the outcome is unknown — re-read the session head")
+
+
 class _Writer:
     """This instance's transactional producer and the thread that commits queued appends in groups.
 
@@ -465,8 +474,10 @@ class _Writer:
                 try:
                     self._commit(producer, writer_id, live)
                 except BaseException as exc:  # every waiting append learns the outcome
+                    if not isinstance(exc, (_Retry, StoreUnavailable)):
+                        self._replace(writer_id, fenced=False)  # its transaction's state is unknown
                     for r in live:
-                        r.error = exc
+                        r.error = _copy_error(exc)
             for r in batch:
                 r.done.set()
 
