@@ -9,10 +9,12 @@ aborted or fenced transactions are never delivered). Each record comes back as a
   been copied to the dead-letter topic (``<topic>.dlq``) with the reason in its headers before ``poll``
   returns, so nothing is dropped silently, and consumption goes on.
 
-Checks: the value decodes (:class:`~foldline.adapters.avro.AvroDecodeError`,
+Checks (docs/KAFKA.md, "What a consumer must check"): the record kind is ``event`` or ``lease``; the
+value decodes (:class:`~foldline.adapters.avro.AvroDecodeError`,
 :class:`~foldline.adapters.avro.UnknownSchemaError`, core shape/rule errors); the record's writer epoch
 is not older than the session's latest lease seen (:class:`~foldline.errors.FencedError` — defence in
-depth, transactions already prevent it); and the event continues its session under the log rules
+depth: a take-over fences the previous owner before it writes the lease record, so the log's own
+records never fail it); and the event continues its session under the log rules
 (:class:`~foldline.core.validation.LogRules`). A session first met mid-stream is anchored by reading its
 prefix through ``log`` (cost bounded by the session) when one is given.
 
