@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import tempfile
 import threading
 import time
@@ -128,6 +129,9 @@ def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = Fal
         consumer_auto_offset_reset="earliest",
         broker_max_poll_records=settings.max_batch,
         stream_buffer_maxsize=max(4096, 2 * settings.max_batch),
+        # Do not wait at a rebalance or at shutdown for every delivered event to be acked: events are
+        # acked only after their batch applied, and a failed batch is never acked (it is redelivered).
+        stream_wait_empty=False,
         broker_session_timeout=6.0,  # as the confluent worker: a killed member leaves the group within 6 s
         broker_heartbeat_interval=1.0,
         broker_commit_interval=1.0,
@@ -277,7 +281,8 @@ class FaustProjector:
         self._last_times: dict[int, int] = {}
         self._server: HealthServer | None = None
         self._worker: Any = None
-        self._stop_task: asyncio.Future[Any] | None = None
+        self._stop_requested = False
+        self._abandoned = False
         self._checker = RecordChecker(
             settings.bootstrap, topic=settings.topic, registry_url=settings.registry_url, log=self.log
         )
@@ -315,6 +320,7 @@ class FaustProjector:
                 override_logging=False,  # keep the process's logging setup
                 workdir=datadir,
             )
+            worker.spinner = None  # its terminal codes would land on stdout, before the "projector ready" line
             self._worker = worker
             status: object = 0
             try:
@@ -387,14 +393,20 @@ class FaustProjector:
     # ---------------------------------------------------------------- one batch
 
     async def _apply_batch(self, stream: Any, events: Sequence[Any]) -> None:
-        if self.failure is not None:  # never reached: the agent parks after a failure
-            await asyncio.Event().wait()
+        if self.failure is not None or self._abandoned:
+            # A batch before this one was not applied (the agent was restarted after a failure or a
+            # cancellation): acking this one would let faust commit past the unapplied events.
+            await self._fail(
+                self.failure or StoreUnavailable("a batch was abandoned unapplied; restart from the committed offsets"),
+                len(events),
+            )
         messages = [to_message(ev.message) for ev in events]
         try:
             items = await asyncio.to_thread(self._checker.check, messages)
             report = await self._apply_until_done(items, messages)
         except asyncio.CancelledError:
-            raise  # shutdown: nothing of this batch is acked
+            self._abandoned = True  # shutdown (or a restart): nothing of this batch is acked
+            raise
         except BaseException as exc:
             await self._fail(exc, len(events))
             return
@@ -437,15 +449,18 @@ class FaustProjector:
 
     async def _fail(self, exc: BaseException, size: int) -> None:
         """Stop the worker with ``exc``; this agent takes (and acks) nothing more."""
-        self.failure = exc
+        if self.failure is None:
+            self.failure = exc
         _LOG.error(
             "applying a batch of %d records failed (%s: %s); none of it is acknowledged, stopping the projector",
             size,
             type(exc).__name__,
             exc,
         )
-        if self._worker is not None and self._stop_task is None:
-            self._stop_task = asyncio.ensure_future(self._worker.stop())
+        if not self._stop_requested:
+            self._stop_requested = True
+            # faust's worker stops on SIGTERM (its own handler): the same clean shutdown as `kill -TERM`
+            signal.raise_signal(signal.SIGTERM)
         # Park instead of raising: faust's supervisor would restart a crashed agent, which would then
         # ack events past the failed batch. The worker's stop cancels this wait.
         await asyncio.Event().wait()
