@@ -48,7 +48,8 @@ def _env(name: str) -> str:
 
 def _row(name: str, value: float, unit: str, target: float, higher_is_better: bool = True) -> dict[str, Any]:
     ok = value >= target if higher_is_better else value <= target
-    return {"name": name, "value": round(value, 2), "unit": unit, "target": target, "ok": ok}
+    shown = f"{'>=' if higher_is_better else '<='} {target:,g} {unit}"
+    return {"name": name, "value": round(value, 2), "unit": unit, "target": shown, "ok": ok}
 
 
 def _fold_once(bootstrap: str, topic: str, redis_url: str, total: int) -> tuple[float, float, RedisFoldStore, str]:
