@@ -49,7 +49,8 @@ def _env(name: str) -> str:
 
 
 def _row(name: str, value: float, unit: str, target: float) -> dict[str, Any]:
-    return {"name": name, "value": round(value, 2), "unit": unit, "target": target, "ok": value >= target}
+    shown = f">= {target:,.0f} {unit}"
+    return {"name": name, "value": round(value, 2), "unit": unit, "target": shown, "ok": value >= target}
 
 
 def _cpu_seconds(pid: int) -> float:
