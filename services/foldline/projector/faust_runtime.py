@@ -45,7 +45,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import faust
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..adapters.avro import AvroCodec
@@ -306,6 +307,7 @@ class FaustProjector:
 
     def run(self) -> BatchReport:
         """Run faust's worker until SIGTERM/SIGINT; raise the failure that stopped it, if one did."""
+        self._wait_for_topic()
         with tempfile.TemporaryDirectory(prefix="foldline-faust-") as datadir:
             app = projector_app(self.settings, datadir)
             self._install(app)
@@ -336,6 +338,23 @@ class FaustProjector:
                 f"the faust projector worker exited with status {status}; see the log above for the cause"
             )
         return self.totals
+
+    def _wait_for_topic(self) -> None:
+        """Block (not ready) until the topic exists: writers create it on first use, and a group member
+        subscribed to a missing topic would only see it at its next metadata refresh."""
+        s = self.settings
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+        warned = False
+        while True:
+            try:
+                if s.topic in admin.list_topics(timeout=5.0).topics:
+                    return
+            except KafkaException as exc:
+                _LOG.warning("listing Kafka topics failed: %s", exc)
+            if not warned:
+                _LOG.warning("waiting for topic %s to exist (writers create it on their first append)", s.topic)
+                warned = True
+            time.sleep(0.5)
 
     def _install(self, app: faust.App) -> None:
         s = self.settings
