@@ -244,9 +244,11 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
 # ------------------------------------------------------------------------ an apply that raises mid-batch
 
 # The faust runtime as a process whose third apply folds half of its batch and then raises; it writes the
-# (partition, offset) of every event of that batch to argv[1] first.
+# (partition, offset) of every event of that batch to argv[1] first; before it stops it lingers, then
+# writes to argv[3] which of those events faust's consumer holds as acked or committed.
 _FAILING_CHILD = """
-import json, sys
+import asyncio, json, sys
+from faust.types import TP
 from foldline.adapters.kafka_consumer import ConsumedEvent
 from foldline.adapters.kafka_log import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
@@ -266,10 +268,28 @@ class ApplyFailsHalfWay(BatchProjector):
         super().project(items[: len(items) // 2])
         raise RuntimeError("injected: the apply failed half way through its batch")
 
+class LingersAfterTheFailure(FaustProjector):
+    async def _fail(self, exc, size):
+        # faust commits acked offsets every second: linger past that, then report which events of the
+        # failed batch faust's consumer holds as acked or committed
+        await asyncio.sleep(2.5)
+        consumer = self._worker.app.consumer
+        with open(sys.argv[1]) as f:
+            failed = json.load(f)
+        acked = []
+        for part, offset in failed:
+            tp = TP(settings.topic, part)
+            committed = consumer._committed_offset.get(tp)
+            if offset in consumer._acked_index[tp] or (committed is not None and committed > offset):
+                acked.append([part, offset])
+        with open(sys.argv[3], "w") as out:
+            json.dump({"acked": acked}, out)
+        await super()._fail(exc, size)
+
 settings = WorkerSettings(**json.loads(sys.argv[2]))
 store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=True)
 log = KafkaEventLog(settings.bootstrap, topic=settings.topic, partitions=settings.partitions)
-FaustProjector(settings, projector=ApplyFailsHalfWay(store, log)).run()
+LingersAfterTheFailure(settings, projector=ApplyFailsHalfWay(store, log)).run()
 """
 
 
@@ -292,8 +312,9 @@ def test_an_apply_that_raises_mid_batch_acknowledges_nothing_of_the_batch(
         "journal": True,
     }
     failed_path = tmp_path / "failed-batch.json"
+    acks_path = tmp_path / "acks.json"
     child = subprocess.run(
-        [sys.executable, "-c", _FAILING_CHILD, str(failed_path), json.dumps(settings)],
+        [sys.executable, "-c", _FAILING_CHILD, str(failed_path), json.dumps(settings), str(acks_path)],
         env=_env(topic),
         cwd=REPO,
         capture_output=True,
@@ -305,6 +326,8 @@ def test_an_apply_that_raises_mid_batch_acknowledges_nothing_of_the_batch(
     assert "injected: the apply failed half way through its batch" in child.stderr
     failed = json.loads(failed_path.read_text())
     assert failed
+    acks = json.loads(acks_path.read_text())
+    assert acks["acked"] == [], "events of the failed batch were acked"
 
     # No offset of the failed batch was committed: per partition, the commit stays at or below its first event.
     first_failed: dict[int, int] = {}
