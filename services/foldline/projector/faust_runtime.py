@@ -92,6 +92,17 @@ class ReadCommittedConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> ReadCommittedConsumerThread:
         return ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
+        """Record offsets that were never delivered (transaction markers, aborted records) as committable.
+
+        faust's fetch loop calls this with ``offset_to`` = the offset of the record delivered after the
+        hole, and stores the range inclusively, so that record's offset also lands in the gap set. Its
+        commit then finds that offset twice (acked and gap), stops its contiguous run there, and advances
+        by one transaction per commit interval; a restart redelivers nearly everything. The hole ends
+        before the delivered record.
+        """
+        await super()._add_gap(tp, offset_from, offset_to - 1)
+
 
 class ReadCommittedTransport(faust_aiokafka.Transport):
     Consumer = ReadCommittedConsumer
