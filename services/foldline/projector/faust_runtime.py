@@ -23,7 +23,12 @@ How this runtime avoids faust's known defects (docs/PROJECTOR.md, "The runtimes"
   events (a restarted agent would ack events past the failed batch) and the worker shuts down with the
   error: the process exits non-zero and the group redelivers from the last commit. A fold-store outage
   (``StoreUnavailable``) keeps the batch and retries it with backoff, not ready meanwhile, as the
-  confluent worker does.
+  confluent worker does. ``stream_wait_empty`` is off, so neither a rebalance nor the shutdown waits
+  for the acks of a batch that will never be acked.
+* **commits crawl on a transactional topic.** faust marks the offsets a read_committed consumer never
+  delivers (transaction markers, aborted records) as committable, but through the offset of the next
+  delivered record; its commit then stalls at that duplicate and advances one transaction per commit
+  interval. :class:`ReadCommittedConsumer` ends each hole before the delivered record.
 
 Delivery is at least once and the apply is idempotent (fenced by seq and epoch in the store), so events
 redelivered after a crash or a rebalance are skipped as duplicates.
