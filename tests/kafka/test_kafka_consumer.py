@@ -95,3 +95,27 @@ def test_bad_records_are_dead_lettered_and_consumption_goes_on(make_log: MakeLog
         assert record.key() == bad.encode()
     assert h[DLQ_HEADER_RULE] == b"seq-gapless"
     assert records[0].value() == b"not avro at all"  # the original bytes are kept for inspection
+
+
+def test_rule_state_stays_bounded_and_evicted_sessions_re_anchor_from_the_log(
+    make_log: MakeLog, kafka_bootstrap: str
+) -> None:
+    topic = f"test.lru.{uuid.uuid4().hex[:8]}"
+    log = make_log(topic=topic, partitions=1)
+    events = simple_log(2, 2)
+    sessions = [f"s{i}-{uuid.uuid4().hex[:6]}" for i in range(5)]
+    leases = {sid: log.acquire(sid) for sid in sessions}
+    # Interleave small appends so every session is met again after the others evicted it.
+    for start in range(0, len(events), 3):
+        for sid in sessions:
+            log.append(sid, start, events[start : start + 3], lease=leases[sid])
+
+    consumer = SessionEventConsumer(kafka_bootstrap, f"g-{uuid.uuid4().hex}", topic=topic, log=log, max_sessions=2)
+    try:
+        items = _drain(consumer, want=len(sessions) * (len(events) + 1))
+        assert consumer.tracked_sessions <= 2
+    finally:
+        consumer.close()
+    assert not [i for i in items if isinstance(i, DeadLetter)]
+    for sid in sessions:
+        assert [i.event for i in items if isinstance(i, ConsumedEvent) and i.session_id == sid] == events

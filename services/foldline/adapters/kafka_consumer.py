@@ -24,6 +24,7 @@ Offsets are committed only by :meth:`SessionEventConsumer.commit`, after the cal
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -112,8 +113,12 @@ class SessionEventConsumer:
         client_config: Mapping[str, Any] | None = None,
         on_assign: Callable[[Consumer, list[TopicPartition]], None] | None = None,
         on_revoke: Callable[[Consumer, list[TopicPartition]], None] | None = None,
+        max_sessions: int = 10_000,
     ) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
         self.topic = topic
+        self.max_sessions = max_sessions
         self.dlq_topic = dlq_topic(topic)
         self.codec = codec or AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
         self.timeout_s = timeout_s
@@ -146,9 +151,18 @@ class SessionEventConsumer:
             self._consumer.subscribe([topic], **callbacks)
         except KafkaException as exc:
             raise StoreUnavailable(f"cannot start a consumer for {topic}: {exc}") from exc
-        self._rules: dict[str, LogRules] = {}
+        # Rule state of the sessions seen most recently. With an event log to re-anchor from, at most
+        # ``max_sessions`` are kept (a long-running consumer meets unboundedly many sessions); a session
+        # evicted and met again costs one read of its prefix. Without a log nothing can be re-anchored,
+        # so nothing is evicted.
+        self._rules: OrderedDict[str, LogRules] = OrderedDict()
         self._epochs: dict[str, int] = {}
         self._dlq_errors: list[KafkaError] = []
+
+    @property
+    def tracked_sessions(self) -> int:
+        """How many sessions' rule state this consumer holds (at most ``max_sessions`` when it has a log)."""
+        return len(self._rules)
 
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedItem]:
         """The next records as typed items; dead letters are durably in the DLQ topic when this returns."""
@@ -240,6 +254,10 @@ class SessionEventConsumer:
                     seq=event.seq,
                 )
             self._rules[sid] = rules
+            if self._log is not None:
+                while len(self._rules) > self.max_sessions:
+                    self._rules.popitem(last=False)
+        self._rules.move_to_end(sid)
         rules.check(event)
 
     def _dead_letter(self, msg: Message, error: FoldlineError) -> None:

@@ -46,6 +46,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -175,9 +176,11 @@ class RecordChecker(SessionEventConsumer):
         registry_url: str | None = None,
         log: EventLog | None = None,
         timeout_s: float = 10.0,
+        max_sessions: int = 10_000,
     ) -> None:
         # deliberately not SessionEventConsumer.__init__: that one subscribes a group consumer
         self.topic = topic
+        self.max_sessions = max_sessions
         self.dlq_topic = dlq_topic(topic)
         self.codec = AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
         self.timeout_s = timeout_s
@@ -191,7 +194,7 @@ class RecordChecker(SessionEventConsumer):
                 "message.timeout.ms": max(1000, int(timeout_s * 1000)),
             }
         )
-        self._rules = {}
+        self._rules = OrderedDict()
         self._epochs = {}
         self._dlq_errors = []
 
