@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -94,6 +95,14 @@ def _env(topic: Topic) -> dict[str, str]:
     return worker_env(
         {"FOLDLINE_REDIS_URL": env_or_fail("FOLDLINE_REDIS_URL"), "FOLDLINE_KAFKA_BOOTSTRAP": topic.bootstrap}
     )
+
+
+def _lags(metrics_url: str) -> list[float]:
+    """Every foldline_projector_lag_{events,seconds} sample the worker exports."""
+    with urllib.request.urlopen(metrics_url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    prefixes = ("foldline_projector_lag_events{", "foldline_projector_lag_seconds{")
+    return [float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefixes)]
 
 
 def _stop(worker: WorkerProcess) -> dict[str, int]:
@@ -181,10 +190,16 @@ def test_faust_runtime_reads_committed_only_and_never_folds_an_aborted_transacti
     assert READ_COMMITTED == "read_committed"
 
     group = _group()
-    worker = WorkerProcess(_args(group, topic, prefix), _env(topic)).start()
+    worker = WorkerProcess(_args(group, topic, prefix, "--metrics-port", "0"), _env(topic)).start()
     store = RedisFoldStore(env_or_fail("FOLDLINE_REDIS_URL"), prefix=prefix, journal=True)
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the faust projector to fold every session")
+        ready = next(line for line in worker.lines if line.startswith("projector ready"))
+        metrics_url = ready.split("metrics=", 1)[1].strip()
+        # Caught up and idle: no lag on any partition, although each ends with a transaction marker.
+        wait_until(lambda: bool(_lags(metrics_url)) and not any(_lags(metrics_url)), 20, "the faust lag to read 0")
+        time.sleep(2.5)  # sampled once a second: an idle worker stays at 0
+        assert not any(_lags(metrics_url)), _lags(metrics_url)
         totals = _stop(worker)
     finally:
         worker.kill()

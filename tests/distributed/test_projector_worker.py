@@ -6,6 +6,7 @@ Real Kafka and Redis; unique topics and Redis key prefixes per test.
 from __future__ import annotations
 
 import signal
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -87,6 +88,18 @@ def test_cli_worker_folds_reports_ready_serves_metrics_and_stops_on_sigterm(topi
             if line.startswith("foldline_projector_events_applied_total")
         )
         assert applied == sum(heads.values())
+
+        def lag_series() -> list[tuple[str, float]]:
+            text = _get(metrics_url + "/metrics")[1]
+            prefixes = ("foldline_projector_lag_events{", "foldline_projector_lag_seconds{")
+            return [
+                (line.split("{")[0], float(line.split()[-1])) for line in text.splitlines() if line.startswith(prefixes)
+            ]
+
+        # Caught up and idle: no lag, in events or seconds, on any partition (transaction markers included).
+        wait_until(lambda: bool(lag_series()) and all(v == 0 for _, v in lag_series()), 15, "the lag to read 0")
+        time.sleep(2.5)  # the lag is sampled once a second; an idle worker must stay at 0
+        assert all(v == 0 for _, v in lag_series()), lag_series()
         assert worker.proc is not None
         worker.proc.send_signal(signal.SIGTERM)
         assert worker.proc.wait(30) == 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -158,6 +158,19 @@ class SessionEventConsumer:
         self._rules: OrderedDict[str, LogRules] = OrderedDict()
         self._epochs: dict[str, int] = {}
         self._dlq_errors: list[KafkaError] = []
+
+    def positions(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The next offset this consumer will fetch per assigned partition (past any transaction markers).
+
+        After the last committed transaction of a partition is consumed this equals the high watermark,
+        whereas ``last consumed offset + 1`` stays one short (the commit marker takes an offset).
+        Partitions without a known position are left out.
+        """
+        try:
+            found = self._consumer.position([TopicPartition(self.topic, p) for p in partitions])
+        except KafkaException:
+            return {}
+        return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     @property
     def tracked_sessions(self) -> int:

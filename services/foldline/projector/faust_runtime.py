@@ -541,6 +541,12 @@ class FaustProjector:
                 continue
             done = self._last_offsets.get(part)
             behind = max(0, int(high) - (done + 1)) if done is not None else 0
+            if behind == 1:
+                # On this transactional topic the last offset of a caught-up partition is the commit marker;
+                # once the fetch position has passed it, the one "missing" offset is that marker.
+                position = await consumer.position(tp)
+                if position is not None and position >= high:
+                    behind = 0
             seen = self._last_times.get(part)
             age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
             self.metrics.set_lag(events=behind, seconds=age, partition=str(part))

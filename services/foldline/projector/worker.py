@@ -343,14 +343,22 @@ class ProjectorWorker:
                     **s.client_config,
                 }
             )
-        for part in self.assigned_partitions():
+        assigned = self.assigned_partitions()
+        # The consumer's fetch position skips transaction markers; last offset + 1 would stay one short of
+        # the high watermark forever on this transactional topic, and the lag in seconds would then grow
+        # while the worker is idle and caught up.
+        positions = self._consumer.positions(assigned) if self._consumer is not None else {}
+        for part in assigned:
             try:
                 _low, high = self._watermarks.get_watermark_offsets(TopicPartition(s.topic, part), timeout=1.0)
             except KafkaException as exc:
                 _LOG.debug("lag of partition %d unknown: %s", part, exc)
                 continue
             done = self._last_offsets.get(part)
-            behind = max(0, int(high) - (done + 1)) if done is not None else 0
+            if part in positions:
+                behind = max(0, int(high) - positions[part])
+            else:
+                behind = max(0, int(high) - (done + 1)) if done is not None else 0
             seen = self._last_times.get(part)
             age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
             self.metrics.set_lag(events=behind, seconds=age, partition=str(part))
