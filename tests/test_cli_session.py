@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -25,10 +26,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _json(args: list[str], data: Path, code: int = 0) -> dict[str, object]:
+def _json(args: list[str], data: Path, code: int = 0) -> dict[str, Any]:
     res = runner.invoke(app, [*args, "--data-dir", str(data), "--json"])
     assert res.exit_code == code, res.output
-    out: dict[str, object] = json.loads(res.stdout)
+    out: dict[str, Any] = json.loads(res.stdout)
     return out
 
 
@@ -45,7 +46,7 @@ def test_demo_has_a_compaction_an_image_and_a_fork(data: Path) -> None:
 
 def test_diff_lists_snapshots_with_reason_and_lineage(data: Path) -> None:
     out = _json(["diff", "demo-003"], data)
-    assert out["lineage"] == {"parentId": "demo-000", "seedLength": out["lineage"]["seedLength"]}  # type: ignore[index]
+    assert out["lineage"] == {"parentId": "demo-000", "seedLength": out["lineage"]["seedLength"]}
     snaps = out["snapshots"]
     assert isinstance(snaps, list)
     assert [s["reason"] for s in snaps] == ["initial", "resume"]
@@ -87,7 +88,7 @@ def test_fork_with_overrides_then_resume_shows_the_drift_once(data: Path, tmp_pa
 
 def test_resume_with_another_model_is_a_logged_drift(data: Path) -> None:
     out = _json(["resume", "demo-001", "--model", "claude-emulated-2", "--steps", "2"], data)
-    assert out["drift"]["config"] == {"model": {"old": "claude-emulated", "new": "claude-emulated-2"}}  # type: ignore[index]
+    assert out["drift"]["config"] == {"model": {"old": "claude-emulated", "new": "claude-emulated-2"}}
     assert out["verified"] is True
 
 
@@ -96,7 +97,7 @@ def test_resume_under_a_budget_compacts(data: Path) -> None:
     assert out["verified"] is True
     with SqliteEventLog(data) as log:
         events = log.read("demo-002")
-    assert any(isinstance(e.data, CompactionStart) and e.seq > int(out["resumeSeq"]) for e in events)  # type: ignore[call-overload]
+    assert any(isinstance(e.data, CompactionStart) and e.seq > int(out["resumeSeq"]) for e in events)
 
 
 def test_fork_bad_input_is_a_clear_error(data: Path) -> None:

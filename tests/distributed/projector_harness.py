@@ -142,8 +142,8 @@ class Topic:
     name: str
     partitions: int
 
-    def log(self, **kwargs: object) -> KafkaEventLog:
-        return KafkaEventLog(self.bootstrap, topic=self.name, partitions=self.partitions, **kwargs)  # type: ignore[arg-type]
+    def log(self) -> KafkaEventLog:
+        return KafkaEventLog(self.bootstrap, topic=self.name, partitions=self.partitions)
 
 
 @contextmanager

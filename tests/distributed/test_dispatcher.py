@@ -94,14 +94,22 @@ async def run_session(log: EventLog, session_id: str, dispatcher: Dispatcher | N
     await agent.run_turn(f"[{session_id}] second question")
 
 
-def dispatcher_for(log: EventLog, folds: FoldStore, emulator: Emulator, **kwargs: object) -> Dispatcher:
+def dispatcher_for(
+    log: EventLog,
+    folds: FoldStore,
+    emulator: Emulator,
+    *,
+    metrics: DispatcherMetrics | None = None,
+    max_concurrency: int = 64,
+) -> Dispatcher:
     return Dispatcher(
         log,
         folds,
         {"anthropic": emulated_provider(emulator=emulator)},
         clock=ticking_clock(),
         fold_timeout_s=2.0,
-        **kwargs,  # type: ignore[arg-type]
+        metrics=metrics,
+        max_concurrency=max_concurrency,
     )
 
 
@@ -173,27 +181,25 @@ async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None
     assert events[-1].data.reason == "error"
 
 
+class TamperingLog(ProjectingLog):
+    """Projects like :class:`ProjectingLog`, then forges the fold's last message: a fold the log contradicts."""
+
+    def project(self, session_id: str) -> None:
+        super().project(session_id)
+        state = self.folds.get(session_id)
+        assert state is not None
+        forged = encode_message(Message("user", (TextBlock("a message the log never held"),)))
+        self.folds.put(dataclasses.replace(state, messages=(*state.messages[:-1], forged)))
+
+
 async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
     folds = MemoryFoldStore()
-    log = ProjectingLog(folds)
-    log.paused = True
+    log = TamperingLog(folds)
     emulator = Emulator()
     metrics = DispatcherMetrics(new_registry(process=False))
     dispatcher = dispatcher_for(log, folds, emulator, metrics=metrics)
     agent = Agent("s-x", log, emulated_provider(emulator=emulator), AgentOptions(CONFIG, system=SYSTEM))
     agent.options.dispatcher = dispatcher
-
-    real_project = log.project
-
-    def tampering_projector(session_id: str) -> None:
-        real_project(session_id)
-        state = folds.get(session_id)
-        assert state is not None
-        forged = encode_message(Message("user", (TextBlock("a message the log never held"),)))
-        folds.put(dataclasses.replace(state, messages=(*state.messages[:-1], forged)))
-
-    log.project = tampering_projector  # type: ignore[method-assign]
-    log.paused = False
     with pytest.raises(InvariantViolation, match="differs from its rebuild"):
         await agent.run_turn("hello")
     await dispatcher.aclose()

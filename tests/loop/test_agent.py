@@ -71,10 +71,15 @@ class CapturingProvider(Provider):
 
 
 def make_agent(
-    log: EventLog, sid: str = "s", system: str | Callable[[], str] = SYSTEM, tool_steps: int = 2, **kw: object
+    log: EventLog,
+    sid: str = "s",
+    system: str | Callable[[], str] = SYSTEM,
+    tool_steps: int = 2,
+    *,
+    archive_requests: bool = False,
 ) -> tuple[Agent, CapturingProvider]:
     provider = CapturingProvider(emulated_provider(emulator=Emulator(ToolLoopScript(tool_steps=tool_steps))))
-    options = AgentOptions(config=CONFIG, system=system, tools=toolset(), **kw)  # type: ignore[arg-type]
+    options = AgentOptions(config=CONFIG, system=system, tools=toolset(), archive_requests=archive_requests)
     return Agent(sid, log, provider, options), provider
 
 

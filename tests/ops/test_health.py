@@ -32,7 +32,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_probes_follow_their_checks() -> None:
-    state = {"ready": False, "live": True}
+    state: dict[str, bool | None] = {"ready": False, "live": True}
 
     def ready() -> bool:
         if state["ready"] is None:
@@ -45,7 +45,7 @@ def test_probes_follow_their_checks() -> None:
         assert get(base + "/readyz") == (503, "not ready\n")
         state["ready"] = True
         assert get(base + "/readyz") == (200, "ok\n")
-        state["ready"] = None  # type: ignore[assignment]
+        state["ready"] = None
         assert get(base + "/readyz") == (503, "ConnectionError: redis unreachable\n")
         state["live"] = False
         assert get(base + "/healthz")[0] == 503

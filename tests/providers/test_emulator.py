@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import anthropic.types
@@ -35,8 +35,8 @@ from .helpers import LONG_SYSTEM, FakeClock, MemoryAttachmentStore, drive, image
 T = TypeVar("T")
 
 
-def run(make: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(make())  # type: ignore[arg-type]
+def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(make())
 
 
 def anthropic_on(emulator: Emulator) -> AnthropicProvider:
@@ -224,7 +224,8 @@ def test_no_tools_means_a_direct_answer_and_stop_sequences_and_max_tokens_cut_th
     stopped = request([user("hello")], tools=None, stop=("tool",))
     cut = run(lambda: provider.send(provider.serializer.serialize(stopped, None)))
     assert cut.stop_reason == "stop_sequence"
-    assert "tool" not in cut.content[0].text  # type: ignore[union-attr]
+    assert isinstance(cut.content[0], TextBlock)
+    assert "tool" not in cut.content[0].text
     short = request([user("hello")], tools=None, max_tokens=3)
     capped = run(lambda: provider.send(provider.serializer.serialize(short, None)))
     assert capped.stop_reason == "max_tokens"

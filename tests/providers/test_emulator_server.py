@@ -10,6 +10,7 @@ import pytest
 
 from foldline.core import TextBlock, Usage
 from foldline.core.projection import Message
+from foldline.ports.attachments import AttachmentStore
 from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderStatusError
 from foldline.providers.base import Provider
 from foldline.providers.emulator import Emulator
@@ -26,10 +27,12 @@ def server() -> Iterator[EmulatorServer]:
         yield s
 
 
-def run_loop(provider: Provider, steps: int, **kwargs: object) -> list[Usage]:
+def run_loop(
+    provider: Provider, steps: int, *, messages: list[Message], store: AttachmentStore | None = None
+) -> list[Usage]:
     async def go() -> list[Usage]:
         try:
-            return (await drive(provider, steps, **kwargs))[0]  # type: ignore[arg-type]
+            return (await drive(provider, steps, messages=messages, store=store))[0]
         finally:
             await provider.aclose()
 

@@ -327,12 +327,14 @@ class RedisFoldStore(FoldStore):
             raise _unavailable(self.url, what, exc) from exc
 
 
+_STATUSES: dict[str, ApplyStatus] = {s: s for s in ("applied", "duplicate", "gap", "fenced")}
+
+
 def _result(reply: Any) -> ApplyResult:
-    status: ApplyStatus
     raw = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-    if raw not in ("applied", "duplicate", "gap", "fenced"):
+    status = _STATUSES.get(raw)
+    if status is None:
         raise StoreUnavailable(f"the fold script answered {reply!r}")
-    status = raw  # type: ignore[assignment]
     expected = _int(reply[2]) if len(reply) > 2 and _int(reply[2]) >= 0 else None
     previous = _int(reply[3]) if len(reply) > 3 else None
     return ApplyResult(status, _int(reply[1]), expected, previous)

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
+from redis.typing import EncodableT, FieldT
 
 from ..core import codec
 from ..errors import DispatchFailed, DispatchTimeout, FoldlineError, FormatError, StoreUnavailable
@@ -63,12 +64,12 @@ class RedisStepClient:
     async def dispatch(self, handoff: StepHandoff) -> DispatchOutcome:
         reply_key = f"{self.stream}:reply:{uuid.uuid4().hex}"
         r = self._client()
-        fields: dict[str | bytes, bytes | str] = {
+        fields: dict[FieldT, EncodableT] = {
             "handoff": codec.canonical_json(handoff.to_json()),
             "reply": reply_key,
         }
         try:
-            await r.xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True)  # type: ignore[arg-type]
+            await r.xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True)
             got = await r.blpop([reply_key], timeout=self.timeout_s)
         except RedisError as exc:
             raise StoreUnavailable(
