@@ -40,19 +40,16 @@ handlers): this runtime is a process, not a thread (:func:`~.worker.start_worker
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import tempfile
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import faust
-from confluent_kafka import KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Message, Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..adapters.avro import AvroCodec
@@ -62,10 +59,11 @@ from ..errors import ConfigError, FencedError, FoldlineError, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from .apply import BatchProjector, BatchReport
+from .common import ProjectorState, wait_for_topic
 from .worker import WorkerSettings
 
 if TYPE_CHECKING:
-    from ..metrics import HealthServer, ProjectorMetrics
+    from ..metrics import ProjectorMetrics
 
 __all__ = ["READ_COMMITTED", "FaustProjector", "RecordChecker", "projector_app"]
 
@@ -252,7 +250,7 @@ def to_message(record: Any) -> Message:
 # ------------------------------------------------------------------ the runtime
 
 
-class FaustProjector:
+class FaustProjector(ProjectorState):
     """One projector process on faust; see the module docstring. :meth:`run` blocks until SIGTERM/SIGINT."""
 
     def __init__(
@@ -267,6 +265,7 @@ class FaustProjector:
         on_batch: Callable[[BatchReport], None] | None = None,
         batch_within_s: float = BATCH_WITHIN_S,
     ) -> None:
+        super().__init__(on_batch)
         self.settings = settings
         self._owns_store = store is None and projector is None
         self._owns_log = log is None and projector is None
@@ -287,19 +286,12 @@ class FaustProjector:
         self.store = projector.store
         self.log = projector.log
         self.metrics = metrics if metrics is not None else projector.metrics
-        self.totals = BatchReport()
         self.failure: BaseException | None = None
         self._on_ready = on_ready
-        self._on_batch = on_batch
         self._within = batch_within_s
-        self._lock = threading.Lock()
-        self._assigned: set[int] | None = None
         self._store_ok = True
         self._stopping = False
         self._announced = False
-        self._last_offsets: dict[int, int] = {}
-        self._last_times: dict[int, int] = {}
-        self._server: HealthServer | None = None
         self._worker: Any = None
         self._stop_requested = False
         self._abandoned = False
@@ -314,19 +306,11 @@ class FaustProjector:
         with self._lock:
             return self._assigned is not None and self._store_ok and not self._stopping and self.failure is None
 
-    def assigned_partitions(self) -> list[int]:
-        with self._lock:
-            return sorted(self._assigned or ())
-
-    @property
-    def metrics_url(self) -> str | None:
-        return None if self._server is None else self._server.url
-
     # ---------------------------------------------------------------- process lifecycle
 
     def run(self) -> BatchReport:
         """Run faust's worker until SIGTERM/SIGINT; raise the failure that stopped it, if one did."""
-        self._wait_for_topic()
+        wait_for_topic(self.settings, lambda: False, time.sleep)
         with tempfile.TemporaryDirectory(prefix="foldline-faust-") as datadir:
             app = projector_app(self.settings, datadir)
             self._install(app)
@@ -358,23 +342,6 @@ class FaustProjector:
             )
         return self.totals
 
-    def _wait_for_topic(self) -> None:
-        """Block (not ready) until the topic exists: writers create it on first use, and a group member
-        subscribed to a missing topic would only see it at its next metadata refresh."""
-        s = self.settings
-        admin = AdminClient({"bootstrap.servers": s.bootstrap})
-        warned = False
-        while True:
-            try:
-                if s.topic in admin.list_topics(timeout=5.0).topics:
-                    return
-            except KafkaException as exc:
-                _LOG.warning("listing Kafka topics failed: %s", exc)
-            if not warned:
-                _LOG.warning("waiting for topic %s to exist (writers create it on their first append)", s.topic)
-                warned = True
-            time.sleep(0.5)
-
     def _install(self, app: faust.App) -> None:
         s = self.settings
         topic = app.topic(s.topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
@@ -400,17 +367,7 @@ class FaustProjector:
 
     async def _on_revoked(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
         revoked: Iterable[Any] = args[0] if args else ()
-        gone = {tp.partition for tp in revoked if tp.topic == self.settings.topic}
-        with self._lock:
-            if self._assigned is not None:
-                self._assigned -= gone
-        for part in gone:
-            self._last_offsets.pop(part, None)
-            self._last_times.pop(part, None)
-            if self.metrics is not None:  # another member reports this partition's lag from now on
-                for gauge in (self.metrics.lag_events, self.metrics.lag_seconds):
-                    with contextlib.suppress(KeyError):
-                        gauge.remove(str(part))
+        self._forget_partitions({tp.partition for tp in revoked if tp.topic == self.settings.topic})
 
     def _store_answers(self) -> bool:
         ping = getattr(self.store, "ping", None)
@@ -503,29 +460,6 @@ class FaustProjector:
         # ack events past the failed batch. The worker's stop cancels this wait.
         await asyncio.Event().wait()
 
-    def _observe(self, items: Sequence[ConsumedItem], report: BatchReport) -> None:
-        self.totals.merge(report)
-        for item in items:
-            if isinstance(item, ConsumedEvent):
-                self._last_offsets[item.partition] = item.offset
-                self._last_times[item.partition] = item.event.time
-        if self._on_batch is not None:
-            self._on_batch(report)
-
-    # ---------------------------------------------------------------- metrics
-
-    def _start_metrics_server(self) -> None:
-        s = self.settings
-        if s.metrics_port is None:
-            return
-        from ..metrics import ProjectorMetrics, new_registry, serve
-
-        if self.metrics is None:
-            self.metrics = ProjectorMetrics(new_registry())
-            self.projector.metrics = self.metrics
-        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.ready, host=s.metrics_host)
-        _LOG.info("metrics on %s/metrics", self._server.url)
-
     async def _update_lag(self, app: Any = None) -> None:
         if self.metrics is None or self._worker is None:
             return
@@ -540,16 +474,15 @@ class FaustProjector:
             if high is None:
                 continue
             done = self._last_offsets.get(part)
-            behind = max(0, int(high) - (done + 1)) if done is not None else 0
-            if behind == 1:
+            position: int | None = None
+            if done is not None and int(high) - (done + 1) == 1:
                 # On this transactional topic the last offset of a caught-up partition is the commit marker;
-                # once the fetch position has passed it, the one "missing" offset is that marker.
-                position = await consumer.position(tp)
-                if position is not None and position >= high:
-                    behind = 0
-            seen = self._last_times.get(part)
-            age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
-            self.metrics.set_lag(events=behind, seconds=age, partition=str(part))
+                # once the fetch position has passed it, the one "missing" offset is that marker. (Further
+                # behind, faust's fetch position runs ahead of what was applied, so it is not used.)
+                fetched = await consumer.position(tp)
+                if fetched is not None and fetched >= high:
+                    position = int(fetched)
+            self._publish_lag(part, int(high), position)
 
     def _shutdown(self) -> None:
         with self._lock:

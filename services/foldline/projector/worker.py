@@ -20,7 +20,6 @@ answers; :meth:`ProjectorWorker.ready` and ``/readyz`` report it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -30,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from ..adapters.avro import AvroCodec
 from ..adapters.kafka_consumer import (
@@ -48,9 +46,10 @@ from ..errors import FencedError, FoldlineError, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from .apply import BatchProjector, BatchReport
+from .common import ProjectorState, wait_for_topic
 
 if TYPE_CHECKING:
-    from ..metrics import HealthServer, ProjectorMetrics
+    from ..metrics import ProjectorMetrics
 
 __all__ = ["DEFAULT_GROUP", "ProjectorWorker", "WorkerSettings", "start_worker"]
 
@@ -77,7 +76,7 @@ class WorkerSettings:
     client_config: Mapping[str, Any] = field(default_factory=dict)
 
 
-class ProjectorWorker:
+class ProjectorWorker(ProjectorState):
     """One projector; see the module docstring. ``run()`` blocks until :meth:`stop`."""
 
     def __init__(
@@ -90,6 +89,7 @@ class ProjectorWorker:
         on_batch: Callable[[BatchReport], None] | None = None,
         on_ready: Callable[[ProjectorWorker], None] | None = None,
     ) -> None:
+        super().__init__(on_batch)
         self.settings = settings
         self._owns_store = store is None
         self._owns_log = log is None
@@ -109,21 +109,14 @@ class ProjectorWorker:
         self.log = log
         self.metrics = metrics
         self.projector = BatchProjector(store, log, metrics=metrics)
-        self.totals = BatchReport()
-        self._on_batch = on_batch
         self._on_ready = on_ready
         self._announced = False
         self._stop = threading.Event()
-        self._assigned: set[int] | None = None  # None until the first assignment
         self._store_ok = True
-        self._lock = threading.Lock()
         self._consumer: SessionEventConsumer | None = None
         self._dlq: Producer | None = None
         self._watermarks: Consumer | None = None
-        self._last_offsets: dict[int, int] = {}
-        self._last_times: dict[int, int] = {}
         self._lag_at = 0.0
-        self._server: HealthServer | None = None
 
     # ---------------------------------------------------------------- state
 
@@ -131,10 +124,6 @@ class ProjectorWorker:
         """True while the worker holds its partition assignment and the fold store applies."""
         with self._lock:
             return self._assigned is not None and self._store_ok and not self._stop.is_set()
-
-    def assigned_partitions(self) -> list[int]:
-        with self._lock:
-            return sorted(self._assigned or ())
 
     def stop(self) -> None:
         self._stop.set()
@@ -149,7 +138,7 @@ class ProjectorWorker:
         """Consume, fold and acknowledge until :meth:`stop`; returns the totals."""
         self._start_metrics_server()
         try:
-            self._wait_for_topic()
+            wait_for_topic(self.settings, self._stop.is_set, self._stop.wait)
             while not self._stop.is_set():
                 consumer = self._open_consumer()
                 try:
@@ -164,22 +153,6 @@ class ProjectorWorker:
         finally:
             self._shutdown()
         return self.totals
-
-    def _wait_for_topic(self) -> None:
-        """Block (not ready) until the topic exists: writers create it on first use."""
-        s = self.settings
-        admin = AdminClient({"bootstrap.servers": s.bootstrap, **s.client_config})
-        warned = False
-        while not self._stop.is_set():
-            try:
-                if s.topic in admin.list_topics(timeout=5.0).topics:
-                    return
-            except KafkaException as exc:
-                _LOG.warning("listing Kafka topics failed: %s", exc)
-            if not warned:
-                _LOG.warning("waiting for topic %s to exist (writers create it on their first append)", s.topic)
-                warned = True
-            self._stop.wait(0.5)
 
     def _consume(self, consumer: SessionEventConsumer) -> None:
         s = self.settings
@@ -220,15 +193,6 @@ class ProjectorWorker:
                     return None
                 pause = min(pause * 2, 2.0)
 
-    def _observe(self, items: Sequence[ConsumedItem], report: BatchReport) -> None:
-        self.totals.merge(report)
-        for item in items:
-            if isinstance(item, ConsumedEvent):
-                self._last_offsets[item.partition] = item.offset
-                self._last_times[item.partition] = item.event.time
-        if self._on_batch is not None:
-            self._on_batch(report)
-
     # ---------------------------------------------------------------- consumer lifecycle
 
     def _open_consumer(self) -> SessionEventConsumer:
@@ -265,16 +229,7 @@ class ProjectorWorker:
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Everything polled so far was applied and committed before poll() ran again: nothing to flush.
-        with self._lock:
-            if self._assigned is not None:
-                self._assigned -= {tp.partition for tp in partitions}
-        for tp in partitions:
-            self._last_offsets.pop(tp.partition, None)
-            self._last_times.pop(tp.partition, None)
-            if self.metrics is not None:  # another member reports this partition's lag from now on
-                for gauge in (self.metrics.lag_events, self.metrics.lag_seconds):
-                    with contextlib.suppress(KeyError):
-                        gauge.remove(str(tp.partition))
+        self._forget_partitions({tp.partition for tp in partitions})
 
     # ---------------------------------------------------------------- dead letters for fenced events
 
@@ -310,22 +265,6 @@ class ProjectorWorker:
 
     # ---------------------------------------------------------------- metrics
 
-    def _start_metrics_server(self) -> None:
-        s = self.settings
-        if s.metrics_port is None:
-            return
-        from ..metrics import ProjectorMetrics, new_registry, serve
-
-        if self.metrics is None:
-            self.metrics = ProjectorMetrics(new_registry())
-            self.projector.metrics = self.metrics
-        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.ready, host=s.metrics_host)
-        _LOG.info("metrics on %s/metrics", self._server.url)
-
-    @property
-    def metrics_url(self) -> str | None:
-        return None if self._server is None else self._server.url
-
     def _update_lag(self) -> None:
         if self.metrics is None:
             return
@@ -344,9 +283,6 @@ class ProjectorWorker:
                 }
             )
         assigned = self.assigned_partitions()
-        # The consumer's fetch position skips transaction markers; last offset + 1 would stay one short of
-        # the high watermark forever on this transactional topic, and the lag in seconds would then grow
-        # while the worker is idle and caught up.
         positions = self._consumer.positions(assigned) if self._consumer is not None else {}
         for part in assigned:
             try:
@@ -354,14 +290,7 @@ class ProjectorWorker:
             except KafkaException as exc:
                 _LOG.debug("lag of partition %d unknown: %s", part, exc)
                 continue
-            done = self._last_offsets.get(part)
-            if part in positions:
-                behind = max(0, int(high) - positions[part])
-            else:
-                behind = max(0, int(high) - (done + 1)) if done is not None else 0
-            seen = self._last_times.get(part)
-            age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
-            self.metrics.set_lag(events=behind, seconds=age, partition=str(part))
+            self._publish_lag(part, int(high), positions.get(part))
 
     def _shutdown(self) -> None:
         if self._server is not None:
