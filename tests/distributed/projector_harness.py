@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,10 +65,9 @@ def write_sessions(
     """
     ids = sorted(logs)
     shares = [ids[k::threads] for k in range(threads)]
-    written = [0] * threads
-    errors: list[BaseException] = []
 
-    def work(k: int) -> None:
+    def work(k: int) -> int:
+        written = 0
         log = KafkaEventLog(bootstrap, topic=topic, partitions=partitions, max_writers=1024)
         try:
             pending = {sid: chunks(logs[sid], batch) for sid in shares[k]}
@@ -75,28 +75,21 @@ def write_sessions(
             while pending:
                 for sid in list(pending):
                     if stop is not None and stop.is_set():
-                        return
+                        return written
                     part = pending[sid].pop(0)
                     log.append(sid, pos[sid], part)
                     pos[sid] += len(part)
-                    written[k] += len(part)
+                    written += len(part)
                     if not pending[sid]:
                         del pending[sid]
                     if pause_s:
                         time.sleep(pause_s)
-        except BaseException as exc:
-            errors.append(exc)
+            return written
         finally:
             log.close()
 
-    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
-    return sum(written)
+    with ThreadPoolExecutor(threads) as pool:  # the first writer's error, if any, is raised here
+        return sum(pool.map(work, range(threads)))
 
 
 def fresh_fold(log: KafkaEventLog, session_id: str, epoch: int) -> FoldState:
@@ -278,24 +271,13 @@ def fold_mismatches_parallel(
 ) -> list[str]:
     """:func:`fold_mismatches` over many sessions, reading the log with ``threads`` log instances at once."""
     ids = sorted(heads)
-    results: list[list[str]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
 
-    def work(k: int) -> None:
+    def work(k: int) -> list[str]:
         log = topic.log()
         try:
-            share = {sid: heads[sid] for sid in ids[k::threads]}
-            results[k] = fold_mismatches(log, store, share, epoch)
-        except BaseException as exc:
-            errors.append(exc)
+            return fold_mismatches(log, store, {sid: heads[sid] for sid in ids[k::threads]}, epoch)
         finally:
             log.close()
 
-    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
-    return sorted(m for part in results for m in part)
+    with ThreadPoolExecutor(threads) as pool:
+        return sorted(m for part in pool.map(work, range(threads)) for m in part)

@@ -8,14 +8,10 @@ processes started by the demo. Each run uses its own topic, fold key prefix, S3 
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-import redis
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka_log import KafkaEventLog
@@ -27,49 +23,6 @@ from foldline.core.fold import fold_state
 from foldline.core.projection import Session
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
-
-
-def _env(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is unset: run `bash deploy/local/up.sh` and `source .local/env.sh`")
-    return value
-
-
-@pytest.fixture
-def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """A topic, fold prefix and bucket of this test only; deleted afterwards."""
-    run = uuid.uuid4().hex[:10]
-    env = {
-        "FOLDLINE_KAFKA_TOPIC": f"test.distributed.{run}",
-        "FOLDLINE_FOLD_PREFIX": f"test:fold:{run}:",
-        "FOLDLINE_S3_BUCKET": f"foldline-dist-{run}",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    bootstrap, redis_url = _env("FOLDLINE_KAFKA_BOOTSTRAP"), _env("FOLDLINE_REDIS_URL")
-    yield {**env, "bootstrap": bootstrap, "redis": redis_url}
-
-    from confluent_kafka.admin import AdminClient
-
-    topic = env["FOLDLINE_KAFKA_TOPIC"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    doomed = [t for t in (topic, topic + ".index", topic + ".dlq") if t in admin.list_topics(timeout=10).topics]
-    if doomed:
-        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
-            fut.result(timeout=20)
-    r = redis.Redis.from_url(redis_url)
-    for key in r.scan_iter(match=env["FOLDLINE_FOLD_PREFIX"] + "*", count=1000):
-        r.delete(key)
-    r.close()
-    s3 = boto3.session.Session().client("s3", endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
-    bucket = env["FOLDLINE_S3_BUCKET"]
-    if any(b["Name"] == bucket for b in s3.list_buckets().get("Buckets", [])):
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-            for obj in page.get("Contents", []):
-                s3.delete_object(Bucket=bucket, Key=obj["Key"])
-        s3.delete_bucket(Bucket=bucket)
-    s3.close()
 
 
 def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path: Path) -> None:
@@ -84,7 +37,7 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
 
     log = KafkaEventLog(distributed_env["bootstrap"], topic=distributed_env["FOLDLINE_KAFKA_TOPIC"])
     folds = RedisFoldStore(distributed_env["redis"], prefix=distributed_env["FOLDLINE_FOLD_PREFIX"])
-    s3 = boto3.session.Session().client("s3", endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
+    s3 = boto3.session.Session().client("s3", endpoint_url=distributed_env["s3"])
     try:
         checked = 0
         for sid in log.sessions():

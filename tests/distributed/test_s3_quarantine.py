@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
-import redis
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka_log import KafkaEventLog
@@ -43,51 +38,16 @@ CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You look at images and answer briefly. " * 120
 
 
-def _env(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        pytest.fail(f"{name} is unset: run `bash deploy/local/up.sh` and `source .local/env.sh`")
-    return value
-
-
-@pytest.fixture
-def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    run = uuid.uuid4().hex[:10]
-    out = {
-        "FOLDLINE_KAFKA_TOPIC": f"test.quarantine.{run}",
-        "FOLDLINE_FOLD_PREFIX": f"test:qfold:{run}:",
-        "FOLDLINE_S3_BUCKET": f"foldline-quar-{run}",
-    }
-    for key, value in out.items():
-        monkeypatch.setenv(key, value)
-    s3 = boto3.session.Session().client("s3", endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
-    s3.create_bucket(Bucket=out["FOLDLINE_S3_BUCKET"])
-    yield out
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=out["FOLDLINE_S3_BUCKET"]):
-        for obj in page.get("Contents", []):
-            s3.delete_object(Bucket=out["FOLDLINE_S3_BUCKET"], Key=obj["Key"])
-    s3.delete_bucket(Bucket=out["FOLDLINE_S3_BUCKET"])
-    s3.close()
-    from confluent_kafka.admin import AdminClient
-
-    topic = out["FOLDLINE_KAFKA_TOPIC"]
-    admin = AdminClient({"bootstrap.servers": _env("FOLDLINE_KAFKA_BOOTSTRAP")})
-    doomed = [t for t in (topic, topic + ".index", topic + ".dlq") if t in admin.list_topics(timeout=10).topics]
-    if doomed:
-        for fut in admin.delete_topics(doomed, operation_timeout=10).values():
-            fut.result(timeout=20)
-    r = redis.Redis.from_url(_env("FOLDLINE_REDIS_URL"))
-    for key in r.scan_iter(match=out["FOLDLINE_FOLD_PREFIX"] + "*", count=1000):
-        r.delete(key)
-    r.close()
-
-
-def test_an_image_corrupted_in_s3_is_quarantined_before_sending(names: dict[str, str], tmp_path: Path) -> None:
-    bootstrap, redis_url = _env("FOLDLINE_KAFKA_BOOTSTRAP"), _env("FOLDLINE_REDIS_URL")
+def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
+    distributed_env: dict[str, str], tmp_path: Path
+) -> None:
+    names = distributed_env
+    bootstrap, redis_url = names["bootstrap"], names["redis"]
     topic, prefix, bucket = names["FOLDLINE_KAFKA_TOPIC"], names["FOLDLINE_FOLD_PREFIX"], names["FOLDLINE_S3_BUCKET"]
     log = KafkaEventLog(bootstrap, topic=topic)
     folds = RedisFoldStore(redis_url, prefix=prefix)
-    attachments = S3AttachmentStore(bucket, endpoint_url=_env("FOLDLINE_S3_ENDPOINT"))
+    attachments = S3AttachmentStore(bucket, endpoint_url=names["s3"])
+    attachments.client.create_bucket(Bucket=bucket)
     log.sessions()  # creates the topics the projector subscribes to
     projector = start_worker(
         WorkerSettings(bootstrap=bootstrap, topic=topic, group=f"{topic}.p", redis_url=redis_url, redis_prefix=prefix)
