@@ -12,6 +12,7 @@ import fastavro
 import pytest
 from hypothesis import given, settings
 
+import foldline.adapters.avro as avro_module
 from foldline.adapters.avro import (
     AvroCodec,
     AvroDecodeError,
@@ -149,6 +150,38 @@ def test_random_valid_logs_round_trip(log: list[Envelope]) -> None:
         back = codec.decode(codec.encode(event))
         assert back == event
         assert encode_event(back) == encode_event(event)
+
+
+def _public_writer_bytes(codec: AvroCodec, event: Envelope) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(load_schema_json()), envelope_to_avro(event))
+    return b"\xc3\x01" + codec.fingerprint + body.getvalue()
+
+
+def test_compiled_writer_writes_exactly_what_the_public_writer_writes(codec: AvroCodec) -> None:
+    assert codec.uses_compiled_writer  # the fastavro pinned here agrees with its own schemaless_writer
+    for event in EVERY_TYPE:
+        assert codec.encode(event) == _public_writer_bytes(codec, event)
+
+
+@settings(max_examples=60, deadline=None)
+@given(logs)
+def test_compiled_writer_matches_the_public_writer_on_random_logs(log: list[Envelope]) -> None:
+    codec = AvroCodec()
+    for event in log:
+        assert codec.encode(event) == _public_writer_bytes(codec, event)
+
+
+def test_a_compiled_writer_that_disagrees_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrong(out: bytearray, *args: object) -> None:
+        out.extend(b"\x00")
+
+    monkeypatch.setattr(avro_module, "_WRITE_DATA", wrong)
+    codec = AvroCodec()
+    assert not codec.uses_compiled_writer
+    for event in EVERY_TYPE:
+        assert codec.encode(event) == _public_writer_bytes(codec, event)
+        assert codec.decode(codec.encode(event)) == event
 
 
 def test_fingerprint_is_crc64_avro_of_the_parsing_canonical_form(codec: AvroCodec) -> None:

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from foldline.adapters.kafka_log import HEADER_BATCH, KafkaEventLog, partition_for
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
-from foldline.errors import ConflictError, FencedError, StoreUnavailable
+from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
 from foldline.ports.event_log import EventLog
 from tests.contracts.event_log import EventLogContract
 from tests.factories import HEADER, env, simple_log
@@ -332,3 +332,47 @@ def test_handing_a_session_back_and_forth_fences_only_that_session(make_log: Mak
     fresh = make_log()
     assert fresh.read(s) == events[:9]
     assert fresh.read(t) == events[:4]
+
+
+def test_refused_batches_in_a_busy_group_send_nothing_and_spare_the_others(make_log: MakeLog) -> None:
+    """The group writer encodes and checks every queued append; one it refuses (a seq gap, a record over
+    the size limit) fails alone with its typed error, while the appends committed beside it land whole."""
+    log = make_log()
+    events = simple_log(turns=3)
+    good = [_sid() for _ in range(12)]
+    gap, huge = _sid(), _sid()
+    start = threading.Barrier(len(good) + 2)
+    errors: dict[str, ValidationError] = {}
+
+    def valid(sid: str) -> None:
+        start.wait()
+        head = 0
+        while head < len(events):
+            head = log.append(sid, head, events[head : head + 3])
+
+    def refused(sid: str, batch: list[Envelope]) -> None:
+        start.wait()
+        try:
+            log.append(sid, 0, batch)
+        except ValidationError as exc:
+            errors[sid] = exc
+
+    big = Envelope(1, 2, UserMessage("u", (TextBlock("x" * (9 * 1024 * 1024)),)))
+    threads = [threading.Thread(target=valid, args=(sid,)) for sid in good]
+    threads.append(threading.Thread(target=refused, args=(gap, [events[0], events[2]])))
+    threads.append(threading.Thread(target=refused, args=(huge, [events[0], big])))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {sid: e.rule for sid, e in errors.items()} == {gap: "seq-gapless", huge: "record-size"}
+    # nothing of a refused batch was written, and its session's rules did not count it
+    assert log.head(gap) == 0
+    assert log.head(huge) == 0
+    assert log.append(gap, 0, events[:4]) == 4
+    assert log.append(huge, 0, events[:1]) == 1
+    fresh = make_log()
+    for sid in good:
+        assert fresh.read(sid) == events
+    assert fresh.read(gap) == events[:4]
+    assert fresh.read(huge) == events[:1]

@@ -35,10 +35,12 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -116,6 +118,7 @@ def _murmur2(data: bytes) -> int:
     return h
 
 
+@lru_cache(maxsize=1 << 16)  # every append and read asks; murmur2 in Python costs microseconds
 def partition_for(session_id: str, partitions: int) -> int:
     """The partition of a session: Java-compatible ``toPositive(murmur2(key)) % partitions``."""
     return (_murmur2(session_id.encode()) & 0x7FFFFFFF) % partitions
@@ -289,7 +292,8 @@ def _decode_chunk(raw: bytes) -> list[list[int]]:
 
 def _next_entry(base: _State, epoch: int, owner: str, offsets: Sequence[int]) -> tuple[_Entry, list[list[int]] | None]:
     """The entry after appending ``offsets`` to ``base``, and the chunk to seal with it (if any)."""
-    tail = _runs(offsets, [list(r) for r in base.tail])
+    # only the last run can grow: the others are shared with the base entry, never changed
+    tail = _runs(offsets, [*base.tail[:-1], list(base.tail[-1])] if base.tail else [])
     next_seq = base.next_seq + len(offsets)
     if len(tail) > _CHUNK_RUNS:
         return _Entry(epoch, next_seq, owner, base.chunks + 1, next_seq, []), tail
@@ -303,8 +307,26 @@ class _Retry(Exception):
     """Internal: the writer that was to commit this batch is gone (fenced or replaced); nothing was written."""
 
 
+class _Done:
+    """A one-shot signal from the writer to the appending thread: a lock held until the outcome is set
+    (a ``threading.Event`` costs a condition variable and a waiter lock per append)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        return self._lock.acquire(timeout=timeout)
+
+
 class _Request:
-    """One append waiting for the group transaction: its encoded records and, when done, their offsets."""
+    """One append waiting for the group transaction: its events and, once prepared, their records;
+    when done, their offsets (or the error, with ``refused`` set when nothing of it was sent)."""
 
     __slots__ = (
         "base",
@@ -313,25 +335,54 @@ class _Request:
         "entry",
         "epoch",
         "error",
+        "events",
         "offsets",
         "part",
+        "refused",
+        "rules",
         "session_id",
         "values",
         "writer",
     )
 
-    def __init__(self, session_id: str, part: int, epoch: int, base: _State, values: list[bytes], writer: str) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        part: int,
+        epoch: int,
+        base: _State,
+        events: Sequence[Envelope],
+        rules: LogRules,
+        writer: str,
+    ) -> None:
         self.session_id = session_id
         self.part = part
         self.epoch = epoch
         self.base = base
-        self.values = values
+        self.events = events
+        self.rules = rules
         self.writer = writer
+        self.values: list[bytes] = []
         self.offsets: list[int] = []
         self.entry: _Entry | None = None
         self.chunk: list[list[int]] | None = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.refused = False
+        self.done = _Done()
+
+    def prepare(self, log: KafkaEventLog) -> bool:
+        """Encode the events and check them against the session's rules (which then count them).
+
+        False, with the error set, when either refuses the batch: nothing of it is sent and the rules
+        are unchanged (the check is all-or-nothing).
+        """
+        try:
+            self.values = log._encode(self.events)
+            self.rules.check_batch(self.events)
+        except Exception as exc:  # ValidationError / FormatError: handed to the appending thread as is
+            self.error, self.refused = exc, True
+            return False
+        return True
 
 
 class _Reports:
@@ -349,6 +400,14 @@ class _Reports:
         self.last: int | None = None
         self.error: KafkaError | None = None
         self.offsets: list[int] = []
+
+    def complete(self, total: int, every: bool) -> bool:
+        """Whether every report this run asked for has arrived (or one failed)."""
+        if self.error is not None:
+            return True
+        if every:
+            return len(self.offsets) == total
+        return self.first is not None and (total == 1 or self.last is not None)
 
     def on_first(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -387,6 +446,11 @@ def _copy_error(exc: BaseException) -> BaseException:
 class _Writer:
     """This instance's transactional producer and the thread that commits queued appends in groups.
 
+    The writer thread prepares (encodes and checks) the appends queued since its last turn while the
+    broker commits the previous group on a second thread, then waits for that outcome and sends the
+    prepared group. Appending threads only queue and wait, so the interpreter lock has two users
+    while a group is under way (many appending threads contending for it slow every delivery report).
+
     ``writer_id`` (the producer's ``transactional.id``) changes whenever the producer is replaced: after
     it was fenced, or after a commit whose outcome is unknown. Requests carry the id they were checked
     under; a request for an older id fails with :class:`_Retry` and is taken over again by its caller.
@@ -396,13 +460,16 @@ class _Writer:
         self._log = log
         self.number = number
         self._cond = threading.Condition()
-        self._queue: list[_Request] = []
+        self._queue: deque[_Request] = deque()
         self._init_lock = threading.Lock()
         self._producer: Producer | None = None
         self.writer_id: str | None = None
         self._to_fence: list[str] = []  # replaced ids whose last transaction may still be open
         self._closed = False
         self._batch = 0  # batch ids: <writer id>#<n>
+        self._prepared: deque[_Request] = deque()  # the writer thread's: checked and encoded, for the next group
+        self._prepared_events = 0
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"foldline-kafka-commit-{number}-{log.topic}")
         self._thread = threading.Thread(
             target=self._run, name=f"foldline-kafka-writer-{number}-{log.topic}", daemon=True
         )
@@ -445,41 +512,84 @@ class _Writer:
             self._closed = True
             self._cond.notify()
         self._thread.join()
+        self._committer.shutdown()
         with self._init_lock:
             if self._producer is not None:
                 self._producer.flush(0)
             self._producer = None
 
-    # -- the commit thread
+    # -- the writer thread
 
     def _run(self) -> None:
+        committing: tuple[Future[None], list[_Request], str] | None = None
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._prepared and not self._closed and committing is None:
                     self._cond.wait()
-                if not self._queue:
-                    return
-                batch: list[_Request] = []
-                events = 0
-                while self._queue and (not batch or events + len(self._queue[0].values) <= _GROUP_MAX_EVENTS):
-                    request = self._queue.pop(0)
-                    batch.append(request)
-                    events += len(request.values)
-            producer, writer_id = self._producer, self.writer_id
-            live = [r for r in batch if producer is not None and r.writer == writer_id]
-            for r in batch:
-                if r not in live:
-                    r.error = _Retry()
-            if live and producer is not None and writer_id is not None:
-                try:
-                    self._commit(producer, writer_id, live)
-                except BaseException as exc:  # every waiting append learns the outcome
-                    if not isinstance(exc, (_Retry, StoreUnavailable)):
-                        self._replace(writer_id, fenced=False)  # its transaction's state is unknown
-                    for r in live:
-                        r.error = _copy_error(exc)
-            for r in batch:
+            while self._prepare_one():
+                pass
+            if committing is not None:
+                self._settle(*committing)
+                committing = None
+            group: list[_Request] = []
+            events = 0
+            while self._prepared and (not group or events + len(self._prepared[0].values) <= _GROUP_MAX_EVENTS):
+                group.append(self._prepared.popleft())
+                events += len(group[-1].values)
+            self._prepared_events -= events
+            if group:
+                committing = self._start(group)
+            elif self._closed:
+                with self._cond:
+                    if not self._queue:
+                        return  # closed, and nothing is queued or under way
+
+    def _prepare_one(self) -> bool:
+        """Prepare the next queued append for the next group; False when none is queued (or enough are ready)."""
+        with self._cond:
+            if not self._queue or self._prepared_events >= _GROUP_MAX_EVENTS:
+                return False
+            request = self._queue.popleft()
+        if request.prepare(self._log):
+            self._prepared.append(request)
+            self._prepared_events += len(request.values)
+        else:
+            request.done.set()
+        return True
+
+    def _start(self, batch: list[_Request]) -> tuple[Future[None], list[_Request], str] | None:
+        """Send a prepared group and hand its commit to the committing thread (None: settled already)."""
+        producer, writer_id = self._producer, self.writer_id
+        live = [r for r in batch if producer is not None and r.writer == writer_id]
+        for r in batch:
+            if r not in live:
+                r.error = _Retry()
                 r.done.set()
+        if not live or producer is None or writer_id is None:
+            return None
+        try:
+            deadline = self._send(producer, writer_id, live)
+        except BaseException as exc:
+            self._failed(writer_id, live, exc)
+            return None
+        return self._committer.submit(self._end, producer, writer_id, deadline), live, writer_id
+
+    def _settle(self, commit: Future[None], requests: list[_Request], writer_id: str) -> None:
+        try:
+            commit.result()
+        except BaseException as exc:
+            self._failed(writer_id, requests, exc)
+            return
+        for r in requests:
+            r.done.set()
+
+    def _failed(self, writer_id: str, requests: list[_Request], exc: BaseException) -> None:
+        """Every waiting append learns the outcome."""
+        if not isinstance(exc, (_Retry, StoreUnavailable)):
+            self._replace(writer_id, fenced=False)  # its transaction's state is unknown
+        for r in requests:
+            r.error = _copy_error(exc)
+            r.done.set()
 
     def _replace(self, writer_id: str, *, fenced: bool) -> None:
         """Stop using the producer ``writer_id``: fenced by a take-over, or its last outcome unknown."""
@@ -498,20 +608,26 @@ class _Writer:
                 _LOG.debug("discarding writer %s: %s", writer_id, exc)
 
     def _commit(self, producer: Producer, writer_id: str, requests: list[_Request]) -> None:
-        try:
-            self._transaction(producer, writer_id, requests, every=False)
-        except _NotContiguous:
-            self._transaction(producer, writer_id, requests, every=True)
+        """One transaction, start to end, in the calling thread."""
+        self._end(producer, writer_id, self._send(producer, writer_id, requests))
 
-    def _transaction(self, producer: Producer, writer_id: str, requests: list[_Request], *, every: bool) -> None:
-        """One group transaction: every request's events, then (once their offsets are known) its index entry."""
+    def _send(self, producer: Producer, writer_id: str, requests: list[_Request]) -> float:
+        """Begin a transaction with every request's events and index entry; returns its deadline."""
+        try:
+            return self._produce(producer, writer_id, requests, every=False)
+        except _NotContiguous:
+            return self._produce(producer, writer_id, requests, every=True)
+
+    def _produce(self, producer: Producer, writer_id: str, requests: list[_Request], *, every: bool) -> float:
+        """Every request's events, then (once their offsets are known) its index entry; not committed."""
         log = self._log
         deadline = time.monotonic() + log.timeout_s
         by_part: dict[int, list[_Request]] = {}
         for r in requests:
             by_part.setdefault(r.part, []).append(r)
-        try:
+        with self._failures(producer, writer_id):
             producer.begin_transaction()
+            produce, topic = producer.produce, log.topic
             reports: dict[int, _Reports] = {}
             for part, group in by_part.items():
                 rep = reports[part] = _Reports()
@@ -529,13 +645,18 @@ class _Writer:
                             cb: Any = rep.on_each
                         else:
                             cb = rep.on_first if i == 0 else rep.on_last if i == last_i else None
-                        producer.produce(
-                            log.topic, value=value, key=r.session_id, partition=part, headers=headers, on_delivery=cb
-                        )
+                        produce(topic, value=value, key=r.session_id, partition=part, headers=headers, on_delivery=cb)
                         i += 1
             # The index entries name the events' offsets, so they follow the events' acknowledgements.
-            if _flush(producer, max(0.0, deadline - time.monotonic())):
-                raise _Abort(None, "the broker did not acknowledge the batch in time")
+            # Until those arrive, the next group is prepared (serving reports between appends).
+            totals = {part: sum(len(r.values) for r in group) for part, group in by_part.items()}
+            while not all(reports[p].complete(totals[p], every) for p in by_part):
+                if time.monotonic() >= deadline:
+                    raise _Abort(None, "the broker did not acknowledge the batch in time")
+                if self._prepare_one():
+                    producer.poll(0)
+                elif _flush(producer, max(0.0, deadline - time.monotonic())):
+                    raise _Abort(None, "the broker did not acknowledge the batch in time")
             for part, group in by_part.items():
                 rep = reports[part]
                 if rep.error is not None:
@@ -567,7 +688,18 @@ class _Writer:
                         partition=r.part,
                     )
                 producer.produce(log.index_topic, value=_encode_index(r.entry), key=r.session_id, partition=r.part)
+        return deadline
+
+    def _end(self, producer: Producer, writer_id: str, deadline: float) -> None:
+        with self._failures(producer, writer_id):
             producer.commit_transaction(max(0.001, deadline - time.monotonic()))
+
+    @contextmanager
+    def _failures(self, producer: Producer, writer_id: str) -> Iterator[None]:
+        """What a failure inside the open transaction means for the writer, raised as what callers see."""
+        log = self._log
+        try:
+            yield
         except _NotContiguous:
             self._abort(producer, writer_id)
             if self.writer_id != writer_id:
@@ -641,10 +773,15 @@ class _Solo(_Writer):
         if producer is None or writer_id is None:
             request.error = _Retry()
             return
+        if not request.prepare(self._log):
+            return
         try:
             self._commit(producer, writer_id, [request])
         except (_Retry, StoreUnavailable) as exc:
             request.error = exc
+
+    def _prepare_one(self) -> bool:
+        return False  # one append at a time, prepared by ``commit``
 
     def _replace(self, writer_id: str, *, fenced: bool) -> None:
         # the next init_transactions on this id (the next take-over) settles whatever is open
@@ -773,7 +910,6 @@ class KafkaEventLog(EventLog):
         deadline = time.monotonic() + self.timeout_s
         part = partition_for(session_id, self.partitions)
         writer = self._writer_for(part)
-        values = self._encode(events)
         with self._session_lock(session_id):
             fresh = False
             while True:
@@ -791,8 +927,8 @@ class KafkaEventLog(EventLog):
                     raise ConflictError(session_id, expected_seq, state.next_seq)
                 if owned.rules is None:
                     owned.rules = self._rules_for(session_id, state, deadline)
-                owned.rules.check_batch(events)  # raises ValidationError: nothing sent
-                request = _Request(session_id, part, state.epoch, state, values, owned.writer)
+                # encoded and checked by the writer: a refused batch sends nothing and leaves the rules as they were
+                request = _Request(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
                 if owned.solo is not None:
                     owned.solo.commit(request)
                     request.done.set()
@@ -821,6 +957,9 @@ class KafkaEventLog(EventLog):
                         )
                     fresh = True
                     continue
+                if request.refused:
+                    assert request.error is not None
+                    raise request.error
                 if request.error is not None:
                     self._disown(session_id)  # its rules already count the batch
                     raise request.error
@@ -1064,8 +1203,10 @@ class KafkaEventLog(EventLog):
             producer.flush(0)
 
     def _encode(self, events: Sequence[Envelope]) -> list[bytes]:
-        values = [self.codec.encode(e) for e in events]
-        for e, value in zip(events, values, strict=True):
+        encode = self.codec.encode
+        values = []
+        for e in events:
+            value = encode(e)
             if len(value) > _MAX_RECORD_BYTES:
                 raise ValidationError(
                     "record-size",
@@ -1073,6 +1214,7 @@ class KafkaEventLog(EventLog):
                     "record limit; keep large content in attachments",
                     seq=e.seq,
                 )
+            values.append(value)
         return values
 
     def _rules_for(self, session_id: str, state: _State, deadline: float) -> LogRules:
