@@ -239,7 +239,8 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
     writer = threading.Thread(
         target=lambda: written.append(
             write_sessions(
-                topic.bootstrap, topic.name, logs, batch=10, partitions=topic.partitions, threads=4, pause_s=0.04
+                # paced to outlast at least three kill-and-restart cycles (a restart waits for the worker)
+                topic.bootstrap, topic.name, logs, batch=10, partitions=topic.partitions, threads=4, pause_s=0.1
             )
         )
     )

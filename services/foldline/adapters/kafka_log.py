@@ -75,6 +75,7 @@ KIND_LEASE = b"lease"
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 _MAX_RECORD_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
 _GROUP_MAX_EVENTS = 20_000  # events per group transaction
+_MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); more only thrash the coordinator
 _MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
 _TRANSIENT = frozenset(
@@ -479,6 +480,9 @@ class _Writer:
 
     def current(self, deadline: float) -> str:
         """The live writer id, initializing a producer (and fencing replaced ones first) when needed."""
+        writer_id = self.writer_id
+        if writer_id is not None and self._producer is not None:
+            return writer_id
         with self._init_lock:
             if self._producer is not None and self.writer_id is not None:
                 return self.writer_id
@@ -797,6 +801,38 @@ class _Solo(_Writer):
             self._replace(self.writer_id, fenced=False)
 
 
+class _SessionLock:
+    """One session's lock in :attr:`KafkaEventLog._session_locks`, dropped when its last user leaves."""
+
+    __slots__ = ("_lock", "_log", "_session_id")
+
+    def __init__(self, log: KafkaEventLog, session_id: str) -> None:
+        self._log = log
+        self._session_id = session_id
+        self._lock: threading.Lock | None = None
+
+    def __enter__(self) -> None:
+        locks = self._log._session_locks
+        with self._log._locks_lock:
+            lock, users = locks.get(self._session_id, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            locks[self._session_id] = (lock, users + 1)
+        self._lock = lock
+        lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        locks = self._log._session_locks
+        with self._log._locks_lock:
+            lock, users = locks[self._session_id]
+            if users == 1:
+                del locks[self._session_id]
+            else:
+                locks[self._session_id] = (lock, users - 1)
+
+
 @dataclass(slots=True)
 class _Owned:
     """A session this instance owns: its exact state and validation rules, valid while its writer lives.
@@ -885,11 +921,13 @@ class KafkaEventLog(EventLog):
         self._ready_lock = threading.Lock()
         self._ready = False
         self._closed = False
-        self._read_lock = threading.RLock()  # the consumers and the index position
+        self._read_lock = threading.RLock()  # the reading consumers and the index position
+        self._consumers_lock = threading.Lock()  # opening consumers (watermarks are asked outside the read lock)
         self._index_lock = threading.Lock()  # _index entries
         self._owned_lock = threading.Lock()
         self._locks_lock = threading.Lock()
         self._session_locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._taking_over = threading.BoundedSemaphore(_MAX_TAKE_OVERS)
         self._owned: OrderedDict[str, _Owned] = OrderedDict()
         self._index: dict[str, _Entry] = {}
         self._chunks: dict[str, dict[int, list[list[int]]]] = {}
@@ -975,18 +1013,17 @@ class KafkaEventLog(EventLog):
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         self._ensure_ready()
+        deadline = time.monotonic() + self.timeout_s
+        state = self._load_state(session_id, deadline)
+        end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
+        if from_seq >= end:
+            return []
         with self._read_lock:
-            deadline = time.monotonic() + self.timeout_s
-            state = self._load_state(session_id, deadline)
-            end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
-            if from_seq >= end:
-                return []
             return self._fetch(session_id, state, max(from_seq, 0), end, deadline)
 
     def head(self, session_id: str) -> int:
         self._ensure_ready()
-        with self._read_lock:
-            return self._load_state(session_id, time.monotonic() + self.timeout_s).next_seq
+        return self._load_state(session_id, time.monotonic() + self.timeout_s).next_seq
 
     def sessions(self) -> list[str]:
         self._ensure_ready()
@@ -1022,22 +1059,9 @@ class KafkaEventLog(EventLog):
 
     # -------------------------------------------------------------- owning sessions
 
-    @contextmanager
-    def _session_lock(self, session_id: str) -> Iterator[None]:
+    def _session_lock(self, session_id: str) -> _SessionLock:
         """Serializes this instance's appends and take-overs of one session (other sessions go on)."""
-        with self._locks_lock:
-            lock, users = self._session_locks.get(session_id, (threading.Lock(), 0))
-            self._session_locks[session_id] = (lock, users + 1)
-        try:
-            with lock:
-                yield
-        finally:
-            with self._locks_lock:
-                lock, users = self._session_locks[session_id]
-                if users == 1:
-                    del self._session_locks[session_id]
-                else:
-                    self._session_locks[session_id] = (lock, users - 1)
+        return _SessionLock(self, session_id)
 
     def _disown(self, session_id: str) -> None:
         with self._owned_lock:
@@ -1069,8 +1093,7 @@ class KafkaEventLog(EventLog):
                     self._owned.move_to_end(session_id)
                     return owned, False
             self._disown(session_id)
-            with self._read_lock:
-                state = self._load_state(session_id, deadline)
+            state = self._load_state(session_id, deadline)
             if state.owner == writer_id and not new_epoch:
                 # Nobody took it over since our writer last committed to it (a take-over fences our
                 # writer first, and the next commit would fail): the committed state is exact.
@@ -1080,6 +1103,11 @@ class KafkaEventLog(EventLog):
                 raise FencedError(session_id, lease.epoch, state.epoch)
             if expected_seq is not None and expected_seq < state.next_seq:
                 raise ConflictError(session_id, expected_seq, state.next_seq)
+            if not self._taking_over.acquire(timeout=self._remaining(deadline)):
+                raise StoreUnavailable(
+                    f"taking session {session_id!r} over: {_MAX_TAKE_OVERS} other take-overs kept every slot busy "
+                    f"for {self.timeout_s:g}s"
+                )
             try:
                 state, solo = self._take_over(session_id, writer_id, deadline, expected_seq, lease, new_epoch)
             except _Retry:
@@ -1089,6 +1117,8 @@ class KafkaEventLog(EventLog):
                         "instances keep taking it over at the same time"
                     ) from None
                 continue
+            finally:
+                self._taking_over.release()
             if solo is not None:
                 return self._keep(session_id, _Owned(solo.writer_id or "", state, solo=solo)), True
             return self._keep(session_id, _Owned(writer_id, state)), True
@@ -1142,15 +1172,13 @@ class KafkaEventLog(EventLog):
                 producer.init_transactions(self._remaining(deadline))
             except KafkaException as exc:
                 raise self._unavailable(f"taking session {session_id!r} over", exc) from exc
-            with self._read_lock:
-                state = self._load_state(session_id, deadline)
+            state = self._load_state(session_id, deadline)
             previous = state.owner
             if previous not in (None, writer_id, session_txid) and previous not in self._dead:
                 assert previous is not None
                 self._fence(previous, deadline)
                 self._dead.add(previous)
-                with self._read_lock:
-                    state = self._load_state(session_id, deadline)
+                state = self._load_state(session_id, deadline)
             if not new_epoch:
                 if lease is not None and lease.epoch != state.epoch:
                     raise FencedError(session_id, lease.epoch, state.epoch)
@@ -1233,6 +1261,8 @@ class KafkaEventLog(EventLog):
     # -------------------------------------------------------------- topics and clients
 
     def _ensure_ready(self) -> None:
+        if self._writers and not self._closed:
+            return  # set once, under the lock below
         with self._ready_lock:
             if self._closed:
                 raise StoreUnavailable("this KafkaEventLog is closed")
@@ -1301,6 +1331,10 @@ class KafkaEventLog(EventLog):
                     "acks": "all",
                     "retry.backoff.ms": 2,
                     "retry.backoff.max.ms": 5,
+                    # connect to the brokers at once: with sparse connections the coordinator lookup of
+                    # init_transactions waited for the learned broker's connection (a reconnect backoff,
+                    # 50 ms) or for librdkafka's 500 ms coordinator-query timer; 2 ms this way
+                    "enable.sparse.connections": False,
                     "transaction.timeout.ms": self._transaction_timeout_ms,
                     "message.max.bytes": _MAX_MESSAGE_BYTES,
                     "message.timeout.ms": min(self._transaction_timeout_ms, max(1000, int(self.timeout_s * 1000))),
@@ -1313,6 +1347,10 @@ class KafkaEventLog(EventLog):
     # -------------------------------------------------------------- reading
 
     def _consumer(self, which: str) -> Consumer:
+        with self._consumers_lock:
+            return self._consumers.get(which) or self._open_consumer(which)
+
+    def _open_consumer(self, which: str) -> Consumer:
         current = self._consumers.get(which)
         if current is None:
             current = Consumer(
@@ -1326,7 +1364,9 @@ class KafkaEventLog(EventLog):
                     # committed records only.
                     "isolation.level": "read_uncommitted" if which == "watermarks" else "read_committed",
                     "enable.partition.eof": True,
-                    "fetch.wait.max.ms": 10,
+                    # a read ends at the partition's end: the broker's answer that nothing follows the last
+                    # record (and its transaction marker) should not wait long
+                    "fetch.wait.max.ms": 1,
                     "auto.offset.reset": "earliest",
                 }
             )
@@ -1349,10 +1389,15 @@ class KafkaEventLog(EventLog):
                 time.sleep(0.05)
 
     def _load_state(self, session_id: str, deadline: float) -> _State:
-        """The session's committed state: its latest index entry with every event's offset."""
+        """The session's committed state: its latest index entry with every event's offset.
+
+        The index's end is taken before waiting for the read lock: a caller that finds another thread
+        already caught up past it (readers waiting behind one catch-up) reads no further.
+        """
         part = partition_for(session_id, self.partitions)
+        high = self._watermark(part, deadline, self.index_topic)
         with self._read_lock:
-            self._catch_up_index(part, deadline)
+            self._catch_up_index(part, deadline, high)
             with self._index_lock:
                 entry = self._index.get(session_id)
                 chunks = dict(self._chunks.get(session_id, {}))
@@ -1377,10 +1422,12 @@ class KafkaEventLog(EventLog):
                 _runs(found, tail)
             return _State(entry.epoch, offsets, entry.owner, entry.chunks, entry.sealed, tail)
 
-    def _catch_up_index(self, part: int, deadline: float) -> None:
-        # Read up to the high watermark taken now (not the last stable offset): an append that returned
-        # before this call is then visible, even while its transaction markers are still being written.
-        high = self._watermark(part, deadline, self.index_topic)
+    def _catch_up_index(self, part: int, deadline: float, high: int | None = None) -> None:
+        # Read up to a high watermark taken after the call began (not the last stable offset): an append
+        # that returned before the call is then visible, even while its transaction markers are still
+        # being written.
+        if high is None:
+            high = self._watermark(part, deadline, self.index_topic)
         pos = self._index_pos.get(part, 0)
         if pos >= high:
             return
@@ -1407,8 +1454,9 @@ class KafkaEventLog(EventLog):
         consumer.assign([TopicPartition(topic, part, start)])
         try:
             while True:
-                # consume() waits for the whole batch or the timeout: keep the timeout short
-                batch = consumer.consume(1000, timeout=min(0.005, max(0.0, self._remaining(deadline))))
+                # consume() waits for the whole batch or the timeout, whichever comes first: a short timeout
+                # returns what the last fetch brought (a read is usually a few records, then end of partition)
+                batch = consumer.consume(1000, timeout=min(0.001, max(0.0, self._remaining(deadline))))
                 done = False
                 for msg in batch:
                     err = msg.error()
