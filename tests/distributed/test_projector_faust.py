@@ -236,10 +236,10 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
     args = _args(_group(), topic, prefix, "--max-batch", "300")
     workers = [WorkerProcess(args, _env(topic)).start() for _ in range(2)]
     written: list[int] = []
+    # the writer is paced to outlast at least three kill-and-restart cycles (a restart waits for the worker)
     writer = threading.Thread(
         target=lambda: written.append(
             write_sessions(
-                # paced to outlast at least three kill-and-restart cycles (a restart waits for the worker)
                 topic.bootstrap, topic.name, logs, batch=10, partitions=topic.partitions, threads=4, pause_s=0.1
             )
         )
