@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from foldline.adapters import kafka_log
 from foldline.adapters.kafka_log import HEADER_BATCH, KafkaEventLog, partition_for
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
@@ -376,3 +377,29 @@ def test_refused_batches_in_a_busy_group_send_nothing_and_spare_the_others(make_
         assert fresh.read(sid) == events
     assert fresh.read(gap) == events[:4]
     assert fresh.read(huge) == events[:1]
+
+
+def test_a_fault_in_the_group_writer_fails_its_appends_fast_and_the_next_ones_go_through(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug inside the writer thread must not leave appends hanging or lose what was acknowledged."""
+    log = make_log()
+    events = simple_log()
+    sid = _sid()
+    assert log.append(sid, 0, events[:3]) == 3
+    original = kafka_log._Writer._start
+    faults = [RuntimeError("injected writer fault")]
+
+    def faulty(self: kafka_log._Writer, batch: list[kafka_log._Request]) -> Any:
+        if faults:
+            raise faults.pop()
+        return original(self, batch)
+
+    monkeypatch.setattr(kafka_log._Writer, "_start", faulty)
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="injected writer fault"):
+        log.append(sid, 3, events[3:6])
+    assert time.monotonic() - began < log.timeout_s  # failed at once, not after the stuck-client timeout
+    assert log.head(sid) == 3  # the failed batch was never sent
+    assert log.append(sid, 3, events[3:6]) == 6  # the writer goes on (with a fresh producer)
+    assert make_log().read(sid) == events[:6]

@@ -75,6 +75,7 @@ KIND_LEASE = b"lease"
 _MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 _MAX_RECORD_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
 _GROUP_MAX_EVENTS = 20_000  # events per group transaction
+_PREPARE_BETWEEN_POLLS = 8  # appends the writer prepares between two polls for delivery reports
 _MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); more only thrash the coordinator
 _MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
@@ -312,14 +313,21 @@ class _Done:
     """A one-shot signal from the writer to the appending thread: a lock held until the outcome is set
     (a ``threading.Event`` costs a condition variable and a waiter lock per append)."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_is_set", "_lock")
 
     def __init__(self) -> None:
+        self._is_set = False
         self._lock = threading.Lock()
         self._lock.acquire()
 
     def set(self) -> None:
-        self._lock.release()
+        """Wake the waiter (once; only the thread that settles the append calls this)."""
+        if not self._is_set:
+            self._is_set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._is_set
 
     def wait(self, timeout: float) -> bool:
         return self._lock.acquire(timeout=timeout)
@@ -527,26 +535,46 @@ class _Writer:
     def _run(self) -> None:
         committing: tuple[Future[None], list[_Request], str] | None = None
         while True:
-            with self._cond:
-                while not self._queue and not self._prepared and not self._closed and committing is None:
-                    self._cond.wait()
-            while self._prepare_one():
-                pass
-            if committing is not None:
-                self._settle(*committing)
-                committing = None
             group: list[_Request] = []
-            events = 0
-            while self._prepared and (not group or events + len(self._prepared[0].values) <= _GROUP_MAX_EVENTS):
-                group.append(self._prepared.popleft())
-                events += len(group[-1].values)
-            self._prepared_events -= events
-            if group:
-                committing = self._start(group)
-            elif self._closed:
+            try:
                 with self._cond:
-                    if not self._queue:
-                        return  # closed, and nothing is queued or under way
+                    while not self._queue and not self._prepared and not self._closed and committing is None:
+                        self._cond.wait()
+                while self._prepare_one():
+                    pass
+                if committing is not None:
+                    settling, committing = committing, None
+                    self._settle(*settling)
+                events = 0
+                while self._prepared and (not group or events + len(self._prepared[0].values) <= _GROUP_MAX_EVENTS):
+                    group.append(self._prepared.popleft())
+                    events += len(group[-1].values)
+                self._prepared_events -= events
+                if group:
+                    committing = self._start(group)
+                elif self._closed:
+                    with self._cond:
+                        if not self._queue:
+                            return  # closed, and nothing is queued or under way
+            except Exception as exc:  # a fault of the writer itself: fail what it holds, never leave appends hanging
+                held = [*group, *self._prepared, *(committing[1] if committing is not None else [])]
+                committing = None
+                self._fault(exc, held)
+
+    def _fault(self, exc: Exception, requests: list[_Request]) -> None:
+        _LOG.error("the Kafka writer failed (%r); failing the %d appends it held", exc, len(requests))
+        self._prepared.clear()
+        self._prepared_events = 0
+        writer_id = self.writer_id
+        if writer_id is not None:
+            self._replace(writer_id, fenced=False)  # its transaction's state is unknown: the next writer fences it
+        for r in requests:
+            if not r.done.is_set():
+                r.error = StoreUnavailable(
+                    f"the Kafka writer failed ({exc!r}); the outcome is unknown — re-read the session head "
+                    "before retrying"
+                )
+                r.done.set()
 
     def _prepare_one(self) -> bool:
         """Prepare the next queued append for the next group; False when none is queued (or enough are ready)."""
@@ -657,7 +685,8 @@ class _Writer:
             while not all(reports[p].complete(totals[p], every) for p in by_part):
                 if time.monotonic() >= deadline:
                     raise _Abort(None, "the broker did not acknowledge the batch in time")
-                if self._prepare_one():
+                # each poll hands the interpreter lock to whichever thread wants it: not after every append
+                if all(self._prepare_one() for _ in range(_PREPARE_BETWEEN_POLLS)):
                     producer.poll(0)
                 elif _flush(producer, max(0.0, deadline - time.monotonic())):
                     raise _Abort(None, "the broker did not acknowledge the batch in time")
