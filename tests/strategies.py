@@ -21,6 +21,7 @@ from foldline.core import (
     UserMessage,
     make_header,
 )
+from foldline.core.events import EventData
 from foldline.core.validation import LogRules
 
 ACTIONS = ("user", "assistant", "tool", "trim", "compact", "header", "noise")
@@ -32,8 +33,8 @@ def build_log(actions: list[tuple[str, int]]) -> list[Envelope]:
     events: list[Envelope] = []
     calls = 0
 
-    def add(data: object) -> None:
-        e = Envelope(len(events), 1_000 + len(events), data)  # type: ignore[arg-type]
+    def add(data: EventData) -> None:
+        e = Envelope(len(events), 1_000 + len(events), data)
         rules.check(e)
         events.append(e)
 

@@ -52,7 +52,7 @@ from foldline.core.events import (
     StepStart,
     UnknownEvent,
 )
-from foldline.core.frozen import freeze_json
+from foldline.core.frozen import FrozenDict, freeze_json
 from foldline.core.header import ToolSpec
 from foldline.core.wire import KNOWN_TYPES, encode_event
 from foldline.errors import FormatError, ValidationError
@@ -60,11 +60,14 @@ from tests.strategies import logs
 
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480)
 TOOLS = (
-    ToolSpec("read", "Read a file", freeze_json({"type": "object", "properties": {"path": {"type": "string"}}})),  # type: ignore[arg-type]
-    ToolSpec("noop", "", freeze_json({})),  # type: ignore[arg-type]
+    ToolSpec(
+        "read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}}
+    ),  # frozen by ToolSpec
+    ToolSpec("noop", "", {}),
 )
 FULL_CONFIG = CallConfig("openai", "gpt-x", 0.7, 1024, ("END", "STOP"), "high")
 UNKNOWN = freeze_json({"nested": {"a": [1, 2.5, "x", None, True]}, "z": "ü"})
+assert isinstance(UNKNOWN, FrozenDict)
 
 EVERY_TYPE: list[Envelope] = [
     Envelope(0, 1, RequestHeader(make_header(FULL_CONFIG, "system ✓", TOOLS), "initial")),
@@ -103,7 +106,7 @@ EVERY_TYPE: list[Envelope] = [
     Envelope(18, 19, CompactionSummary("summary", "anthropic", "m", 256, Usage(1, 2, 3, 4))),
     Envelope(19, 20, CompactionEnd()),
     Envelope(20, 21, AttachmentQuarantine("sha256:" + "cd" * 32, "corrupt", "drop")),
-    Envelope(21, 22, UnknownEvent("future/thing", UNKNOWN), ignorable=True),  # type: ignore[arg-type]
+    Envelope(21, 22, UnknownEvent("future/thing", UNKNOWN), ignorable=True),
     Envelope(22, 23, TurnStart(3), ignorable=True),
 ]
 

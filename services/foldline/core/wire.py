@@ -8,7 +8,7 @@ docs/FORMAT.md. Decoding checks shape and types and raises :class:`~foldline.err
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NoReturn, assert_never
+from typing import Any, NoReturn, TypeGuard, assert_never
 
 from ..errors import FormatError, ValidationError
 from . import codec
@@ -42,12 +42,13 @@ from .events import (
     ToolCall,
     ToolResult,
     TurnEnd,
+    TurnEndReason,
     TurnStart,
     UnknownEvent,
     UserMessage,
 )
 from .frozen import FrozenDict, freeze_json, thaw_json
-from .header import HEADER_REASONS, CallConfig, EpochHeader, ToolSpec
+from .header import HEADER_REASONS, CallConfig, EpochHeader, HeaderReason, ToolSpec
 
 __all__ = [
     "LEGACY_TYPES",
@@ -241,6 +242,14 @@ def encode_event(env: Envelope) -> bytes:
 
 
 # ---------------------------------------------------------------- from JSON
+
+
+def _is_turn_end_reason(value: str) -> TypeGuard[TurnEndReason]:
+    return value in TURN_END_REASONS
+
+
+def _is_header_reason(value: str) -> TypeGuard[HeaderReason]:
+    return value in HEADER_REASONS
 
 
 class _Reader:
@@ -534,9 +543,9 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
             return TurnStart(r.int_(d, "turn", p))
         case "turn/end":
             reason = r.str_(d, "reason", p)
-            if reason not in TURN_END_REASONS:
+            if not _is_turn_end_reason(reason):
                 r.fail(f"data.reason must be one of {sorted(TURN_END_REASONS)}, got {reason!r}", "turn-end-reason")
-            return TurnEnd(r.int_(d, "turn", p), reason)  # type: ignore[arg-type]
+            return TurnEnd(r.int_(d, "turn", p), reason)
         case "step/start":
             return StepStart(r.int_(d, "turn", p), r.int_(d, "step", p))
         case "step/end":
@@ -557,9 +566,9 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
                     "request/header reason 'fallback' was removed; logs carrying it are rejected",
                     seq=r.seq,
                 )
-            if reason not in HEADER_REASONS:
+            if not _is_header_reason(reason):
                 r.fail(f"data.reason must be one of {sorted(HEADER_REASONS)}, got {reason!r}", "header-reason")
-            return RequestHeader(header_from_json(r, d.get("header"), p + ".header"), reason)  # type: ignore[arg-type]
+            return RequestHeader(header_from_json(r, d.get("header"), p + ".header"), reason)
         case "request/dispatch":
             digest = r.str_(d, "digest", p)
             _check_digest(r, digest, "data.digest")
