@@ -175,7 +175,7 @@ def test_corrupt_bytes_with_a_valid_server_checksum(store: S3AttachmentStore, s3
         store.get(meta.attachment_id)
 
 
-class _Source(io.RawIOBase):
+class _Source:
     """A non-seekable stream of ``size`` pseudo-random bytes made 1 MiB at a time (never held whole);
     the content depends only on ``seed`` and the position, not on how it is read."""
 
@@ -186,34 +186,31 @@ class _Source(io.RawIOBase):
         self.block_no = -1
         self.block = b""
 
-    def readable(self) -> bool:
-        return True
+    def read(self, size: int = -1, /) -> bytes:
+        """Exactly ``size`` bytes (all the rest for ``-1``), fewer only at the end."""
+        want = self.size - self.pos if size < 0 else min(size, self.size - self.pos)
+        parts = []
+        while want > 0:
+            block_no, at = divmod(self.pos, MIB)
+            if self.block_no != block_no:
+                self.block_no = block_no
+                self.block = (hashlib.sha512(self.seed + block_no.to_bytes(8, "big")).digest() * (MIB // 64))[:MIB]
+            n = min(want, MIB - at)
+            parts.append(self.block[at : at + n])
+            self.pos += n
+            want -= n
+        return b"".join(parts)
 
-    def readinto(self, buf: memoryview) -> int:  # type: ignore[override]
-        n = min(len(buf), self.size - self.pos, MIB - self.pos % MIB)
-        if n <= 0:
-            return 0
-        if self.block_no != self.pos // MIB:
-            self.block_no = self.pos // MIB
-            self.block = (hashlib.sha512(self.seed + self.block_no.to_bytes(8, "big")).digest() * (MIB // 64))[:MIB]
-        at = self.pos % MIB
-        buf[:n] = self.block[at : at + n]
-        self.pos += n
-        return n
 
-
-class _HashSink(io.RawIOBase):
+class _HashSink:
     def __init__(self) -> None:
         self.hasher = hashlib.sha256()
         self.count = 0
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        self.hasher.update(b)
-        self.count += len(b)
-        return len(b)
+    def write(self, data: bytes, /) -> int:
+        self.hasher.update(data)
+        self.count += len(data)
+        return len(data)
 
 
 def _digest_of(source: _Source) -> str:
@@ -230,11 +227,11 @@ def test_large_object_streams_within_the_threshold(s3_endpoint: str, s3_bucket: 
     gc.collect()
     tracemalloc.start()
     try:
-        meta = store.put_stream(_Source(size, b"big"), "application/octet-stream")  # type: ignore[arg-type]
+        meta = store.put_stream(_Source(size, b"big"), "application/octet-stream")
         _, put_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         sink = _HashSink()
-        n = store.get_to(meta.attachment_id, sink)  # type: ignore[arg-type]
+        n = store.get_to(meta.attachment_id, sink)
         _, get_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -250,7 +247,7 @@ def test_large_object_streams_within_the_threshold(s3_endpoint: str, s3_bucket: 
     assert put_peak < 1.75 * threshold  # one part in memory (+ botocore's request buffers), never the object
     assert get_peak < 0.5 * threshold  # get_to streams 1 MiB chunks through a temporary file
     # Putting it again finds it and uploads nothing (no new multipart upload is left behind either).
-    assert store.put_stream(_Source(size, b"big"), "application/octet-stream") == meta  # type: ignore[arg-type]
+    assert store.put_stream(_Source(size, b"big"), "application/octet-stream") == meta
     assert s3_admin.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
     store.close()
 
@@ -283,7 +280,7 @@ def test_credentials_never_appear_in_errors(s3_endpoint: str, s3_bucket: str) ->
         lambda: store.get(some_id),
         lambda: store.meta(some_id),
         lambda: store.exists(some_id),
-        lambda: store.put_stream(_Source(6 * MIB), "application/octet-stream"),  # type: ignore[arg-type]
+        lambda: store.put_stream(_Source(6 * MIB), "application/octet-stream"),
     ]
     for attempt in attempts:
         with pytest.raises(AttachmentReadFailed) as info:

@@ -11,12 +11,11 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
 
 from ..core import codec
 from ..core.content import ATTACHMENT_ID_RE, ImageRef
 from ..errors import AttachmentCorrupt, AttachmentError, AttachmentNotFound, AttachmentReadFailed
-from ..ports.attachments import AttachmentMeta, AttachmentStore, describe, verify
+from ..ports.attachments import AttachmentMeta, AttachmentStore, ByteSource, describe, verify
 
 __all__ = ["FilesystemAttachmentStore", "meta_from_json", "meta_to_json"]
 
@@ -107,7 +106,7 @@ class FilesystemAttachmentStore(AttachmentStore):
         except AttachmentNotFound:
             return False
 
-    def put_stream(self, stream: BinaryIO, media_type: str) -> AttachmentMeta:
+    def put_stream(self, stream: ByteSource, media_type: str) -> AttachmentMeta:
         return self.put(stream.read(), media_type)
 
 

@@ -34,7 +34,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
@@ -62,7 +62,7 @@ from ..errors import (
     FoldlineError,
     StoreUnavailable,
 )
-from ..ports.attachments import AttachmentMeta, AttachmentStore, describe, verify
+from ..ports.attachments import AttachmentMeta, AttachmentStore, ByteSink, ByteSource, describe, verify
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -230,7 +230,7 @@ class S3AttachmentStore(AttachmentStore):
         self._confirm_write(meta, key, created)
         return meta
 
-    def put_stream(self, stream: BinaryIO, media_type: str) -> AttachmentMeta:
+    def put_stream(self, stream: ByteSource, media_type: str) -> AttachmentMeta:
         """Store a stream. It is spooled to an anonymous temporary file while hashed (the digest, which is
         the key, is known only at the end); up to the threshold it is then stored with one PUT, above it
         uploaded in parts of ``multipart_threshold`` bytes. At most one part is held in memory; image
@@ -415,7 +415,7 @@ class S3AttachmentStore(AttachmentStore):
             data = self._call(attachment_id, "GetObject", key, body.read)
         return verify(attachment_id, data, stored, expected)
 
-    def get_to(self, attachment_id: str, out: BinaryIO, expected: AttachmentMeta | ImageRef | None = None) -> int:
+    def get_to(self, attachment_id: str, out: ByteSink, expected: AttachmentMeta | ImageRef | None = None) -> int:
         """Stream a verified object to ``out``. The body goes to a temporary file first and reaches ``out``
         only after the digest, length and metadata checks passed."""
         key = self.key_of(attachment_id)

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 from ..core.content import ImageRef
 
-__all__ = ["AttachmentMeta", "AttachmentStore", "describe", "verify"]
+__all__ = ["AttachmentMeta", "AttachmentStore", "ByteSink", "ByteSource", "describe", "verify"]
+
+
+class ByteSource(Protocol):
+    """What ``put_stream`` reads from: ``read(n)`` until it returns ``b""`` (a file opened ``"rb"``...)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+class ByteSink(Protocol):
+    """What ``get_to`` writes to (a file opened ``"wb"``, a socket file, a hasher...)."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +74,11 @@ class AttachmentStore(abc.ABC):
     def exists(self, attachment_id: str) -> bool:
         """Whether an object with that id is stored (not verified)."""
 
-    def put_stream(self, stream: BinaryIO, media_type: str) -> AttachmentMeta:
+    def put_stream(self, stream: ByteSource, media_type: str) -> AttachmentMeta:
         """Store a large object from a stream. Default: read it whole (adapters may stream)."""
         return self.put(stream.read(), media_type)
 
-    def get_to(self, attachment_id: str, out: BinaryIO, expected: AttachmentMeta | ImageRef | None = None) -> int:
+    def get_to(self, attachment_id: str, out: ByteSink, expected: AttachmentMeta | ImageRef | None = None) -> int:
         """Write a verified object to ``out``; returns the byte count. Default: via ``get``."""
         data = self.get(attachment_id, expected)
         out.write(data)

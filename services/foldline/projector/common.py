@@ -11,6 +11,7 @@ import contextlib
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ def wait_for_topic(settings: WorkerSettings, stopped: Callable[[], bool], pause:
         pause(0.5)
 
 
-class ProjectorState:
+class ProjectorState(ABC):
     """Bookkeeping shared by the runtimes. Subclasses set ``settings``, ``projector`` and ``metrics``."""
 
     settings: WorkerSettings
@@ -70,8 +71,9 @@ class ProjectorState:
     def metrics_url(self) -> str | None:
         return None if self._server is None else self._server.url
 
+    @abstractmethod
     def ready(self) -> bool:
-        raise NotImplementedError
+        """Whether the runtime is consuming and its fold store answers (``/readyz``)."""
 
     def _observe(self, items: Sequence[ConsumedItem], report: BatchReport) -> None:
         """Count an applied batch and remember, per partition, how far it reached."""
