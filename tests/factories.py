@@ -21,6 +21,7 @@ from foldline.core import (
     make_header,
 )
 from foldline.core.header import EpochHeader, HeaderReason
+from foldline.providers.base import Provider, ProviderResponse
 
 HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
 
@@ -83,3 +84,20 @@ def simple_log(turns: int = 2, steps: int = 2) -> list[Envelope]:
     for t in range(turns):
         b.turn(t, f"question {t}", steps)
     return b.events
+
+
+class CapturingProvider(Provider):
+    """Wraps a real provider and keeps every body it was asked to send (loop requests and one-shots), byte for byte."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.serializer = inner.serializer
+        self.bodies: list[bytes] = []
+
+    async def send(self, body: bytes) -> ProviderResponse:
+        self.bodies.append(body)
+        return await self.inner.send(body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

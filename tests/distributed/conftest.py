@@ -10,7 +10,7 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
-from .projector_harness import env_or_fail
+from .projector_harness import drop_prefix, env_or_fail
 
 
 @pytest.fixture
@@ -48,3 +48,11 @@ def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
                 s3.delete_object(Bucket=bucket, Key=obj["Key"])
         s3.delete_bucket(Bucket=bucket)
     s3.close()
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A Redis key prefix of this test only; its keys are deleted afterwards."""
+    value = f"test:projector:{uuid.uuid4().hex[:10]}:"
+    yield value
+    drop_prefix(env_or_fail("FOLDLINE_REDIS_URL"), value)

@@ -34,7 +34,6 @@ from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
     all_applied,
-    drop_prefix,
     env_or_fail,
     fold_mismatches,
     fold_mismatches_parallel,
@@ -49,13 +48,6 @@ from tests.distributed.projector_harness import (
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 PARTITIONS = 12
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    value = f"test:projector:{uuid.uuid4().hex[:10]}:"
-    yield value
-    drop_prefix(env_or_fail("FOLDLINE_REDIS_URL"), value)
 
 
 @pytest.mark.slow

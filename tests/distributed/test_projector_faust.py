@@ -40,7 +40,6 @@ from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
     all_applied,
-    drop_prefix,
     env_or_fail,
     fold_mismatches,
     fold_mismatches_parallel,
@@ -55,13 +54,6 @@ from tests.distributed.projector_harness import (
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 PARTITIONS = 4
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    value = f"test:projector-faust:{uuid.uuid4().hex[:10]}:"
-    yield value
-    drop_prefix(env_or_fail("FOLDLINE_REDIS_URL"), value)
 
 
 @pytest.fixture

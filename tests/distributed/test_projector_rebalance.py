@@ -20,7 +20,6 @@ from foldline.projector import WorkerHandle, WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
     Topic,
     all_applied,
-    drop_prefix,
     env_or_fail,
     fold_mismatches,
     journal_problems,
@@ -39,13 +38,6 @@ PARTITIONS = 6
 def topic() -> Iterator[Topic]:
     with kafka_topic(env_or_fail("FOLDLINE_KAFKA_BOOTSTRAP"), PARTITIONS, "projector-rebalance") as t:
         yield t
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    value = f"test:projector:{uuid.uuid4().hex[:10]}:"
-    yield value
-    drop_prefix(env_or_fail("FOLDLINE_REDIS_URL"), value)
 
 
 def test_three_workers_with_rebalances_mid_stream_apply_every_event_once(topic: Topic, prefix: str) -> None:

@@ -22,7 +22,7 @@ from foldline.cli.main import app
 from foldline.core import TextBlock
 from foldline.core.events import Envelope, ReplaceOp, ToolResult
 from foldline.core.projection import Session
-from foldline.projector import WorkerSettings, start_worker
+from foldline.projector import WorkerHandle, WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
@@ -45,11 +45,18 @@ def topic() -> Iterator[Topic]:
         yield t
 
 
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    value = f"test:projector:{uuid.uuid4().hex[:10]}:"
-    yield value
-    drop_prefix(env_or_fail("FOLDLINE_REDIS_URL"), value)
+def _start_in_process(topic: Topic, redis_url: str, prefix: str) -> WorkerHandle:
+    """A projector worker thread in this process, in a group of its own."""
+    return start_worker(
+        WorkerSettings(
+            bootstrap=topic.bootstrap,
+            topic=topic.name,
+            group=f"g-{uuid.uuid4().hex[:8]}",
+            redis_url=redis_url,
+            redis_prefix=prefix,
+            partitions=topic.partitions,
+        )
+    )
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -147,16 +154,7 @@ def test_undecodable_records_are_dead_lettered_and_the_rest_folds(topic: Topic, 
     garbage.produce(topic.name, key=b"d", value=b"not avro at all", partition=partition_for("d", topic.partitions))
     assert garbage.flush(10) == 0
     log.append("d", 10, events[10:])
-    handle = start_worker(
-        WorkerSettings(
-            bootstrap=topic.bootstrap,
-            topic=topic.name,
-            group=f"g-{uuid.uuid4().hex[:8]}",
-            redis_url=redis_url,
-            redis_prefix=prefix,
-            partitions=topic.partitions,
-        )
-    )
+    handle = _start_in_process(topic, redis_url, prefix)
     store = RedisFoldStore(redis_url, prefix=prefix)
     try:
         store.wait_for("d", len(events) - 1, 60)
@@ -187,16 +185,7 @@ def test_a_surface_replace_on_the_log_rebuilds_the_fold(topic: Topic, prefix: st
     )
     log = topic.log()
     log.append("t", 0, events)
-    handle = start_worker(
-        WorkerSettings(
-            bootstrap=topic.bootstrap,
-            topic=topic.name,
-            group=f"g-{uuid.uuid4().hex[:8]}",
-            redis_url=redis_url,
-            redis_prefix=prefix,
-            partitions=topic.partitions,
-        )
-    )
+    handle = _start_in_process(topic, redis_url, prefix)
     store = RedisFoldStore(redis_url, prefix=prefix)
     try:
         store.wait_for("t", len(events) - 1, 60)

@@ -27,6 +27,7 @@ from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.verify import rebuild_requests, verify_events
+from tests.factories import CapturingProvider
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You are a test agent. " * 300  # above the emulator's 1024-token cache minimum
@@ -51,23 +52,6 @@ def toolset() -> Toolset:
         return ToolOutput(f"hint about {topic}", additional_context=f"context for {topic}")
 
     return tools
-
-
-class CapturingProvider(Provider):
-    """Wraps a real provider and keeps the exact bodies it was asked to send."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.serializer = inner.serializer
-        self.bodies: list[bytes] = []
-
-    async def send(self, body: bytes) -> ProviderResponse:
-        self.bodies.append(body)
-        return await self.inner.send(body)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def make_agent(

@@ -42,30 +42,13 @@ from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy, relieve_pressure
 from foldline.ports.attachments import AttachmentStore
 from foldline.ports.event_log import EventLog
-from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.verify import verify_events
+from tests.factories import CapturingProvider
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You are a test agent. " * 300  # above the emulator's 1024-token cache minimum
-
-
-class CapturingProvider(Provider):
-    """Wraps a real provider and keeps every body it was asked to send (loop requests and one-shots)."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.serializer = inner.serializer
-        self.bodies: list[bytes] = []
-
-    async def send(self, body: bytes) -> ProviderResponse:
-        self.bodies.append(body)
-        return await self.inner.send(body)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 FIXED_CLOCK = 1_700_000_000.0
