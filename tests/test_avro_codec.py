@@ -15,8 +15,6 @@ from hypothesis import given, settings
 import foldline.adapters.avro as avro_module
 from foldline.adapters.avro import (
     AvroCodec,
-    AvroDecodeError,
-    UnknownSchemaError,
     avro_to_envelope,
     crc64_avro,
     envelope_to_avro,
@@ -55,7 +53,7 @@ from foldline.core.events import (
 from foldline.core.frozen import FrozenDict, freeze_json
 from foldline.core.header import ToolSpec
 from foldline.core.wire import KNOWN_TYPES, encode_event
-from foldline.errors import FormatError, ValidationError
+from foldline.errors import AvroDecodeError, FormatError, UnknownSchemaError, ValidationError
 from tests.strategies import logs
 
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480)

@@ -1,12 +1,15 @@
 """The one error tree of foldline.
 
-Every failure a caller can act on is a subclass of :class:`FoldlineError`. Adapters translate
-driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge with
+Every failure a caller can act on is a subclass of :class:`FoldlineError`, defined here and nowhere else
+(a test holds this tree, the classes below and every ``raise`` in the package together). Adapters
+translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge with
 ``raise Mapped(...) from exc``; callers never see a vendor exception.
 
     FoldlineError
     ├── ValidationError                 an event or batch breaks a log rule (names seq and rule)
     │   └── FormatError                 bytes/JSON/Avro that do not decode into an event
+    │       ├── AvroDecodeError         bytes that are not a well-formed foldline Avro record
+    │       └── UnknownSchemaError      a record names a writer schema this process does not know
     ├── ConflictError                   append with a stale expected_seq; nothing was written
     ├── FencedError                     append by a writer whose epoch was superseded; nothing written
     ├── SessionNotFound                 no such session in the log
@@ -15,13 +18,17 @@ driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge
     │   ├── AttachmentNotFound
     │   ├── AttachmentCorrupt           bytes or metadata do not match the reference
     │   └── AttachmentReadFailed        the store could not be read (I/O, network, permissions)
-    ├── StoreUnavailable                a backing server (Kafka, Redis, S3) did not answer in time
+    ├── StoreUnavailable                a backing store (SQLite, Kafka, Redis, S3) failed or did not answer in time
+    │   └── StoreBusy                   another writer holds the store's lock past the bounded wait
+    ├── FoldTimeout                     a fold did not reach the awaited seq within the bounded wait
     ├── ImportFailed                    an export file has a bad line (names the line)
     ├── InvariantViolation              a request differs from its rebuild from the log; not sent
     ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
     │   └── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
     ├── ProviderError                   the model provider failed or answered something unusable
+    │   └── ProviderStatusError         the provider answered with a non-2xx HTTP status
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
+    │   └── MissingHeader               a request boundary with no request/header before it
     ├── ConfigError                     configuration names something that does not exist
     ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
     └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
@@ -34,6 +41,7 @@ __all__ = [
     "AttachmentError",
     "AttachmentNotFound",
     "AttachmentReadFailed",
+    "AvroDecodeError",
     "ConfigError",
     "ConflictError",
     "DispatchFailed",
@@ -46,11 +54,15 @@ __all__ = [
     "ImportFailed",
     "InvariantViolation",
     "MetricsServerError",
+    "MissingHeader",
     "ProviderError",
+    "ProviderStatusError",
     "ReconstructionError",
     "SessionExists",
     "SessionNotFound",
+    "StoreBusy",
     "StoreUnavailable",
+    "UnknownSchemaError",
     "ValidationError",
 ]
 
@@ -75,6 +87,20 @@ class ValidationError(FoldlineError):
 
 class FormatError(ValidationError):
     """Bytes that do not decode into an event envelope."""
+
+
+class AvroDecodeError(FormatError):
+    """Bytes that are not a well-formed foldline Avro record."""
+
+    def __init__(self, message: str, *, seq: int | None = None) -> None:
+        super().__init__("avro-decode", message, seq=seq)
+
+
+class UnknownSchemaError(FormatError):
+    """A record names a writer schema (fingerprint or registry id) this process does not know."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("avro-unknown-schema", message)
 
 
 class ConflictError(FoldlineError):
@@ -134,7 +160,11 @@ class AttachmentReadFailed(AttachmentError):
 
 
 class StoreUnavailable(FoldlineError):
-    """A backing server did not answer within the bounded wait."""
+    """A backing store failed or did not answer within the bounded wait; the message names it and the cause."""
+
+
+class StoreBusy(StoreUnavailable):
+    """Another writer held the store's lock for longer than the bounded wait; nothing was written."""
 
 
 class FoldTimeout(FoldlineError):
@@ -174,8 +204,31 @@ class ProviderError(FoldlineError):
     """The provider failed (transport, status, unparseable answer)."""
 
 
+class ProviderStatusError(ProviderError):
+    """The provider answered with a non-2xx HTTP status. ``excerpt`` is a short, credential-free body excerpt."""
+
+    def __init__(self, provider: str, status: int, excerpt: str) -> None:
+        self.provider = provider
+        self.status = status
+        self.excerpt = excerpt
+        retry = " (retryable: rate limited or overloaded)" if status in (408, 429, 500, 502, 503, 504, 529) else ""
+        super().__init__(f"{provider}: HTTP {status}{retry}: {excerpt}")
+
+
 class ReconstructionError(FoldlineError):
     """A logged request cannot be rebuilt from the log (unknown serializer, missing events)."""
+
+
+class MissingHeader(ReconstructionError):
+    """A request boundary has no ``request/header`` before it, so there is no request to build."""
+
+    def __init__(self, session_id: str, boundary: int) -> None:
+        self.session_id = session_id
+        self.boundary = boundary
+        super().__init__(
+            f"session {session_id!r}: no request/header before seq {boundary}, so no request can be built there; "
+            "a step writes its header snapshot before its first request"
+        )
 
 
 class ConfigError(FoldlineError):

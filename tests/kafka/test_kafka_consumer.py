@@ -8,7 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Message, Producer
 
-from foldline.adapters.avro import AvroCodec, AvroDecodeError, UnknownSchemaError
+from foldline.adapters.avro import AvroCodec
 from foldline.adapters.kafka_consumer import (
     DLQ_HEADER_ERROR,
     DLQ_HEADER_OFFSET,
@@ -22,7 +22,7 @@ from foldline.adapters.kafka_consumer import (
 )
 from foldline.adapters.kafka_log import partition_for
 from foldline.core import Envelope, TextBlock, UserMessage
-from foldline.errors import ValidationError
+from foldline.errors import AvroDecodeError, UnknownSchemaError, ValidationError
 from tests.factories import simple_log
 from tests.kafka.conftest import MakeLog
 

@@ -16,8 +16,8 @@ import pytest
 from foldline.core import TextBlock, ToolCallBlock, ToolResultBlock, Usage
 from foldline.core.codec import canonical_json
 from foldline.core.projection import Message
-from foldline.errors import ProviderError
-from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderStatusError
+from foldline.errors import ProviderError, ProviderStatusError
+from foldline.providers import AnthropicProvider, OpenAIProvider
 from foldline.providers.base import Provider
 from foldline.providers.emulator import (
     AnthropicCachePolicy,

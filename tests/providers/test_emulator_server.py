@@ -10,8 +10,9 @@ import pytest
 
 from foldline.core import TextBlock, Usage
 from foldline.core.projection import Message
+from foldline.errors import ProviderStatusError
 from foldline.ports.attachments import AttachmentStore
-from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderStatusError
+from foldline.providers import AnthropicProvider, OpenAIProvider
 from foldline.providers.base import Provider
 from foldline.providers.emulator import Emulator
 from foldline.providers.emulator_server import EmulatorServer

@@ -11,8 +11,8 @@ import pytest
 
 from foldline.core import TextBlock, ToolCallBlock, Usage
 from foldline.core.codec import canonical_json
-from foldline.errors import ProviderError
-from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse, ProviderStatusError
+from foldline.errors import ProviderError, ProviderStatusError
+from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse
 from foldline.providers.anthropic import parse_response as parse_anthropic
 from foldline.providers.base import Provider
 from foldline.providers.openai import parse_response as parse_openai

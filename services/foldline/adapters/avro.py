@@ -36,14 +36,12 @@ import fastavro.schema
 from ..core import codec
 from ..core.events import Envelope
 from ..core.wire import envelope_from_json, envelope_to_json
-from ..errors import ConfigError, FormatError, StoreUnavailable
+from ..errors import AvroDecodeError, ConfigError, StoreUnavailable, UnknownSchemaError
 
 __all__ = [
     "EVENT_SCHEMA_NAME",
     "AvroCodec",
-    "AvroDecodeError",
     "SchemaRegistry",
-    "UnknownSchemaError",
     "avro_to_envelope",
     "crc64_avro",
     "envelope_to_avro",
@@ -56,20 +54,6 @@ EVENT_SCHEMA_NAME = "foldline.session_event"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
 _NS = "foldline."
-
-
-class AvroDecodeError(FormatError):
-    """Bytes that are not a well-formed foldline Avro record."""
-
-    def __init__(self, message: str, *, seq: int | None = None) -> None:
-        super().__init__("avro-decode", message, seq=seq)
-
-
-class UnknownSchemaError(FormatError):
-    """A record names a writer schema (fingerprint or registry id) this process does not know."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("avro-unknown-schema", message)
 
 
 # ---------------------------------------------------------------- schema files

@@ -20,7 +20,6 @@ from typing import Protocol
 
 from ..core.content import ContentBlock, Usage
 from ..core.request import GenerateOptions
-from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 
 #: The normalized ``stop_reason`` vocabulary of :class:`ProviderResponse` (Anthropic's words; the
@@ -35,7 +34,6 @@ __all__ = [
     "STOP_REASONS",
     "Provider",
     "ProviderResponse",
-    "ProviderStatusError",
     "Serializer",
     "register_serializer",
     "serializer_for",
@@ -58,17 +56,6 @@ class ProviderResponse:
     content: tuple[ContentBlock, ...]
     usage: Usage
     stop_reason: str
-
-
-class ProviderStatusError(ProviderError):
-    """The provider answered with a non-2xx HTTP status. ``excerpt`` is a short, credential-free body excerpt."""
-
-    def __init__(self, provider: str, status: int, excerpt: str) -> None:
-        self.provider = provider
-        self.status = status
-        self.excerpt = excerpt
-        retry = " (retryable: rate limited or overloaded)" if status in (408, 429, 500, 502, 503, 504, 529) else ""
-        super().__init__(f"{provider}: HTTP {status}{retry}: {excerpt}")
 
 
 class Provider(abc.ABC):

@@ -14,8 +14,7 @@ from typing import Any
 import httpx
 
 from ..core.codec import loads
-from ..errors import ProviderError
-from .base import ProviderStatusError
+from ..errors import ProviderError, ProviderStatusError
 
 __all__ = ["EXCERPT_CHARS", "post_json", "redact"]
 
