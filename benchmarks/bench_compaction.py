@@ -31,7 +31,7 @@ from foldline.loop.pressure import PressurePolicy
 from foldline.providers.base import serializer_for
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.verify import rebuild_requests, verify_events
+from foldline.replay.verify import rebuild_requests, verify_events
 
 STEPS = 2_000
 POLICY = PressurePolicy(budget_tokens=10_000, keep_recent_tokens=1_500, trim_over_tokens=None)

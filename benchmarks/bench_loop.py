@@ -25,7 +25,7 @@ from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
-from foldline.verify import verify_events
+from foldline.replay.verify import verify_events
 
 
 class _TimedProvider(Provider):

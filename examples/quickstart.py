@@ -13,7 +13,7 @@ from pathlib import Path
 from foldline import CallConfig, Config, open_stores
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.providers.emulated import emulated_provider
-from foldline.verify import verify_events
+from foldline.replay import verify_events
 
 tools = Toolset()
 

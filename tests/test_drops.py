@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
 from foldline.adapters.memory_log import MemoryEventLog
+from foldline.adapters.metered_log import MeteredEventLog
 from foldline.adapters.sqlite_log import SqliteEventLog
 from foldline.cli.main import app
 from foldline.core import CallConfig, make_header
@@ -39,7 +40,7 @@ from foldline.core.events import (
 from foldline.core.header import HeaderReason
 from foldline.core.validation import LogRules
 from foldline.errors import StoreUnavailable
-from foldline.metrics import LoopMetrics, MeteredEventLog
+from foldline.metrics import LoopMetrics
 
 runner = CliRunner()
 T0 = 1_700_000_000_000

@@ -8,7 +8,8 @@ The public API for people writing agents::
 from .config import Config, Stores, open_stores
 from .core import CallConfig, EpochHeader, ImageBlock, TextBlock, ToolSpec
 from .errors import FoldlineError
-from .loop import Agent, AgentOptions, Enter, Reject, ToolOutput, Toolset, TurnResult, is_loop_request
+from .loop import Agent, AgentOptions, Enter, Reject, ToolOutput, Toolset, TurnResult
+from .replay import is_loop_request
 
 __version__ = "0.1.0"
 __all__ = [

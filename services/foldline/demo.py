@@ -30,7 +30,7 @@ from .core.header import CallConfig
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
-from .verify import VerifyReport, verify_events
+from .replay.verify import VerifyReport, verify_events
 
 if TYPE_CHECKING:
     from .metrics import LoopMetrics
@@ -199,12 +199,9 @@ async def run_session(
         archive_requests=True,
         pressure=pressure,
         dispatcher=dispatcher,
+        on_invariant_violation=metrics.invariant_violation if metrics is not None else None,
     )
     agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
-    if metrics is not None:
-        from .metrics import instrument_agent
-
-        instrument_agent(agent, metrics)
     result = SessionResult(session_id)
 
     def record(r: StepRecord) -> None:
@@ -272,7 +269,7 @@ def run_demo(
     from .providers.emulated import emulated_provider_factory
 
     if metrics is not None:  # every append is measured; the session ids never become labels
-        from .metrics import MeteredEventLog
+        from .adapters.metered_log import MeteredEventLog
 
         stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments, stores.folds)
     make_provider = emulated_provider_factory()

@@ -1,4 +1,4 @@
-"""Prometheus metrics of every foldline process, and the health server that exposes them.
+"""Prometheus metric families of every foldline process (served by :mod:`foldline.metrics_server`).
 
 One :class:`~prometheus_client.CollectorRegistry` per process component (never the global default
 registry), so tests and in-process deployments can run several components side by side. Labels are
@@ -31,15 +31,11 @@ Public API::
     dispatcher.fenced_write()
     dispatcher.attachment_error(kind); dispatcher.invariant_violation()
 
-    server = serve(port, registry, ready=lambda: True)   # /metrics, /healthz, /readyz
-    server.port; server.close()
-
-    log = MeteredEventLog(inner_log, loop)           # an embedded loop, measured from its appends
-    instrument_agent(agent, loop)                    # ... and its invariant violations
-
-:class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog` and feeds every
-successful append to a :class:`LoopMetrics`, so a loop is measured without touching it; a
-:class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way.
+A loop is measured from what it appends: :class:`~foldline.adapters.metered_log.MeteredEventLog`
+wraps any event log and feeds every successful append to :meth:`LoopMetrics.observe_events`; a
+:class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way. Invariant
+violations are counted through the companion's ``on_violation`` hook
+(``AgentOptions(on_invariant_violation=loop.invariant_violation)``).
 """
 
 from __future__ import annotations
@@ -48,11 +44,9 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
 from .core.content import Usage
@@ -65,26 +59,14 @@ from .core.events import (
     RequestHeader,
     ToolResult,
 )
-from .errors import InvariantViolation, MetricsServerError
-from .loop.invariant import InvariantCompanion
-from .ports.event_log import EventLog, WriterLease
-
-if TYPE_CHECKING:  # the loop may record metrics itself one day; no import cycle at run time
-    from .loop.agent import Agent
 
 __all__ = [
     "CACHE_READ_RATIO_BUCKETS",
     "LATENCY_BUCKETS",
     "DispatcherMetrics",
-    "HealthServer",
     "LoopMetrics",
-    "MeteredEventLog",
     "ProjectorMetrics",
-    "MeteredInvariant",
-    "ReadyCheck",
-    "instrument_agent",
     "new_registry",
-    "serve",
 ]
 
 _log = logging.getLogger("foldline.metrics")
@@ -93,8 +75,6 @@ CACHE_READ_RATIO_BUCKETS: Final = (0.0, 0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 HEADER_REASONS: Final = ("initial", "resume", "change")
 ATTACHMENT_ERROR_KINDS: Final = ("AttachmentNotFound", "AttachmentCorrupt", "AttachmentReadFailed")
-
-ReadyCheck = Callable[[], bool]
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` series: they double the exposition and no rule reads them
 
@@ -450,156 +430,3 @@ class DispatcherMetrics:
 
     def invariant_violation(self) -> None:
         self.loop.invariant_violation()
-
-
-# ---------------------------------------------------------------------------- the log decorator
-
-
-class MeteredEventLog(EventLog):
-    """An :class:`EventLog` that feeds every successful append to :meth:`LoopMetrics.observe_events`.
-
-    Reads, leases and errors pass through unchanged; a failed append records nothing, so the
-    counters only ever report what the log holds. If deriving the metrics fails after a successful
-    append (the log could not be read for a gap), the append still succeeds: the failure is logged and
-    counted in ``foldline_metrics_observation_errors_total`` and the session is re-read next time.
-    """
-
-    def __init__(self, inner: EventLog, metrics: LoopMetrics) -> None:
-        self.inner = inner
-        self.metrics = metrics
-
-    def append(
-        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
-    ) -> int:
-        head = self.inner.append(session_id, expected_seq, events, lease=lease)
-        try:
-            self.metrics.observe_events(session_id, events, history=lambda a, b: self.inner.read(session_id, a, b))
-        except Exception as exc:  # the events are durable: a metrics failure must not look like a failed append
-            self.metrics.observation_failed(session_id, exc)
-        return head
-
-    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
-        return self.inner.read(session_id, from_seq, to_seq)
-
-    def head(self, session_id: str) -> int:
-        return self.inner.head(session_id)
-
-    def sessions(self) -> list[str]:
-        return self.inner.sessions()
-
-    def acquire(self, session_id: str) -> WriterLease:
-        return self.inner.acquire(session_id)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class MeteredInvariant(InvariantCompanion):
-    """The invariant companion, counting every violation it raises in ``foldline_invariant_violations_total``."""
-
-    def __init__(self, log: EventLog, metrics: LoopMetrics) -> None:
-        super().__init__(log)
-        self.metrics = metrics
-
-    def check(self, *args: Any, **kwargs: Any) -> None:  # the companion's signature, forwarded unchanged
-        try:
-            super().check(*args, **kwargs)
-        except InvariantViolation:
-            self.metrics.invariant_violation()
-            raise
-
-
-def instrument_agent(agent: Agent, metrics: LoopMetrics) -> Agent:
-    """Count the agent's invariant violations (its log should be a :class:`MeteredEventLog` for the rest)."""
-    if agent.invariant is not None:
-        agent.invariant = MeteredInvariant(agent.invariant.log, metrics)
-    return agent
-
-
-# ---------------------------------------------------------------------------- health server
-
-
-class HealthServer:
-    """A running ``/metrics`` + ``/healthz`` + ``/readyz`` server on a daemon thread."""
-
-    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
-        self._httpd = httpd
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        host = self._httpd.server_address[0]
-        return f"http://{host!s}:{self.port}"
-
-    def close(self) -> None:
-        """Stop serving and release the port."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> HealthServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def serve(
-    port: int,
-    registry: CollectorRegistry,
-    *,
-    ready: ReadyCheck | None = None,
-    live: ReadyCheck | None = None,
-    host: str = "0.0.0.0",
-) -> HealthServer:
-    """Serve ``registry`` on ``http://host:port/metrics``; ``port=0`` picks a free port.
-
-    ``/healthz`` answers 200 while ``live()`` (default: always) is true — the process is not wedged;
-    ``/readyz`` answers 200 while ``ready()`` (default: always) is true — e.g. the projector holds its
-    partitions and reaches Redis. A check that raises counts as false and its message is returned.
-    """
-
-    def check(fn: ReadyCheck | None) -> tuple[int, bytes]:
-        if fn is None:
-            return 200, b"ok\n"
-        try:
-            ok = fn()
-        except Exception as exc:  # a failing probe must answer, not crash the server thread
-            return 503, f"{type(exc).__name__}: {exc}\n".encode()
-        return (200, b"ok\n") if ok else (503, b"not ready\n")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            content_type = "text/plain; charset=utf-8"
-            if path == "/metrics":
-                status, body, content_type = 200, generate_latest(registry), CONTENT_TYPE_LATEST
-            elif path == "/healthz":
-                status, body = check(live)
-            elif path == "/readyz":
-                status, body = check(ready)
-            else:
-                status, body = 404, b"not found: try /metrics, /healthz or /readyz\n"
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return  # scrapes and probes are not worth a log line each
-
-    try:
-        httpd = ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        raise MetricsServerError(
-            f"cannot serve metrics on {host}:{port}: {exc}; choose another --metrics-port"
-        ) from exc
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name=f"foldline-metrics-{port}", daemon=True)
-    thread.start()
-    return HealthServer(httpd, thread)

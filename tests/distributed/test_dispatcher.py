@@ -31,7 +31,7 @@ from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.verify import verify_events
+from foldline.replay.verify import verify_events
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You are a dispatcher test agent. " * 200

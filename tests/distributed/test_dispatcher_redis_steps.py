@@ -18,7 +18,7 @@ from foldline.errors import DispatchFailed, DispatchTimeout
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.verify import verify_events
+from foldline.replay.verify import verify_events
 
 from .test_dispatcher import CONFIG, SYSTEM, ProjectingLog, tools
 

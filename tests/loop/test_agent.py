@@ -20,13 +20,14 @@ from foldline.core.events import Envelope, UserMessage
 from foldline.core.header import EpochHeader
 from foldline.core.request import GenerateOptions
 from foldline.errors import InvariantViolation, ProviderError
-from foldline.loop import Agent, AgentOptions, Enter, PreStepContext, Reject, ToolOutput, Toolset, is_loop_request
-from foldline.loop.invariant import InvariantCompanion
+from foldline.loop import Agent, AgentOptions, Enter, PreStepContext, Reject, ToolOutput, Toolset
 from foldline.ports.event_log import EventLog
 from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.verify import rebuild_requests, verify_events
+from foldline.replay import is_loop_request
+from foldline.replay.invariant import InvariantCompanion
+from foldline.replay.verify import rebuild_requests, verify_events
 from tests.factories import CapturingProvider
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
@@ -287,7 +288,7 @@ def test_invariant_refuses_a_request_that_differs_from_the_log() -> None:
     assert is_loop_request(good)
     # a request built from a cache that drifted from the log: one extra message the log never saw
     from foldline.core.projection import Message
-    from foldline.loop.registry import mark_loop_request
+    from foldline.replay.registry import mark_loop_request
 
     drifted = mark_loop_request(
         GenerateOptions(good.config, good.system, good.tools, (*good.messages, Message("user", (TextBlock("x"),))))

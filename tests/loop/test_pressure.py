@@ -37,14 +37,15 @@ from foldline.core.events import (
 from foldline.core.projection import Session
 from foldline.demo import demo_png
 from foldline.errors import AttachmentCorrupt, AttachmentNotFound, ValidationError
-from foldline.loop import Agent, AgentOptions, ToolOutput, Toolset, is_loop_request
+from foldline.loop import Agent, AgentOptions, ToolOutput, Toolset
 from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy, relieve_pressure
 from foldline.ports.attachments import AttachmentStore
 from foldline.ports.event_log import EventLog
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.verify import verify_events
+from foldline.replay import is_loop_request
+from foldline.replay.verify import verify_events
 from tests.factories import CapturingProvider
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
@@ -367,7 +368,7 @@ def test_images_in_user_messages_and_tool_results_serialize_and_verify(tmp_path:
     assert report.ok
     # the same log re-serialized for OpenAI carries image_url data URIs read through the store
     from foldline.providers.registry import OPENAI_CHAT_V1
-    from foldline.verify import rebuild_requests
+    from foldline.replay.verify import rebuild_requests
 
     last = list(rebuild_requests("s", events))[-1][2]
     assert b"data:image/png;base64," in OPENAI_CHAT_V1.serialize(last, store)

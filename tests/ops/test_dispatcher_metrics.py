@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from foldline.adapters.fs_attachments import FilesystemAttachmentStore
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
+from foldline.adapters.metered_log import MeteredEventLog
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, TextBlock
 from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
@@ -24,18 +25,11 @@ from foldline.demo import demo_png
 from foldline.dispatcher import Dispatcher
 from foldline.errors import AttachmentNotFound, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
-from foldline.loop.registry import mark_loop_request
-from foldline.metrics import (
-    DispatcherMetrics,
-    LoopMetrics,
-    MeteredEventLog,
-    MeteredInvariant,
-    instrument_agent,
-    new_registry,
-)
+from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
 from foldline.ports.event_log import WriterLease
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
+from foldline.replay.registry import mark_loop_request
 from tests.factories import simple_log
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
@@ -147,14 +141,14 @@ def test_an_attachment_failure_is_counted_once(tmp_path: Path) -> None:
 
 
 def test_an_instrumented_agent_counts_its_invariant_violations() -> None:
-    """The companion is wrapped, not replaced: a request that differs from its rebuild is refused and counted."""
+    """A request that differs from its rebuild is refused and counted through the companion's hook."""
     log = MemoryEventLog()
     log.append("s-3", 0, simple_log(turns=2, steps=2))
     registry = new_registry(process=False)
     metrics = LoopMetrics(registry)
-    agent = Agent("s-3", log, emulated_provider(emulator=Emulator()), AgentOptions(CONFIG))
-    instrument_agent(agent, metrics)
-    assert isinstance(agent.invariant, MeteredInvariant)
+    options = AgentOptions(CONFIG, on_invariant_violation=metrics.invariant_violation)
+    agent = Agent("s-3", log, emulated_provider(emulator=Emulator()), options)
+    assert agent.invariant is not None
     session = Session("s-3", log.read("s-3"))
     header = session.header()
     assert header is not None

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from foldline.core.content import Usage
 from foldline.errors import MetricsServerError, ProviderError
-from foldline.metrics import DispatcherMetrics, LoopMetrics, ProjectorMetrics, new_registry, serve
+from foldline.metrics import DispatcherMetrics, LoopMetrics, ProjectorMetrics, new_registry
+from foldline.metrics_server import serve
 
 
 def get(url: str) -> tuple[int, str]:

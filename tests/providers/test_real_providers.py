@@ -24,7 +24,7 @@ from foldline.providers.anthropic import AnthropicProvider
 from foldline.providers.base import Provider
 from foldline.providers.emulated import WireFormat, emulated_provider
 from foldline.providers.openai import OpenAIProvider
-from foldline.verify import verify_events
+from foldline.replay.verify import verify_events
 
 LONG_SYSTEM = "\n\n".join([SYSTEM_PROMPT] * 6)  # ~5,000 tokens: above every minimum cacheable length
 

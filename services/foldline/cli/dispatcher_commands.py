@@ -78,7 +78,8 @@ def dispatcher(
 ) -> None:
     """Dispatch handed-off steps: request from the fold, checked against the log, logged, sent, answered."""
     from ..dispatcher import DEFAULT_GROUP, DEFAULT_STREAM, Dispatcher, serve_steps
-    from ..metrics import DispatcherMetrics, HealthServer, new_registry, serve
+    from ..metrics import DispatcherMetrics, new_registry
+    from ..metrics_server import HealthServer, serve
 
     config = Config.from_env(data_dir, backend)
     stores = open_stores(config)

@@ -48,7 +48,8 @@ def metrics_endpoint(port: int | None, host: str = "127.0.0.1", linger: float = 
     if port is None:
         yield None
         return
-    from ..metrics import LoopMetrics, new_registry, serve
+    from ..metrics import LoopMetrics, new_registry
+    from ..metrics_server import serve
 
     registry = new_registry()
     metrics = LoopMetrics(registry)

@@ -23,7 +23,7 @@ from ..core.events import (
 )
 from ..core.wire import header_to_json
 from ..errors import SessionNotFound
-from ..verify import VerifyReport, rebuild_requests, verify_events
+from ..replay.verify import VerifyReport, rebuild_requests, verify_events
 from .common import BackendOpt, DataDirOpt, JsonOpt, console, fail_on_errors, stores_for
 from .ops_commands import MetricsHostOpt, MetricsLingerOpt, MetricsPortOpt, metrics_endpoint
 

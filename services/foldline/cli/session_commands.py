@@ -17,7 +17,7 @@ from ..core.events import Envelope
 from ..core.fork import lineage
 from ..core.projection import fold_request_header
 from ..errors import ConfigError, SessionNotFound
-from ..verify import verify_events
+from ..replay.verify import verify_events
 from .common import BackendOpt, DataDirOpt, JsonOpt, console, fail_on_errors, stores_for
 
 __all__ = ["register"]

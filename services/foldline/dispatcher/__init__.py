@@ -8,13 +8,12 @@
 from __future__ import annotations
 
 from ..ports.step_dispatch import DispatchOutcome, StepDispatcher, StepHandoff
-from .dispatcher import QUARANTINE_RECOVERY, Dispatcher, DispatchResult, request_from_fold
+from .dispatcher import Dispatcher, DispatchResult, request_from_fold
 from .redis_steps import DEFAULT_GROUP, DEFAULT_STREAM, RedisStepClient, serve_steps
 
 __all__ = [
     "DEFAULT_GROUP",
     "DEFAULT_STREAM",
-    "QUARANTINE_RECOVERY",
     "DispatchOutcome",
     "DispatchResult",
     "Dispatcher",

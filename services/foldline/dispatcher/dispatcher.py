@@ -6,9 +6,9 @@ For one :class:`~foldline.ports.step_dispatch.StepHandoff`, in order:
    before the boundary; a fold already *past* the boundary means the step is stale
    (:class:`~foldline.errors.ConflictError`, nothing sent);
 2. build the request from the fold — its folded header and derived message bytes — never from a loop's
-   in-memory session; mark it as a loop request;
+   in-memory session (:func:`~foldline.replay.step.request_at`, as every path does); mark it as a loop request;
 3. the invariant companion rebuilds the same request from the raw log prefix through a fresh session
-   (:class:`~foldline.loop.invariant.InvariantCompanion`) and refuses to send on a mismatch;
+   (:class:`~foldline.replay.invariant.InvariantCompanion`) and refuses to send on a mismatch;
 4. the provider adapter's serializer turns it into exact wire bytes, resolving image attachments from
    the attachment store (S3 in the distributed backend); an unusable object appends
    ``attachment/quarantine`` and fails the step before anything is sent;
@@ -28,37 +28,25 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..adapters.metered_log import MeteredEventLog
 from ..core import codec
-from ..core.content import ToolCallBlock
-from ..core.events import AssistantMessage, AttachmentQuarantine, Envelope, EventData, RequestDispatch, ToolCall
+from ..core.events import Envelope, EventData
 from ..core.fold import FoldState
 from ..core.header import CallConfig
-from ..core.request import GenerateOptions, build_request
-from ..errors import (
-    AttachmentError,
-    ConfigError,
-    ConflictError,
-    FencedError,
-    FoldlineError,
-    InvariantViolation,
-    ReconstructionError,
-)
-from ..loop.invariant import InvariantCompanion
-from ..loop.registry import mark_loop_request
-from ..metrics import DispatcherMetrics, MeteredEventLog
+from ..core.request import GenerateOptions
+from ..errors import AttachmentError, ConfigError, ConflictError, FencedError, FoldlineError
+from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from ..ports.step_dispatch import DispatchOutcome, StepHandoff
 from ..providers.base import Provider, ProviderResponse
+from ..replay.invariant import InvariantCompanion
+from ..replay.registry import mark_loop_request
+from ..replay.step import answer_records, dispatch_record, quarantine_record, request_at
 from .decode import MessageCache, decode_fold_messages
 
-__all__ = ["DispatchResult", "Dispatcher", "QUARANTINE_RECOVERY", "request_from_fold"]
-
-QUARANTINE_RECOVERY = (
-    "restore the object from a replica or re-upload the original bytes under the same digest, "
-    "then resume the session; the log is unchanged"
-)
+__all__ = ["DispatchResult", "Dispatcher", "request_from_fold"]
 
 
 def wall_clock_ms() -> int:
@@ -68,15 +56,11 @@ def wall_clock_ms() -> int:
 def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> GenerateOptions:
     """The loop request a fold describes: its folded header and derived messages, frozen and marked.
 
-    ``cache`` reuses messages decoded at earlier steps (same bytes, same message)."""
-    header = state.decoded_header()
-    if header is None:
-        raise ReconstructionError(
-            f"session {state.session_id!r}: the fold at seq {state.applied_seq} has no request/header; "
-            "a step boundary always follows one — rebuild the fold from the log (foldline projector --rebuild)"
-        )
+    The boundary is the fold's next seq; a fold without a header raises
+    :class:`~foldline.errors.MissingHeader` like every other path. ``cache`` reuses messages decoded at
+    earlier steps (same bytes, same message)."""
     messages = cache.decode(state.messages) if cache is not None else decode_fold_messages(state.messages)
-    return mark_loop_request(build_request(messages, header))
+    return mark_loop_request(request_at(state.session_id, state.applied_seq + 1, state.decoded_header(), messages))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +103,11 @@ class Dispatcher:
         self.folds = folds
         self.providers = dict(providers)
         self.attachments = attachments
-        self.invariant = InvariantCompanion(log) if invariant else None
+        self.invariant = (
+            InvariantCompanion(log, on_violation=metrics.invariant_violation if metrics is not None else None)
+            if invariant
+            else None
+        )
         self.fold_timeout_s = fold_timeout_s
         self.metrics = metrics
         self.clock = clock
@@ -166,30 +154,14 @@ class Dispatcher:
             try:
                 body = serializer.serialize(request, self.attachments)
             except AttachmentError as exc:
-                self._append(
-                    h,
-                    h.boundary,
-                    [AttachmentQuarantine(exc.attachment_id, f"{type(exc).__name__}: {exc}", QUARANTINE_RECOVERY)],
-                )
+                self._append(h, h.boundary, [quarantine_record(exc)])
                 raise
             digest = codec.digest_bytes(body)
             if h.archive and self.attachments is not None:
                 self.attachments.put(body, "application/json")
-            self._append(
-                h,
-                h.boundary,
-                [RequestDispatch(h.turn, h.step, serializer.name, serializer.version, digest, len(body))],
-            )
+            self._append(h, h.boundary, [dispatch_record(h.turn, h.step, serializer, body, digest)])
             response = await provider.send(body)
-            answer: list[EventData] = [
-                AssistantMessage(f"a{h.boundary + 1}", response.content, response.usage, response.stop_reason)
-            ]
-            answer += [
-                ToolCall(h.turn, h.step, b.id, b.name, b.arguments)
-                for b in response.content
-                if isinstance(b, ToolCallBlock)
-            ]
-            head = self._append(h, h.boundary + 1, answer)
+            head = self._append(h, h.boundary + 1, answer_records(h.turn, h.step, h.boundary + 1, response))
         except FoldlineError as exc:
             self._count_error(exc)
             raise
@@ -229,8 +201,6 @@ class Dispatcher:
     def _count_error(self, exc: FoldlineError) -> None:
         if self.metrics is None:
             return
-        self.metrics.dispatch_error(exc)
-        if isinstance(exc, FencedError):
+        self.metrics.dispatch_error(exc)  # invariant violations: counted by the companion; attachment errors:
+        if isinstance(exc, FencedError):  # counted from the quarantine record the dispatcher appended
             self.metrics.fenced_write()
-        elif isinstance(exc, InvariantViolation):  # (attachment errors: counted from the quarantine it logged)
-            self.metrics.invariant_violation()

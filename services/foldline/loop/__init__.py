@@ -3,7 +3,6 @@
 from .agent import Agent, AgentOptions, TurnResult
 from .hooks import Enter, PreStepContext, Reject
 from .inbox import Inbox, InboxItem
-from .registry import is_loop_request
 from .tools import ToolOutput, Toolset
 
 __all__ = [
@@ -17,5 +16,4 @@ __all__ = [
     "ToolOutput",
     "Toolset",
     "TurnResult",
-    "is_loop_request",
 ]

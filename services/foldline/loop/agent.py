@@ -25,14 +25,11 @@ from typing import Literal
 from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
 from ..core.events import (
     AssistantMessage,
-    AttachmentQuarantine,
     Envelope,
     EventData,
-    RequestDispatch,
     RequestHeader,
     StepEnd,
     StepStart,
-    ToolCall,
     ToolResult,
     TurnEnd,
     TurnEndReason,
@@ -41,18 +38,19 @@ from ..core.events import (
 )
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Session
-from ..core.request import GenerateOptions, build_request
+from ..core.request import GenerateOptions
 from ..errors import AttachmentError, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
+from ..replay.invariant import InvariantCompanion
+from ..replay.registry import mark_loop_request
+from ..replay.step import answer_records, dispatch_record, quarantine_record, session_request
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
-from .invariant import InvariantCompanion
 from .pressure import PressurePolicy, relieve_pressure
-from .registry import mark_loop_request
 from .tools import Toolset
 
 __all__ = ["Agent", "AgentOptions", "StepRecord", "TurnResult"]
@@ -73,6 +71,7 @@ class AgentOptions:
     tools: Toolset = field(default_factory=Toolset)
     max_steps_per_turn: int = 16
     invariant: bool = True
+    on_invariant_violation: Callable[[], None] | None = None  # e.g. a metrics counter; the error still raises
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
     pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
     dispatcher: StepDispatcher | None = None  # hand each step's model call to a dispatcher (docs/DISPATCHER.md)
@@ -125,7 +124,9 @@ class Agent:
         self.lease: WriterLease = log.acquire(session_id)
         self.session = Session(session_id, log.read(session_id))  # validates on load
         self._first_request = True
-        self.invariant = InvariantCompanion(log) if options.invariant else None
+        self.invariant = (
+            InvariantCompanion(log, on_violation=options.on_invariant_violation) if options.invariant else None
+        )
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
         self.turn = self._next_turn()
         self.last_request: GenerateOptions | None = None
@@ -222,21 +223,32 @@ class Agent:
 
         response = await self.provider.send(body)
 
-        events: list[EventData] = [
-            AssistantMessage(self._id("a"), response.content, response.usage, response.stop_reason)
-        ]
-        calls = [b for b in response.content if isinstance(b, ToolCallBlock)]
-        events += [ToolCall(turn, step, c.id, c.name, c.arguments) for c in calls]
-        if calls:
-            self._append(*events)
-            events = []
-        for call in calls:
+        answer = answer_records(turn, step, self.session.next_seq, response)
+        if any(isinstance(b, ToolCallBlock) for b in response.content):
+            self._append(*answer)  # durable before any tool runs
+            answer = []
+        return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer)
+
+    async def _close_step(
+        self,
+        turn: int,
+        step: int,
+        dispatch_seq: int,
+        digest: str,
+        reason: str | None,
+        response: ProviderResponse,
+        pending: list[EventData],
+    ) -> tuple[StepRecord, ProviderResponse]:
+        """Run the answer's tools, then append ``pending`` (answer events not yet written), their results and
+        ``step/end`` in one append; a tool's additional context goes to the inbox for a later claim."""
+        closing = pending
+        for call in (b for b in response.content if isinstance(b, ToolCallBlock)):
             output = await self.options.tools.call(call.name, call.arguments)
-            events.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            closing.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
             if output.additional_context:
                 self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
-        events.append(StepEnd(turn, step))
-        self._append(*events)
+        closing.append(StepEnd(turn, step))
+        self._append(*closing)
         self._step_open = False
         record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason)
         for listener in self.step_listeners:
@@ -258,9 +270,7 @@ class Agent:
         opening = [Envelope(start + i, now, d) for i, d in enumerate(entered)]
         self.session.extend(opening)
         try:
-            folded = self.session.header()
-            assert folded is not None
-            request = mark_loop_request(build_request(self.session.derive_messages(), folded))
+            request = mark_loop_request(session_request(self.session))
             self.last_request = request
             boundary = self.session.next_seq
             if self.invariant is not None:
@@ -269,17 +279,11 @@ class Agent:
             try:
                 body, digest = self._bodies.serialize(request, self.attachments)
             except AttachmentError as exc:
-                quarantine = AttachmentQuarantine(
-                    exc.attachment_id,
-                    f"{type(exc).__name__}: {exc}",
-                    "restore the object from a replica or re-upload the original bytes under the same digest, "
-                    "then resume the session; the log is unchanged",
-                )
-                self._write(opening, Envelope(boundary, self.clock(), quarantine))
+                self._write(opening, Envelope(boundary, self.clock(), quarantine_record(exc)))
                 raise
             if self.options.archive_requests and self.attachments is not None:
                 self.attachments.put(body, "application/json")
-            dispatch = RequestDispatch(turn, step, serializer.name, serializer.version, digest, len(body))
+            dispatch = dispatch_record(turn, step, serializer, body, digest)
             self._write(opening, Envelope(boundary, self.clock(), dispatch))
             return boundary, body, digest
         except BaseException:
@@ -332,9 +336,6 @@ class Agent:
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
 
-    def _id(self, prefix: str) -> str:
-        return f"{prefix}{self.session.next_seq}"
-
     def _next_turn(self) -> int:
         turns = [e.data.turn for e in self.session.events if isinstance(e.data, TurnStart)]
         return max(turns) + 1 if turns else 0
@@ -369,23 +370,4 @@ class Agent:
             )
         answer = answers[0]
         response = ProviderResponse(answer.content, answer.usage or Usage(), answer.stop_reason or "other")
-        closing: list[EventData] = []  # the tool results and step/end, in one append as in a local step
-        for call in (b for b in answer.content if isinstance(b, ToolCallBlock)):
-            output = await self.options.tools.call(call.name, call.arguments)
-            closing.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
-            if output.additional_context:
-                self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
-        closing.append(StepEnd(turn, step))
-        self._append(*closing)
-        self._step_open = False
-        record = StepRecord(turn, step, outcome.dispatch_seq, outcome.digest, response.usage, reason)
-        for listener in self.step_listeners:
-            listener(record)
-        return record, response
-
-
-async def run_agent_turns(agent: Agent, prompts: Sequence[str]) -> list[TurnResult]:
-    return [await agent.run_turn(p) for p in prompts]
-
-
-__all__ += ["run_agent_turns"]
+        return await self._close_step(turn, step, outcome.dispatch_seq, outcome.digest, reason, response, [])

@@ -16,7 +16,7 @@ batch and therefore one cache miss:
   (source ``compaction``, replace ``start..end`` listing every hidden event) and ``compaction/end``.
 
 The summarize request is never marked as a loop request, so the invariant companion and other observers
-of :func:`~foldline.loop.registry.is_loop_request` leave it alone. A failure of the one-shot closes the
+of :func:`~foldline.replay.registry.is_loop_request` leave it alone. A failure of the one-shot closes the
 compaction with ``compaction/end`` (nothing replaced) and propagates; an unreadable image is quarantined
 exactly like in a loop step.
 """
@@ -32,7 +32,6 @@ from ..core import codec
 from ..core import compaction as cc
 from ..core.content import TextBlock
 from ..core.events import (
-    AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
@@ -45,16 +44,12 @@ from ..core.header import CallConfig
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ConfigError
+from ..replay.step import quarantine_record
 
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["PressureAction", "PressurePolicy", "quarantine_event", "relieve_pressure"]
-
-QUARANTINE_RECOVERY = (
-    "restore the object from a replica or re-upload the original bytes under the same digest, "
-    "then resume the session; the log is unchanged"
-)
+__all__ = ["PressureAction", "PressurePolicy", "relieve_pressure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +91,6 @@ class PressureAction:
     trimmed: int = 0
     compacted: tuple[int, int] | None = None
     summarize_request: GenerateOptions | None = None
-
-
-def quarantine_event(exc: AttachmentError) -> AttachmentQuarantine:
-    return AttachmentQuarantine(exc.attachment_id, f"{type(exc).__name__}: {exc}", QUARANTINE_RECOVERY)
 
 
 class _RunningEstimate:
@@ -187,7 +178,7 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
         body = serializer.serialize(request, agent.attachments)
         response = await agent.provider.send(body)
     except AttachmentError as exc:
-        agent._append(quarantine_event(exc), CompactionEnd())
+        agent._append(quarantine_record(exc), CompactionEnd())
         raise
     except BaseException:
         agent._append(CompactionEnd())

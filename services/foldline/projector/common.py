@@ -22,7 +22,8 @@ from ..adapters.kafka_consumer import ConsumedEvent, ConsumedItem
 from .apply import BatchProjector, BatchReport
 
 if TYPE_CHECKING:
-    from ..metrics import HealthServer, ProjectorMetrics
+    from ..metrics import ProjectorMetrics
+    from ..metrics_server import HealthServer
     from .worker import WorkerSettings
 
 __all__ = ["ProjectorState", "wait_for_topic"]
@@ -120,7 +121,8 @@ class ProjectorState(ABC):
         s = self.settings
         if s.metrics_port is None:
             return
-        from ..metrics import ProjectorMetrics, new_registry, serve
+        from ..metrics import ProjectorMetrics, new_registry
+        from ..metrics_server import serve
 
         if self.metrics is None:
             self.metrics = ProjectorMetrics(new_registry())

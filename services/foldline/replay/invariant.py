@@ -1,30 +1,34 @@
 """The invariant companion: each loop request must equal its rebuild from the raw log prefix.
 
 The rebuild reads the log through the port and folds it in a fresh :class:`~foldline.core.Session`
-— no cache shared with the live session — so the live cache cannot vouch for itself. A mismatch
-raises :class:`~foldline.errors.InvariantViolation` with a readable diff, before anything is sent.
+— no cache shared with the live session — then builds the request with the same
+:func:`~foldline.replay.step.request_at` every path uses, so the live cache cannot vouch for itself.
+A mismatch raises :class:`~foldline.errors.InvariantViolation` with a readable diff, before anything is
+sent; ``on_violation`` (e.g. a metrics counter) hears of every one.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ..core import codec
+import orjson
+
 from ..core.events import Envelope
 from ..core.projection import Session
-from ..core.request import GenerateOptions, build_request, request_to_json
+from ..core.request import GenerateOptions, request_to_json
 from ..errors import InvariantViolation
 from ..ports.event_log import EventLog
 from .registry import is_loop_request
+from .step import session_request
 
 __all__ = ["InvariantCompanion", "request_diff"]
 
 
 def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
-    def lines(req: GenerateOptions) -> list[str]:
-        import orjson
+    """A unified diff of two requests' provider-neutral JSON (rebuilt first, about-to-send second)."""
 
+    def lines(req: GenerateOptions) -> list[str]:
         return (
             orjson.dumps(request_to_json(req), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().split("\n")
         )
@@ -35,8 +39,11 @@ def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
 
 
 class InvariantCompanion:
-    def __init__(self, log: EventLog) -> None:
+    """Checks loop requests against fresh rebuilds from ``log``; ``checked`` counts the checks that ran."""
+
+    def __init__(self, log: EventLog, *, on_violation: Callable[[], None] | None = None) -> None:
         self.log = log
+        self.on_violation = on_violation
         self.checked = 0
 
     def rebuild(self, session_id: str, upto_seq: int, pending: Sequence[Envelope] = ()) -> GenerateOptions:
@@ -49,13 +56,11 @@ class InvariantCompanion:
         durable_to = pending[0].seq if pending else upto_seq
         fresh = Session(session_id, [*self.log.read(session_id, 0, durable_to), *pending])
         if fresh.next_seq != upto_seq:
+            self._violated()
             raise InvariantViolation(
                 f"session {session_id!r}: the rebuild reached seq {fresh.next_seq}, not the boundary {upto_seq}", ""
             )
-        header = fresh.header()
-        if header is None:
-            raise InvariantViolation(f"session {session_id!r}: no request/header before seq {upto_seq}", "")
-        return build_request(fresh.derive_messages(), header)
+        return session_request(fresh)
 
     def check(self, session_id: str, upto_seq: int, request: GenerateOptions, pending: Sequence[Envelope] = ()) -> None:
         """Compare a loop request with the rebuild of the log prefix ``[0, upto_seq)`` (see :meth:`rebuild`)."""
@@ -64,12 +69,13 @@ class InvariantCompanion:
         rebuilt = self.rebuild(session_id, upto_seq, pending)
         self.checked += 1
         if not rebuilt.same_as(request):
+            self._violated()
             raise InvariantViolation(
                 f"session {session_id!r}: the request at seq {upto_seq} differs from its rebuild from the log; "
                 "it was not sent",
                 request_diff(rebuilt, request),
             )
 
-
-def body_digest(body: bytes) -> str:
-    return codec.digest_bytes(body)
+    def _violated(self) -> None:
+        if self.on_violation is not None:
+            self.on_violation()

@@ -1,9 +1,9 @@
 """``foldline verify``: rebuild every loop request from the log and prove it against its digest.
 
-The walk uses exactly the loop's functions: the same :class:`~foldline.core.Session` fold,
-:func:`~foldline.core.build_request`, and the serializer named (with its version) in each
-``request/dispatch`` event. A step whose attachment could not be read is *unreconstructable*, with
-the reason — never a match.
+The walk uses exactly the loop's functions: the same :class:`~foldline.core.Session` fold, the same
+:func:`~foldline.replay.step.request_at`, the loop's incremental body cache and the serializer named
+(with its version) in each ``request/dispatch`` event. A step whose attachment could not be read is
+*unreconstructable*, with the reason — never a match.
 
 Compactions are rechecked too (they are not loop requests, so they do not count as checked): the
 logged ``estimatedTokens`` must equal the estimate of the messages at ``compaction/start``; the
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .core import codec
-from .core import compaction as cc
-from .core.events import (
+from ..core import codec
+from ..core import compaction as cc
+from ..core.events import (
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
@@ -31,13 +31,14 @@ from .core.events import (
     StepStart,
     UserMessage,
 )
-from .core.header import CallConfig
-from .core.projection import Message, Session
-from .core.request import GenerateOptions, build_request
-from .errors import AttachmentError, FoldlineError, ReconstructionError
-from .ports.attachments import AttachmentStore
-from .providers.base import SERIALIZERS, Serializer, serializer_for
-from .providers.framing import IncrementalBody
+from ..core.header import CallConfig
+from ..core.projection import Message, Session
+from ..core.request import GenerateOptions
+from ..errors import AttachmentError, FoldlineError, ReconstructionError
+from ..ports.attachments import AttachmentStore
+from ..providers.base import SERIALIZERS, Serializer, serializer_for
+from ..providers.framing import IncrementalBody
+from .step import session_request
 
 __all__ = ["Mismatch", "Unreconstructable", "VerifyReport", "rebuild_requests", "summarize_serializer", "verify_events"]
 
@@ -105,14 +106,14 @@ class VerifyReport:
 def rebuild_requests(
     session_id: str, events: Iterable[Envelope]
 ) -> Iterable[tuple[RequestDispatch, int, GenerateOptions]]:
-    """Yield (dispatch event, its seq, the request rebuilt from the prefix before it)."""
+    """Yield (dispatch event, its seq, the request rebuilt from the prefix before it).
+
+    A dispatch with no ``request/header`` before it raises :class:`~foldline.errors.MissingHeader`.
+    """
     session = Session(session_id)
     for e in events:
         if isinstance(e.data, RequestDispatch):
-            header = session.header()
-            if header is None:
-                raise FoldlineError(f"session {session_id!r}: request/dispatch at seq {e.seq} has no header before it")
-            yield e.data, e.seq, build_request(session.derive_messages(), header)
+            yield e.data, e.seq, session_request(session)
         session.append(e)
 
 
@@ -143,38 +144,32 @@ def verify_events(
             )
         elif isinstance(data, RequestDispatch):
             report.checked += 1
-            header = session.header()
-            if header is None:
+            try:
+                request = session_request(session)
+                key = (data.serializer, data.serializer_version)
+                incremental = bodies.get(key)
+                if incremental is None:
+                    incremental = bodies[key] = IncrementalBody(serializer_for(*key))
+                body, digest = incremental.serialize(request, attachments)
+            except (AttachmentError, FoldlineError) as exc:
                 report.unreconstructable.append(
-                    Unreconstructable(session_id, data.turn, data.step, e.seq, "no request/header before this request")
+                    Unreconstructable(session_id, data.turn, data.step, e.seq, f"{type(exc).__name__}: {exc}")
                 )
             else:
-                request = build_request(session.derive_messages(), header)
-                try:
-                    key = (data.serializer, data.serializer_version)
-                    incremental = bodies.get(key)
-                    if incremental is None:
-                        incremental = bodies[key] = IncrementalBody(serializer_for(*key))
-                    body, digest = incremental.serialize(request, attachments)
-                except (AttachmentError, FoldlineError) as exc:
-                    report.unreconstructable.append(
-                        Unreconstructable(session_id, data.turn, data.step, e.seq, f"{type(exc).__name__}: {exc}")
-                    )
+                if digest == data.digest and len(body) == data.bytes:
+                    report.matched += 1
                 else:
-                    if digest == data.digest and len(body) == data.bytes:
-                        report.matched += 1
-                    else:
-                        report.mismatched.append(
-                            Mismatch(
-                                session_id,
-                                data.turn,
-                                data.step,
-                                e.seq,
-                                data.digest,
-                                digest,
-                                _first_diff(body, data.digest, attachments),
-                            )
+                    report.mismatched.append(
+                        Mismatch(
+                            session_id,
+                            data.turn,
+                            data.step,
+                            e.seq,
+                            data.digest,
+                            digest,
+                            _first_diff(body, data.digest, attachments),
                         )
+                    )
         session.append(e)
     return report
 

@@ -1,0 +1,71 @@
+"""An event-log decorator that reports every successful append to an observer (e.g. the loop metrics).
+
+:class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog`. Reads, leases and errors
+pass through unchanged; a failed append reports nothing, so an observer only ever hears of what the log
+holds. If the observer fails after a successful append (say it could not read the log for a gap), the
+append still succeeds: the failure goes to :meth:`AppendObserver.observation_failed`. It runs the
+EventLog contract suite like every other log.
+
+:class:`foldline.metrics.LoopMetrics` is the observer foldline ships: ``MeteredEventLog(log, LoopMetrics(registry))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..core.events import Envelope
+from ..ports.event_log import EventLog, WriterLease
+
+__all__ = ["AppendObserver", "MeteredEventLog"]
+
+
+class AppendObserver(Protocol):
+    """Hears of every event a log durably appended, in seq order per session."""
+
+    def observe_events(
+        self,
+        session_id: str,
+        envelopes: Sequence[Envelope],
+        *,
+        history: Callable[[int, int], Sequence[Envelope]] | None = None,
+    ) -> None:
+        """``envelopes`` were appended; ``history(from_seq, to_seq)`` reads events the observer missed."""
+        ...
+
+    def observation_failed(self, session_id: str, exc: BaseException) -> None:
+        """``observe_events`` raised for an append that succeeded."""
+        ...
+
+
+class MeteredEventLog(EventLog):
+    """An :class:`EventLog` that feeds every successful append to ``observer`` (see the module docstring)."""
+
+    def __init__(self, inner: EventLog, observer: AppendObserver) -> None:
+        self.inner = inner
+        self.observer = observer
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        head = self.inner.append(session_id, expected_seq, events, lease=lease)
+        try:
+            self.observer.observe_events(session_id, events, history=lambda a, b: self.inner.read(session_id, a, b))
+        except Exception as exc:  # the events are durable: an observer failure must not look like a failed append
+            self.observer.observation_failed(session_id, exc)
+        return head
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        return self.inner.read(session_id, from_seq, to_seq)
+
+    def head(self, session_id: str) -> int:
+        return self.inner.head(session_id)
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
+
+    def acquire(self, session_id: str) -> WriterLease:
+        return self.inner.acquire(session_id)
+
+    def close(self) -> None:
+        self.inner.close()
