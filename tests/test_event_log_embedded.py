@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from foldline.adapters.memory_log import MemoryEventLog
+from foldline.adapters.metered_log import MeteredEventLog
 from foldline.adapters.sqlite_log import SqliteEventLog
 from foldline.core import Session
+from foldline.errors import StoreBusy, StoreUnavailable
+from foldline.metrics import LoopMetrics, new_registry
 from foldline.ports.event_log import EventLog
 from tests.contracts.event_log import EventLogContract
 from tests.factories import simple_log
@@ -32,6 +35,41 @@ class TestSqliteEventLog(EventLogContract):
 
     def make_log(self) -> EventLog:
         return SqliteEventLog(self.dir / "data")
+
+
+class TestMeteredEventLog(EventLogContract):
+    """The metrics decorator is an event log like any other: it passes the same contract."""
+
+    def make_log(self) -> EventLog:
+        return MeteredEventLog(MemoryEventLog(), LoopMetrics(new_registry(process=False)))
+
+
+def test_a_contended_log_is_a_typed_busy_error_and_writes_nothing(tmp_path: Path) -> None:
+    """Another process holding the write lock past the busy timeout: StoreBusy, one line, nothing written."""
+    import sqlite3
+
+    with SqliteEventLog(tmp_path, busy_timeout_s=0.2) as log:
+        log.append("s", 0, simple_log(turns=1, steps=1)[:3])
+        holder = sqlite3.connect(str(tmp_path / "log.sqlite3"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreBusy, match=r"locked by another writer .*retry") as busy:
+                log.append("s", 3, simple_log(turns=1, steps=1)[3:4])
+            assert "\n" not in str(busy.value)
+            with pytest.raises(StoreBusy):
+                log.acquire("s")
+            assert log.head("s") == 3  # readers are not blocked by a writer (WAL)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert [e.seq for e in log.read("s")] == [0, 1, 2]
+        log.append("s", 3, simple_log(turns=1, steps=1)[3:4])  # the lock is gone: the append goes through
+
+
+def test_a_damaged_database_file_is_a_typed_error(tmp_path: Path) -> None:
+    (tmp_path / "log.sqlite3").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreUnavailable, match="damaged or not a foldline log"):
+        SqliteEventLog(tmp_path)
 
 
 def test_sqlite_log_persists_across_instances(tmp_path: Path) -> None:

@@ -9,6 +9,11 @@ Checkpoints (copying the WAL back into the database file, with an fsync) run on 
 its own connection instead of inside whichever commit crosses SQLite's auto-checkpoint threshold: that
 commit used to stall for tens of milliseconds, and every commit paid for the threshold check. A PASSIVE
 checkpoint never blocks a writer or a reader; ``close`` runs a last one.
+
+Every sqlite3 call is translated here (:func:`_translate`): a lock held by another writer past the busy
+timeout is :class:`~foldline.errors.StoreBusy`; a full disk, a read-only file, a damaged database or any
+other failure is :class:`~foldline.errors.StoreUnavailable` naming the file and the cause. A failed append
+is rolled back: nothing of it is written.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
 from ..core.events import SESSION_FORMAT_VERSION, Envelope
 from ..core.wire import decode_event, encode_event
-from ..errors import ConflictError, FencedError, FormatError, StoreUnavailable, ValidationError
+from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
 from ..ports.event_log import EventLog, RulesCache, WriterLease
 
 __all__ = ["SqliteEventLog"]
@@ -45,6 +50,27 @@ CREATE TABLE IF NOT EXISTS events (
 DB_NAME = "log.sqlite3"
 
 
+def _translate(exc: sqlite3.Error, path: Path, what: str, busy_timeout_s: float) -> StoreUnavailable:
+    """The foldline error for a sqlite3 failure while doing ``what`` on the log at ``path``."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return StoreBusy(
+            f"event log {path} is locked by another writer (waited {busy_timeout_s:g}s while {what}); another "
+            "foldline process is writing this data directory — retry when it has finished. Nothing was written."
+        )
+    if name.startswith("SQLITE_FULL"):
+        cause = "the disk is full — free space and retry"
+    elif name.startswith("SQLITE_READONLY"):
+        cause = "the database is read-only — check the file's permissions"
+    elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        cause = "the database file is damaged or not a foldline log — restore it from a copy"
+    elif name.startswith("SQLITE_CANTOPEN"):
+        cause = "the database file cannot be opened — check the path and its permissions"
+    else:
+        cause = f"{name or type(exc).__name__}"
+    return StoreUnavailable(f"event log {path}: {what} failed: {exc} ({cause})")
+
+
 class SqliteEventLog(EventLog):
     def __init__(
         self,
@@ -61,6 +87,7 @@ class SqliteEventLog(EventLog):
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
@@ -79,7 +106,7 @@ class SqliteEventLog(EventLog):
                     f"{path} holds session format {row[0]}; this foldline reads format {SESSION_FORMAT_VERSION}",
                 )
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open the event log at {path}: {exc}") from exc
+            raise _translate(exc, path, "opening the log", busy_timeout_s) from exc
         self._rules = RulesCache(self._read_all)
         self._checkpointer = _Checkpointer(path, checkpoint_interval_s) if checkpoint_interval_s > 0 else None
         if self._checkpointer is not None:
@@ -93,79 +120,81 @@ class SqliteEventLog(EventLog):
         if not events:
             return self.head(session_id)
         bodies = [(session_id, e.seq, encode_event(e)) for e in events]
-        with self._lock:
-            db = self._db
+        with self._lock, self._transaction(f"appending to session {session_id!r}") as db:
+            row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+            head, epoch = (row[0], row[1]) if row else (0, 0)
+            if lease is not None and lease.epoch != epoch:
+                raise FencedError(session_id, lease.epoch, epoch)
+            if expected_seq != head:
+                raise ConflictError(session_id, expected_seq, head)
+            self._rules.get(session_id, head).check_batch(events)
+            new_head = head + len(events)
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"event log {self.path} is locked or unavailable: {exc}") from exc
-            try:
-                row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
-                head, epoch = (row[0], row[1]) if row else (0, 0)
-                if lease is not None and lease.epoch != epoch:
-                    raise FencedError(session_id, lease.epoch, epoch)
-                if expected_seq != head:
-                    raise ConflictError(session_id, expected_seq, head)
-                rules = self._rules.get(session_id, head)
-                try:
-                    rules.check_batch(events)
-                except ValidationError:
-                    raise
-                new_head = head + len(events)
-                try:
-                    db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
-                    db.execute(
-                        "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
-                        "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
-                        (session_id, new_head, epoch),
-                    )
-                    db.execute("COMMIT")
-                except BaseException:
-                    self._rules.forget(session_id)
-                    raise
-                return new_head
+                db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
+                db.execute(
+                    "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
+                    (session_id, new_head, epoch),
+                )
             except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+                self._rules.forget(session_id)  # its rules already count the batch
                 raise
+        return new_head
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
-        with self._lock:
+        with self._lock, self._guard(f"reading session {session_id!r}"):
             return self._read(session_id, from_seq, to_seq)
 
     def head(self, session_id: str) -> int:
-        with self._lock:
+        with self._lock, self._guard(f"reading the head of session {session_id!r}"):
             row = self._db.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
         return int(row[0]) if row else 0
 
     def sessions(self) -> list[str]:
-        with self._lock:
+        with self._lock, self._guard("listing the sessions"):
             rows = self._db.execute("SELECT id FROM sessions WHERE head > 0 ORDER BY id").fetchall()
         return [str(r[0]) for r in rows]
 
     def acquire(self, session_id: str) -> WriterLease:
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute(
-                    "INSERT INTO sessions(id, head, epoch) VALUES (?, 0, 1) "
-                    "ON CONFLICT(id) DO UPDATE SET epoch = epoch + 1",
-                    (session_id,),
-                )
-                (epoch,) = db.execute("SELECT epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._lock, self._transaction(f"acquiring the writer lease of session {session_id!r}") as db:
+            db.execute(
+                "INSERT INTO sessions(id, head, epoch) VALUES (?, 0, 1) "
+                "ON CONFLICT(id) DO UPDATE SET epoch = epoch + 1",
+                (session_id,),
+            )
+            (epoch,) = db.execute("SELECT epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
         return WriterLease(session_id, int(epoch))
 
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
-        with self._lock:
+        with self._lock, self._guard("closing the log"):
             self._db.close()
+
+    # -------------------------------------------------------------- the edge to sqlite3
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Translate any sqlite3 failure inside the block (callers hold ``_lock``)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path, what, self._busy_timeout_s) from exc
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; anything raised inside rolls back, so nothing of it is written."""
+        db = self._db
+        with self._guard(what):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
 
     # -------------------------------------------------------------- internals
 
