@@ -52,8 +52,8 @@ def _unit(path: Path) -> str:
 def _imported_units(path: Path) -> list[tuple[int, str]]:
     """(line, unit) of every foldline module ``path`` imports, resolved to its layer unit."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    here = path.relative_to(PACKAGE).with_suffix("").parts  # e.g. ("loop", "agent") or ("config",)
-    package = here[:-1] if path.name != "__init__.py" else here[:-1]
+    # the package a relative import starts from: ("loop",) for loop/agent.py and loop/__init__.py, () at the root
+    package = path.relative_to(PACKAGE).parts[:-1]
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
