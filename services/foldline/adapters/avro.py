@@ -25,17 +25,37 @@ import io
 import json
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 import fastavro
 import fastavro.schema
 
 from ..core import codec
-from ..core.events import Envelope
-from ..core.wire import envelope_from_json, envelope_to_json
+from ..core.content import ContentBlock, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolResultPart
+from ..core.events import (
+    AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    EventData,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
+    UserMessage,
+)
+from ..core.wire import envelope_from_json, envelope_to_json, image_to_json
 from ..errors import AvroDecodeError, ConfigError, StoreUnavailable, UnknownSchemaError
 
 __all__ = [
@@ -142,28 +162,38 @@ def writer_schemas(directory: Path | None = None) -> Mapping[bytes, Any]:
 # ---------------------------------------------------------------- Envelope <-> Avro datum
 
 
-def _block_to_avro(block: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    kind = block["type"]
-    if kind == "text":
-        return (_NS + "TextBlock", {"text": block["text"]})
-    if kind == "image":
-        return (_NS + "ImageBlock", {"attachment": block["attachment"]})
-    if kind == "tool-call":
-        return (_NS + "ToolCallBlock", {"id": block["id"], "name": block["name"], "arguments": block["arguments"]})
-    return (
-        _NS + "ToolResultBlock",
-        {
-            "toolCallId": block["toolCallId"],
-            "content": [_block_to_avro(b) for b in block["content"]],
-            "isError": block.get("isError", False),
-        },
-    )
+def _part_to_avro(part: ToolResultPart) -> tuple[str, dict[str, Any]]:
+    match part:
+        case TextBlock(text=text):
+            return (_NS + "TextBlock", {"text": text})
+        case ImageBlock(image=ref):
+            return (_NS + "ImageBlock", {"attachment": image_to_json(ref)})
+        case _:
+            assert_never(part)
 
 
-def _surface_to_avro(d: dict[str, Any]) -> None:
+def _block_to_avro(block: ContentBlock) -> tuple[str, dict[str, Any]]:
+    match block:
+        case TextBlock() | ImageBlock():
+            return _part_to_avro(block)
+        case ToolCallBlock(id=id_, name=name, arguments=arguments):
+            return (_NS + "ToolCallBlock", {"id": id_, "name": name, "arguments": arguments})
+        case ToolResultBlock(tool_call_id=tcid, content=parts, is_error=is_error):
+            return (
+                _NS + "ToolResultBlock",
+                {"toolCallId": tcid, "content": [_part_to_avro(p) for p in parts], "isError": is_error},
+            )
+        case _:
+            assert_never(block)
+
+
+def _surface_to_avro(d: dict[str, Any], content: Sequence[ContentBlock]) -> dict[str, Any]:
+    d["content"] = [_block_to_avro(b) for b in content]
+    d.pop("role", None)
     op = d["surfaceOp"]
     d["surfaceOp"] = "append" if op == "append" else (_NS + "ReplaceOp", {"start": op["start"], "end": op["end"]})
     d.setdefault("sourceEventSeqs", None)
+    return d
 
 
 _RECORD_NAMES = {
@@ -186,28 +216,48 @@ _RECORD_NAMES = {
 _TYPES_BY_RECORD = {_NS + v: k for k, v in _RECORD_NAMES.items()}
 
 
-def envelope_to_avro(env: Envelope) -> dict[str, Any]:
-    """The Avro datum of an envelope (fastavro tuple notation selects each union branch)."""
-    j = envelope_to_json(env)
-    etype: str = j["type"]
-    data: dict[str, Any] = j["data"]
-    name = _RECORD_NAMES.get(etype)
-    if name is None:
-        branch: tuple[str, dict[str, Any]] = (_NS + "UnknownEvent", {"json": codec.canonical_json(data).decode()})
-    else:
-        if "content" in data:
-            data["content"] = [_block_to_avro(b) for b in data["content"]]
-        if "surfaceOp" in data:
-            data.pop("role", None)
-            _surface_to_avro(data)
-        elif etype == "request/header":
+def _data_to_avro(event: EventData, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The ``data`` union branch of an event: its record name and value, from its logged JSON ``data``."""
+    match event:
+        case UserMessage() | AssistantMessage() | ToolResult():
+            return (_NS + _RECORD_NAMES[event.TYPE], _surface_to_avro(data, event.content))
+        case RequestHeader():
             header = data["header"]
             if "tools" in header:
                 header["tools"] = [
                     {**t, "inputSchema": codec.canonical_json(t["inputSchema"]).decode()} for t in header["tools"]
                 ]
-        branch = (_NS + name, data)
-    return {"type": etype, "seq": env.seq, "time": env.time, "ignorable": env.ignorable, "data": branch}
+            return (_NS + "RequestHeader", data)
+        case (
+            TurnStart()
+            | TurnEnd()
+            | StepStart()
+            | StepEnd()
+            | ToolCall()
+            | RequestDispatch()
+            | SessionEndSeed()
+            | CompactionStart()
+            | CompactionSummary()
+            | CompactionEnd()
+            | AttachmentQuarantine()
+        ):
+            return (_NS + _RECORD_NAMES[event.TYPE], data)
+        case UnknownEvent():
+            return (_NS + "UnknownEvent", {"json": codec.canonical_json(data).decode()})
+        case _:
+            assert_never(event)
+
+
+def envelope_to_avro(env: Envelope) -> dict[str, Any]:
+    """The Avro datum of an envelope (fastavro tuple notation selects each union branch)."""
+    j = envelope_to_json(env)
+    return {
+        "type": j["type"],
+        "seq": env.seq,
+        "time": env.time,
+        "ignorable": env.ignorable,
+        "data": _data_to_avro(env.data, j["data"]),
+    }
 
 
 def _drop_nulls(d: dict[str, Any]) -> dict[str, Any]:
@@ -216,16 +266,23 @@ def _drop_nulls(d: dict[str, Any]) -> dict[str, Any]:
 
 def _block_from_avro(value: Any) -> dict[str, Any]:
     name, d = value
-    if name == _NS + "TextBlock":
-        return {"type": "text", "text": d["text"]}
-    if name == _NS + "ImageBlock":
-        return {"type": "image", "attachment": d["attachment"]}
-    if name == _NS + "ToolCallBlock":
-        return {"type": "tool-call", **d}
-    out = {"type": "tool-result", "toolCallId": d["toolCallId"], "content": [_block_from_avro(b) for b in d["content"]]}
-    if d.get("isError"):
-        out["isError"] = True
-    return out
+    match name:
+        case "foldline.TextBlock":
+            return {"type": "text", "text": d["text"]}
+        case "foldline.ImageBlock":
+            return {"type": "image", "attachment": d["attachment"]}
+        case "foldline.ToolCallBlock":
+            return {"type": "tool-call", **d}
+        case "foldline.ToolResultBlock":
+            out = {
+                "type": "tool-result",
+                "toolCallId": d["toolCallId"],
+                "content": [_block_from_avro(b) for b in d["content"]],
+            }
+            if d.get("isError"):
+                out["isError"] = True
+            return out
+    raise ValueError(f"unknown content block record {name!r}")
 
 
 def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:

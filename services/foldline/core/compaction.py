@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 from .content import ContentBlock, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolResultPart
 from .header import CallConfig, EpochHeader
@@ -71,7 +72,8 @@ def _block_tokens(block: ContentBlock) -> int:
             return _text_tokens(name) + _text_tokens(arguments) + 2
         case ToolResultBlock(content=parts):
             return 2 + sum(_block_tokens(p) for p in parts)
-    raise AssertionError(f"unknown block {block!r}")  # pragma: no cover
+        case _:
+            assert_never(block)
 
 
 def message_tokens(message: Message) -> int:
@@ -118,8 +120,17 @@ def _is_trimmed(parts: Sequence[ToolResultPart]) -> bool:
 
 def trimmed_parts(parts: Sequence[ToolResultPart], keep_chars: int) -> tuple[ToolResultPart, ...]:
     """A tool result's content cut to its first ``keep_chars`` characters of text plus a marker."""
-    text = "\n".join(p.text for p in parts if isinstance(p, TextBlock))
-    images = sum(1 for p in parts if isinstance(p, ImageBlock))
+    texts: list[str] = []
+    images = 0
+    for part in parts:
+        match part:
+            case TextBlock(text=piece):
+                texts.append(piece)
+            case ImageBlock():
+                images += 1
+            case _:
+                assert_never(part)
+    text = "\n".join(texts)
     kept = text[:keep_chars]
     removed = len(text) - len(kept)
     note = f"{TRIM_MARKER} {removed} of {len(text)} characters"
@@ -201,12 +212,17 @@ def _transcript(messages: Sequence[Message]) -> list[ContentBlock]:
                     kind = "error" if is_error else "result"
                     lines.append(f"tool {kind} for call {call_id}:")
                     for part in parts:
-                        if isinstance(part, TextBlock):
-                            lines.append(part.text)
-                        else:
-                            lines.append("[image]")
-                            flush()
-                            out.append(part)
+                        match part:
+                            case TextBlock(text=piece):
+                                lines.append(piece)
+                            case ImageBlock():
+                                lines.append("[image]")
+                                flush()
+                                out.append(part)
+                            case _:
+                                assert_never(part)
+                case _:
+                    assert_never(block)
     lines.append("")
     lines.append(SUMMARIZE_INSTRUCTION)
     flush()

@@ -10,9 +10,27 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
-from .events import Envelope, RequestHeader
+from .events import (
+    AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
+    UserMessage,
+)
 from .header import EpochHeader, HeaderReason
 from .wire import config_to_json, tool_spec_to_json
 
@@ -51,7 +69,34 @@ class HeaderDiff:
 
 
 def header_snapshots(events: Sequence[Envelope]) -> list[HeaderSnapshot]:
-    return [HeaderSnapshot(e.seq, e.data.reason, e.data.header) for e in events if isinstance(e.data, RequestHeader)]
+    """Every ``request/header`` snapshot of a log, in seq order."""
+    out: list[HeaderSnapshot] = []
+    for e in events:
+        data = e.data
+        match data:
+            case RequestHeader(header=header, reason=reason):
+                out.append(HeaderSnapshot(e.seq, reason, header))
+            case (
+                UserMessage()
+                | AssistantMessage()
+                | ToolResult()
+                | TurnStart()
+                | TurnEnd()
+                | StepStart()
+                | StepEnd()
+                | ToolCall()
+                | RequestDispatch()
+                | SessionEndSeed()
+                | CompactionStart()
+                | CompactionSummary()
+                | CompactionEnd()
+                | AttachmentQuarantine()
+                | UnknownEvent()
+            ):
+                pass
+            case _:
+                assert_never(data)
+    return out
 
 
 def diff_headers(old: EpochHeader | None, new: EpochHeader) -> HeaderDiff:

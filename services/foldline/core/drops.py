@@ -34,10 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from .content import Usage
 from .events import (
     AssistantMessage,
+    AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
@@ -46,7 +48,13 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
     ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
     UserMessage,
 )
 
@@ -166,15 +174,6 @@ def _baseline(previous: Step | None) -> int:
     return previous.usage.cache_read + previous.usage.cache_write if previous is not None else 0
 
 
-def _rewrites_history(data: object) -> bool:
-    """Compaction events, the replacing user message, or a multi-entry replace of a message."""
-    if isinstance(data, CompactionStart | CompactionSummary | CompactionEnd):
-        return True
-    if isinstance(data, UserMessage):
-        return data.source == "compaction" or isinstance(data.surface_op, ReplaceOp)
-    return isinstance(data, AssistantMessage) and isinstance(data.surface_op, ReplaceOp)
-
-
 class DropTracker:
     """Incremental classifier of one session: feed its envelopes in seq order, get one verdict per step.
 
@@ -209,38 +208,52 @@ class DropTracker:
 
     def _one(self, env: Envelope) -> StepVerdict | None:
         data = env.data
-        if isinstance(data, RequestHeader):
-            self._provider, self._model = data.header.config.provider, data.header.config.model
-            if data.reason == "change":
-                self._causes.add("header-change")
-            elif data.reason == "resume":
+        match data:
+            case RequestHeader():
+                self._provider, self._model = data.header.config.provider, data.header.config.model
+                if data.reason == "change":
+                    self._causes.add("header-change")
+                elif data.reason == "resume":
+                    self._causes.add("resume")
+            case SessionEndSeed():
                 self._causes.add("resume")
-        elif isinstance(data, SessionEndSeed):
-            self._causes.add("resume")
-        elif _rewrites_history(data):
-            self._causes.add("compaction")
-        elif isinstance(data, ToolResult) and isinstance(data.surface_op, ReplaceOp):
-            op = data.surface_op
-            self._causes.add("trim" if op.start == op.end else "compaction")
-        elif isinstance(data, RequestDispatch):
-            carried = self._pending.causes if self._pending is not None else set()  # an unanswered dispatch
-            self._pending = _Pending(
-                env.seq, data.turn, data.step, env.time, self._provider, self._model, carried | self._causes
-            )
-            self._causes = set()
-        elif isinstance(data, AssistantMessage) and self._pending is not None and data.usage is not None:
-            pending, self._pending = self._pending, None
-            step = Step(
-                pending.seq,
-                env.seq,
-                pending.turn,
-                pending.step,
-                pending.time_ms,
-                pending.provider,
-                pending.model,
-                data.usage,
-            )
-            return self._judge(step, pending.causes)
+            case CompactionStart() | CompactionSummary() | CompactionEnd():
+                self._causes.add("compaction")
+            case UserMessage():
+                if data.source == "compaction" or isinstance(data.surface_op, ReplaceOp):
+                    self._causes.add("compaction")
+            case ToolResult():
+                op = data.surface_op
+                if isinstance(op, ReplaceOp):
+                    self._causes.add("trim" if op.start == op.end else "compaction")
+            case RequestDispatch():
+                carried = self._pending.causes if self._pending is not None else set()  # an unanswered dispatch
+                self._pending = _Pending(
+                    env.seq, data.turn, data.step, env.time, self._provider, self._model, carried | self._causes
+                )
+                self._causes = set()
+            case AssistantMessage():
+                if isinstance(data.surface_op, ReplaceOp):
+                    self._causes.add("compaction")
+                elif self._pending is not None and data.usage is not None:
+                    pending, self._pending = self._pending, None
+                    step = Step(
+                        pending.seq,
+                        env.seq,
+                        pending.turn,
+                        pending.step,
+                        pending.time_ms,
+                        pending.provider,
+                        pending.model,
+                        data.usage,
+                    )
+                    return self._judge(step, pending.causes)
+            case (
+                TurnStart() | TurnEnd() | StepStart() | StepEnd() | ToolCall() | AttachmentQuarantine() | UnknownEvent()
+            ):
+                pass
+            case _:
+                assert_never(data)
         return None
 
     def _judge(self, step: Step, seen: set[str]) -> StepVerdict:

@@ -16,10 +16,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, assert_never
 
 from . import codec
-from .events import AssistantMessage, Envelope, RequestHeader, ToolResult, UserMessage
+from .events import (
+    AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    RequestDispatch,
+    RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
+    UserMessage,
+)
 from .header import EpochHeader
 from .projection import Message, Session, derive_event_message
 from .wire import _Reader, block_from_json, block_to_json, header_from_json, header_to_json
@@ -101,13 +119,6 @@ class FoldDelta:
             )
 
 
-def _is_replace(env: Envelope) -> bool:
-    data = env.data
-    if isinstance(data, UserMessage | AssistantMessage | ToolResult):
-        return data.surface_op != "append"
-    return False
-
-
 def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
     """The delta of a contiguous batch of one session's events; ``None`` if it holds a surface replace."""
     if not events:
@@ -118,14 +129,33 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
     messages: list[tuple[int, bytes]] = []
     header: tuple[int, bytes] | None = None
     for env in events:
-        if _is_replace(env):
-            return None
-        if isinstance(env.data, RequestHeader):
-            header = (env.seq, encode_header(env.data.header))
-            continue
-        message = derive_event_message(env)
-        if message is not None:
-            messages.append((env.seq, encode_message(message)))
+        data = env.data
+        match data:
+            case UserMessage() | AssistantMessage() | ToolResult():
+                if data.surface_op != "append":
+                    return None
+                message = derive_event_message(env)
+                assert message is not None
+                messages.append((env.seq, encode_message(message)))
+            case RequestHeader():
+                header = (env.seq, encode_header(data.header))
+            case (
+                TurnStart()
+                | TurnEnd()
+                | StepStart()
+                | StepEnd()
+                | ToolCall()
+                | RequestDispatch()
+                | SessionEndSeed()
+                | CompactionStart()
+                | CompactionSummary()
+                | CompactionEnd()
+                | AttachmentQuarantine()
+                | UnknownEvent()
+            ):
+                pass
+            case _:
+                assert_never(data)
     return FoldDelta(events[0].seq, events[-1].seq, epoch, tuple(messages), header)
 
 

@@ -14,19 +14,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import assert_never
 
 from ..errors import ForkError
 from .events import (
+    AssistantMessage,
+    AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
+    CompactionSummary,
     Envelope,
     EventData,
+    RequestDispatch,
     RequestHeader,
     SessionEndSeed,
     StepEnd,
     StepStart,
+    ToolCall,
+    ToolResult,
     TurnEnd,
     TurnStart,
+    UnknownEvent,
+    UserMessage,
 )
 from .header import EpochHeader
 from .projection import fold_request_header
@@ -55,7 +64,8 @@ def fork_point(parent: Sequence[Envelope], at_seq: int) -> ForkPoint:
     compaction_open: int | None = None
     turn_open: int | None = None
     for e in parent[: at_seq + 1]:
-        match e.data:
+        data = e.data
+        match data:
             case StepStart(turn=turn, step=step):
                 step_open = (e.seq, turn, step)
             case StepEnd():
@@ -68,8 +78,21 @@ def fork_point(parent: Sequence[Envelope], at_seq: int) -> ForkPoint:
                 turn_open = turn
             case TurnEnd():
                 turn_open = None
-            case _:
+            case (
+                UserMessage()
+                | AssistantMessage()
+                | ToolResult()
+                | ToolCall()
+                | RequestHeader()
+                | RequestDispatch()
+                | SessionEndSeed()
+                | CompactionSummary()
+                | AttachmentQuarantine()
+                | UnknownEvent()
+            ):
                 pass
+            case _:
+                assert_never(data)
     if step_open is not None:
         opened, turn, step = step_open
         closes = next((e.seq for e in parent[at_seq + 1 :] if isinstance(e.data, StepEnd)), None)

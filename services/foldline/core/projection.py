@@ -11,14 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, assert_never, overload
 
 from .content import ContentBlock, ToolResultBlock
 from .events import (
     AssistantMessage,
+    AttachmentQuarantine,
+    CompactionEnd,
+    CompactionStart,
+    CompactionSummary,
     Envelope,
+    RequestDispatch,
     RequestHeader,
+    SessionEndSeed,
+    StepEnd,
+    StepStart,
+    ToolCall,
     ToolResult,
+    TurnEnd,
+    TurnStart,
+    UnknownEvent,
     UserMessage,
 )
 from .header import EpochHeader
@@ -48,13 +60,31 @@ class Message:
 def derive_event_message(event: Envelope) -> Message | None:
     """Project one event to the message it contributes; non-surface events project to nothing."""
     data = event.data
-    if isinstance(data, UserMessage):
-        return Message("user", data.content)
-    if isinstance(data, AssistantMessage):
-        return Message("assistant", data.content)
-    if isinstance(data, ToolResult):
-        return Message("tool", (ToolResultBlock(data.call_id, data.content, data.is_error),))
-    return None
+    match data:
+        case UserMessage():
+            return Message("user", data.content)
+        case AssistantMessage():
+            return Message("assistant", data.content)
+        case ToolResult():
+            return Message("tool", (ToolResultBlock(data.call_id, data.content, data.is_error),))
+        case (
+            TurnStart()
+            | TurnEnd()
+            | StepStart()
+            | StepEnd()
+            | ToolCall()
+            | RequestHeader()
+            | RequestDispatch()
+            | SessionEndSeed()
+            | CompactionStart()
+            | CompactionSummary()
+            | CompactionEnd()
+            | AttachmentQuarantine()
+            | UnknownEvent()
+        ):
+            return None
+        case _:
+            assert_never(data)
 
 
 class MessageSequence(Sequence[Message]):

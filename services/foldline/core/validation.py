@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 from ..errors import ValidationError
 from .events import (
@@ -198,6 +199,8 @@ class LogRules:
                 | AttachmentQuarantine()
             ):
                 pass
+            case _:
+                assert_never(data)
         self._set("next_seq", seq + 1)
         return change
 
