@@ -8,14 +8,13 @@ rejected. ``orjson`` does the work; it is a pure encoder (no I/O), so the core m
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 import orjson
 
 from .frozen import FrozenDict
 
-__all__ = ["DIGEST_PREFIX", "canonical_json", "digest_bytes", "loads", "sha256_hex"]
+__all__ = ["DIGEST_PREFIX", "canonical_json", "digest_bytes", "loads"]
 
 DIGEST_PREFIX = "sha256:"
 _OPTS = orjson.OPT_SORT_KEYS
@@ -35,21 +34,12 @@ def canonical_json(value: Any) -> bytes:
         raise TypeError(str(exc)) from exc
 
 
-def check_finite(value: float, what: str) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number, got {value!r}")
-
-
 def loads(data: bytes | str) -> Any:
     """Decode JSON text; raises ``ValueError`` on malformed input."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"malformed JSON: {exc}") from exc
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def digest_bytes(data: bytes) -> str:

@@ -50,7 +50,6 @@ __all__ = [
     "encode_header",
     "encode_message",
     "fold_delta",
-    "fold_messages_of",
     "fold_state",
 ]
 
@@ -171,7 +170,3 @@ def fold_state(session: Session, epoch: int) -> FoldState:
         header_seq=session.header_seq,
         messages=tuple(encode_message(m) for m in session.derive_messages()),
     )
-
-
-def fold_messages_of(state: FoldState) -> tuple[Message, ...]:
-    return state.decoded_messages()

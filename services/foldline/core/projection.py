@@ -43,7 +43,6 @@ __all__ = [
     "derive_event_message",
     "fold_messages",
     "fold_request_header",
-    "header_at",
 ]
 
 Role = Literal["user", "assistant", "tool"]
@@ -159,11 +158,6 @@ def fold_request_header(events: Iterable[Envelope]) -> EpochHeader | None:
         if isinstance(e.data, RequestHeader):
             latest = e.data.header
     return latest
-
-
-def header_at(events: Sequence[Envelope], seq: int) -> EpochHeader | None:
-    """The folded header of the prefix ending at (and including) ``seq``."""
-    return fold_request_header(events[: seq + 1])
 
 
 class Session:
