@@ -1,4 +1,4 @@
-"""The AttachmentStore contract: every adapter (filesystem, s3) runs exactly this suite."""
+"""The AttachmentStore contract: every adapter (memory, filesystem, s3) runs exactly this suite."""
 
 from __future__ import annotations
 

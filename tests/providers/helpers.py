@@ -1,4 +1,4 @@
-"""Shared builders for the provider tests: requests, an in-memory attachment store, strict SDK validation."""
+"""Shared builders for the provider tests: requests, image blocks, strict SDK validation."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from foldline.core import (
     CallConfig,
     GenerateOptions,
     ImageBlock,
-    ImageRef,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -26,8 +25,7 @@ from foldline.core import (
 )
 from foldline.core.header import make_header
 from foldline.core.projection import Message
-from foldline.errors import AttachmentNotFound
-from foldline.ports.attachments import AttachmentMeta, AttachmentStore, describe, verify
+from foldline.ports.attachments import AttachmentStore
 from foldline.providers.base import Provider
 
 # A real 3x2 grey PNG, fixed bytes (not regenerated through zlib, so golden fixtures stay put).
@@ -48,38 +46,6 @@ TOOLS = (
     ToolSpec("list_dir", "List a directory.", {"type": "object", "properties": {"path": {"type": "string"}}}),
     ToolSpec("now", ""),
 )
-
-
-class MemoryAttachmentStore(AttachmentStore):
-    """The AttachmentStore port over a dict, verifying like every adapter (digest + metadata)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, tuple[bytes, AttachmentMeta]] = {}
-        self.reads = 0
-
-    def put(
-        self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
-    ) -> AttachmentMeta:
-        meta = describe(data, media_type, width, height)
-        self.objects.setdefault(meta.attachment_id, (data, meta))
-        return self.objects[meta.attachment_id][1]
-
-    def get(self, attachment_id: str, expected: AttachmentMeta | ImageRef | None = None) -> bytes:
-        self.reads += 1
-        try:
-            data, meta = self.objects[attachment_id]
-        except KeyError:
-            raise AttachmentNotFound(attachment_id, "no such object") from None
-        return verify(attachment_id, data, meta, expected)
-
-    def meta(self, attachment_id: str) -> AttachmentMeta:
-        try:
-            return self.objects[attachment_id][1]
-        except KeyError:
-            raise AttachmentNotFound(attachment_id, "no such object") from None
-
-    def exists(self, attachment_id: str) -> bool:
-        return attachment_id in self.objects
 
 
 def image_block(store: AttachmentStore, data: bytes = PNG_3X2) -> ImageBlock:

@@ -13,6 +13,7 @@ import anthropic.types
 import openai.types.chat
 import pytest
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core import TextBlock, ToolCallBlock, ToolResultBlock, Usage
 from foldline.core.codec import canonical_json
 from foldline.core.projection import Message
@@ -30,7 +31,7 @@ from foldline.providers.emulator import (
     count_tokens,
 )
 
-from .helpers import LONG_SYSTEM, FakeClock, MemoryAttachmentStore, drive, image_block, request, user
+from .helpers import LONG_SYSTEM, FakeClock, drive, image_block, request, user
 
 T = TypeVar("T")
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core import TextBlock, Usage
 from foldline.core.projection import Message
 from foldline.errors import ProviderStatusError
@@ -17,7 +18,7 @@ from foldline.providers.base import Provider
 from foldline.providers.emulator import Emulator
 from foldline.providers.emulator_server import EmulatorServer
 
-from .helpers import FakeClock, MemoryAttachmentStore, drive, image_block, user
+from .helpers import FakeClock, drive, image_block, user
 
 KEY = "emulator-key-0123456789"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.providers import SERIALIZERS
 
 from .golden_cases import GOLDEN_DIR, cases
-from .helpers import MemoryAttachmentStore
 
 UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
 CASE_NAMES = sorted(cases(MemoryAttachmentStore()))

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core import CallConfig, GenerateOptions, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock
 from foldline.core.codec import digest_bytes
 from foldline.core.header import EpochHeader
@@ -22,7 +23,7 @@ from foldline.providers.base import Serializer
 from foldline.providers.framing import IncrementalBody
 from foldline.providers.openai import OpenAIChatSerializer
 
-from .helpers import TOOLS, MemoryAttachmentStore, image_block
+from .helpers import TOOLS, image_block
 
 SERIALIZERS: list[Serializer] = [AnthropicMessagesSerializer(), OpenAIChatSerializer()]
 
@@ -101,8 +102,7 @@ def test_corrupted_image_in_cached_prefix_still_fails(serializer: Serializer) ->
         items.append(Message("assistant", (TextBlock(f"fine {extra}"),)))
         request = GenerateOptions(header.config, header.system, header.tools, MessageSequence(items, len(items)))
         body_cache.serialize(request, store)
-    _data, meta = store.objects[ref.attachment_id]
-    store.objects[ref.attachment_id] = (b"\x89PNG corrupted", meta)
+    store.replace_bytes(ref.attachment_id, b"\x89PNG corrupted")
     items.append(Message("user", (TextBlock("again"),)))
     request = GenerateOptions(header.config, header.system, header.tools, MessageSequence(items, len(items)))
     with pytest.raises(AttachmentError):

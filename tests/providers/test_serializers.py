@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from foldline.adapters.fs_attachments import FilesystemAttachmentStore
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core import GenerateOptions, TextBlock, ToolCallBlock, ToolResultBlock
 from foldline.core.codec import canonical_json
 from foldline.core.projection import Message
@@ -23,7 +24,6 @@ from .golden_cases import cases
 from .helpers import (
     ANTHROPIC_EXTRA_BODY,
     PNG_3X2,
-    MemoryAttachmentStore,
     NotAValidRequest,
     anthropic_request_type,
     image_block,
