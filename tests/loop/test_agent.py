@@ -16,7 +16,7 @@ from foldline.adapters.memory_log import MemoryEventLog
 from foldline.adapters.sqlite_log import SqliteEventLog
 from foldline.core import CallConfig, RequestDispatch, RequestHeader, TextBlock, ToolResult, TurnEnd
 from foldline.core.codec import digest_bytes
-from foldline.core.events import Envelope, UserMessage
+from foldline.core.events import Envelope, StepStart, UserMessage
 from foldline.core.header import EpochHeader
 from foldline.core.request import GenerateOptions
 from foldline.errors import InvariantViolation, ProviderError
@@ -24,7 +24,7 @@ from foldline.loop import Agent, AgentOptions, Enter, PreStepContext, Reject, To
 from foldline.ports.event_log import EventLog
 from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
-from foldline.providers.emulator import Emulator, ToolLoopScript
+from foldline.providers.emulator import Conversation, Emulator, Reply, ScriptedCall, ToolLoopScript
 from foldline.replay import is_loop_request
 from foldline.replay.invariant import InvariantCompanion
 from foldline.replay.verify import rebuild_requests, verify_events
@@ -214,6 +214,19 @@ def test_pre_step_reject_opens_no_step_and_enter_adds_messages() -> None:
     ]
 
 
+class CallInOrder:
+    """A script that makes one scripted tool call per step, in order, then answers."""
+
+    def __init__(self, *calls: ScriptedCall) -> None:
+        self.calls = calls
+
+    def reply(self, conversation: Conversation) -> Reply:
+        done = sum(1 for turn in conversation.turns if turn.role == "assistant")
+        if done < len(self.calls):
+            return Reply(f"calling {self.calls[done].name}", (self.calls[done],))
+        return Reply("done")
+
+
 def test_tool_errors_and_additional_context() -> None:
     tools = toolset()
     res = asyncio.run(tools.call("explode", '{"reason": "x"}'))
@@ -223,12 +236,30 @@ def test_tool_errors_and_additional_context() -> None:
     assert asyncio.run(tools.call("echo", '{"wrong": 1}')).is_error
     assert asyncio.run(tools.call("missing", "{}")).is_error
     log = MemoryEventLog()
-    agent, _ = make_agent(log, tool_steps=3)
-    for _ in range(4):
-        asyncio.run(agent.run_turn("go"))
-    results = [e.data for e in log.read("s") if isinstance(e.data, ToolResult)]
-    assert any(r.is_error for r in results) or any(r.name == "hint" for r in results)
-    assert verify_events("s", log.read("s")).ok
+    script = CallInOrder(ScriptedCall("explode", {"reason": "x"}), ScriptedCall("hint", {"topic": "caching"}))
+    provider = CapturingProvider(emulated_provider(emulator=Emulator(script)))
+    agent = Agent("s", log, provider, AgentOptions(config=CONFIG, system=SYSTEM, tools=toolset()))
+    result = asyncio.run(agent.run_turn("go"))
+    assert (result.reason, len(result.steps)) == ("completed", 3)
+    events = log.read("s")
+    results = [(e.seq, e.data) for e in events if isinstance(e.data, ToolResult)]
+    assert [(r.name, r.is_error, r.content) for _, r in results] == [
+        ("explode", True, (TextBlock("RuntimeError: exploded: x"),)),
+        ("hint", False, (TextBlock("hint about caching"),)),
+    ]
+    # the hint's additional context is claimed by the next step, as a user/message of its own source
+    users = [(e.seq, e.data) for e in events if isinstance(e.data, UserMessage)]
+    assert [(u.source, u.content) for _, u in users] == [
+        ("user", (TextBlock("go"),)),
+        ("tool-context", (TextBlock("context for caching"),)),
+    ]
+    context_seq = users[1][0]
+    hint_seq = results[1][0]
+    opened = [e.data for e in events if isinstance(e.data, StepStart) and hint_seq < e.seq < context_seq]
+    assert opened == [StepStart(0, 2)]
+    assert b"context for caching" not in provider.bodies[1]
+    assert b"context for caching" in provider.bodies[2]
+    assert verify_events("s", events).ok
 
 
 class FailingProvider(Provider):
