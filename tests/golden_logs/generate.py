@@ -242,8 +242,8 @@ def golden_tools(store: AttachmentStore) -> Toolset:
     return tools
 
 
-class FailingOnce(Provider):
-    """The wrapped provider, except that the next send fails like an overloaded API."""
+class Overloaded(Provider):
+    """A provider whose every send fails like an overloaded API (the generator uses it for one turn)."""
 
     def __init__(self, inner: Provider) -> None:
         self.name, self.serializer = inner.name, inner.serializer
@@ -402,7 +402,7 @@ async def golden_openai(world: World) -> None:
     dot = world.store.put(GIF_1X1, "image/gif").image_ref()
     await agent.run_turn([TextBlock(P_OPENAI), ImageBlock(dot)])  # an image in a tool result, an error result
 
-    agent.provider = FailingOnce(real)
+    agent.provider = Overloaded(real)
     try:
         await agent.run_turn(P_OPENAI_FAIL)
     except ProviderError:
