@@ -238,6 +238,61 @@ class FoldStoreContract(abc.ABC):
             store.wait_for(sid, 10, timeout_s=0.1)
         assert time.monotonic() - started < 5.0
 
+    def test_tail_answers_only_the_messages_past_what_the_caller_holds(self, store: FoldStore, sid: str) -> None:
+        log = simple_log(turns=3, steps=2)
+        store.apply(sid, _delta(log[:9]))
+        first = store.get(sid)
+        assert first is not None
+        store.apply(sid, _delta(log[9:]))
+        full = store.get(sid)
+        assert full is not None
+        known = len(first.messages)
+        tail = store.tail(sid, generation=first.generation, known=known)
+        assert tail is not None
+        assert (tail.offset, tail.messages) == (known, full.messages[known:])
+        assert (tail.applied_seq, tail.epoch, tail.generation) == (full.applied_seq, full.epoch, full.generation)
+        assert (tail.header, tail.header_seq) == (full.header, full.header_seq)
+        for generation, held in ((first.generation + 1, known), (first.generation, len(full.messages) + 1)):
+            whole = store.tail(sid, generation=generation, known=held)  # not the fold the caller holds
+            assert whole is not None
+            assert (whole.offset, whole.messages) == (0, full.messages)
+        assert store.tail(f"{sid}-none", generation=0, known=0) is None
+
+    def test_tail_after_a_surface_replace_answers_every_message(self, store: FoldStore, sid: str) -> None:
+        log = simple_log(turns=2, steps=2)
+        store.apply(sid, _delta(log))
+        before = store.get(sid)
+        assert before is not None
+        replaced = [*log, env(len(log), _trim(log))]
+        store.put(fold_state(Session(sid, replaced), epoch=1))
+        after = store.get(sid)
+        assert after is not None
+        assert after.generation == before.generation + 1
+        tail = store.tail(sid, generation=before.generation, known=len(before.messages))
+        assert tail is not None
+        assert (tail.offset, tail.messages) == (0, after.messages)
+
+    def test_wait_for_tail_returns_once_the_seq_is_applied(self, store: FoldStore, sid: str) -> None:
+        log = simple_log()
+        store.apply(sid, _delta(log[:4]))
+        held = store.get(sid)
+        assert held is not None
+
+        def later() -> None:
+            time.sleep(0.05)
+            store.apply(sid, _delta(log[4:]))
+
+        thread = threading.Thread(target=later)
+        thread.start()
+        try:
+            tail = store.wait_for_tail(sid, len(log) - 1, 5.0, generation=held.generation, known=len(held.messages))
+        finally:
+            thread.join()
+        full = store.get(sid)
+        assert full is not None
+        assert tail.applied_seq == len(log) - 1
+        assert (*held.messages, *tail.messages) == full.messages
+
     def test_concurrent_appliers_never_double_apply(self, store: FoldStore, sid: str) -> None:
         log = simple_log(turns=6, steps=3)
         batches = [log[i : i + 3] for i in range(0, len(log), 3)]

@@ -31,7 +31,7 @@ from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.replay.verify import verify_events
+from foldline.replay.verify import rebuild_requests, verify_events
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You are a dispatcher test agent. " * 200
@@ -139,7 +139,10 @@ async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     assert (report.ok, report.checked) == (True, 6)
     labels = {"provider": "anthropic", "model": "claude-emulated"}
     assert metrics.registry.get_sample_value("foldline_dispatch_duration_seconds_count", labels) == 6
-    assert dispatcher.messages.hits > dispatcher.messages.misses  # later steps reuse decoded messages
+    # a step reads and decodes only the fold's messages past what the session's previous step held: each
+    # message of the last request was decoded exactly once
+    *_, (_, _, last) = rebuild_requests("s-1", events)
+    assert (dispatcher.messages.misses, dispatcher.messages.hits) == (len(last.messages), 0)
 
 
 async def case_many_sessions_concurrently_keep_their_own_order() -> None:

@@ -35,7 +35,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
-from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore
+from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore, FoldTail
 
 __all__ = ["DEFAULT_PREFIX", "RedisFoldStore"]
 
@@ -127,6 +127,19 @@ return {'applied', seq}
 """
 )
 
+# KEYS: meta, msgs. ARGV: generation, known. A read: the fold's meta, its header entry and the messages past
+# ``known`` when the fold is still at ``generation`` and holds that many (else all of them); false without
+# a (consistent) fold. One script, so the meta and the list it answers with are of one moment.
+_TAIL = """
+local m = redis.call('HMGET', KEYS[1], 'a', 'e', 'g', 'hs', 'n')
+if not m[1] then return false end
+local n = tonumber(m[5])
+if n ~= redis.call('LLEN', KEYS[2]) then return false end
+local known, offset = tonumber(ARGV[2]), 0
+if tonumber(m[3]) == tonumber(ARGV[1]) and n - 1 >= known then offset = known end
+return {m[1], m[2], m[3], m[4], offset, redis.call('LINDEX', KEYS[2], 0), redis.call('LRANGE', KEYS[2], offset + 1, -1)}
+"""
+
 # KEYS: meta, msgs. ARGV: epoch.
 _RAISE_EPOCH = (
     _CONSISTENT
@@ -173,6 +186,7 @@ class RedisFoldStore(FoldStore):
         self._apply: Script = self._redis.register_script(_APPLY)
         self._put: Script = self._redis.register_script(_PUT)
         self._raise_epoch: Script = self._redis.register_script(_RAISE_EPOCH)
+        self._tail: Script = self._redis.register_script(_TAIL)
 
     # ---------------------------------------------------------------- keys
 
@@ -253,6 +267,28 @@ class RedisFoldStore(FoldStore):
             header=entries[0] if header_seq >= 0 else None,
             header_seq=header_seq if header_seq >= 0 else None,
             messages=tuple(entries[1:]),
+        )
+
+    def tail(self, session_id: str, *, generation: int, known: int) -> FoldTail | None:
+        """:meth:`get` minus the ``known`` messages the caller holds: one script, so O(new messages)."""
+        meta_key, msgs_key, _ = self.keys_of(session_id)
+        reply = self._call(
+            lambda: self._tail(keys=[meta_key, msgs_key], args=[generation, known]),
+            f"reading the fold of {session_id!r}",
+        )
+        if not reply:
+            return None  # no fold, or its keys disagree (the next apply deletes it and it is rebuilt)
+        applied, epoch, gen, header_seq, offset, header, messages = reply
+        hs = _int(header_seq)
+        return FoldTail(
+            session_id=session_id,
+            applied_seq=_int(applied),
+            epoch=_int(epoch),
+            generation=_int(gen),
+            header=header if hs >= 0 else None,
+            header_seq=hs if hs >= 0 else None,
+            offset=_int(offset),
+            messages=tuple(messages),
         )
 
     def applied_seq(self, session_id: str) -> int:

@@ -23,24 +23,27 @@ of one session are dispatched one at a time, in the order they were handed over.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..adapters.metered_log import MeteredEventLog
-from ..core import codec
 from ..core.events import Envelope, EventData
-from ..core.fold import FoldState
-from ..core.header import CallConfig
+from ..core.fold import FoldState, decode_header
+from ..core.header import CallConfig, EpochHeader
+from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ConfigError, ConflictError, FencedError, FoldlineError
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog
-from ..ports.fold_store import FoldStore
+from ..ports.fold_store import FoldStore, FoldTail
 from ..ports.step_dispatch import DispatchOutcome, StepHandoff
-from ..providers.base import Provider, ProviderResponse
+from ..providers.base import Provider, ProviderResponse, Serializer
+from ..providers.framing import IncrementalBody
 from ..replay.invariant import InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, request_at
@@ -61,6 +64,42 @@ def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> Ge
     earlier steps (same bytes, same message)."""
     messages = cache.decode(state.messages) if cache is not None else decode_fold_messages(state.messages)
     return mark_loop_request(request_at(state.session_id, state.applied_seq + 1, state.decoded_header(), messages))
+
+
+@dataclass(slots=True)
+class _View:
+    """What the dispatcher holds of one session between its steps: the fold's messages decoded so far (one
+    list per surface generation, only appended to), the decoded header, and one incremental body per
+    serializer. A step reads only the fold's messages past these and encodes only the wire messages past
+    the body's cached prefix, so its cost does not grow with the session."""
+
+    generation: int = -1
+    messages: list[Message] = field(default_factory=list)
+    header_bytes: bytes | None = None
+    header: EpochHeader | None = None
+    bodies: dict[tuple[str, int], IncrementalBody] = field(default_factory=dict)
+
+    def advance(self, tail: FoldTail, cache: MessageCache) -> None:
+        new = cache.decode(tail.messages)
+        if tail.offset == 0:
+            self.messages = list(new)  # a new list: snapshots of the old one stay valid, body caches restart
+        else:
+            self.messages.extend(new)
+        self.generation = tail.generation
+        if tail.header != self.header_bytes:
+            self.header_bytes = tail.header
+            self.header = None if tail.header is None else decode_header(tail.header)
+
+    def request(self, session_id: str, boundary: int) -> GenerateOptions:
+        messages = MessageSequence(self.messages, len(self.messages))
+        return mark_loop_request(request_at(session_id, boundary, self.header, messages))
+
+    def body(self, serializer: Serializer) -> IncrementalBody:
+        key = (serializer.name, serializer.version)
+        body = self.bodies.get(key)
+        if body is None:
+            body = self.bodies[key] = IncrementalBody(serializer)
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +131,7 @@ class Dispatcher:
         metrics: DispatcherMetrics | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         decode_cache: int = 20_000,
+        max_sessions: int = 4096,
     ) -> None:
         if not providers:
             raise ConfigError("a dispatcher needs at least one provider adapter")
@@ -104,7 +144,11 @@ class Dispatcher:
         self.providers = dict(providers)
         self.attachments = attachments
         self.invariant = (
-            InvariantCompanion(log, on_violation=metrics.invariant_violation if metrics is not None else None)
+            InvariantCompanion(
+                log,
+                attachments=attachments,
+                on_violation=metrics.invariant_violation if metrics is not None else None,
+            )
             if invariant
             else None
         )
@@ -112,7 +156,9 @@ class Dispatcher:
         self.metrics = metrics
         self.clock = clock
         self.dispatched = 0
-        self.messages = MessageCache(decode_cache)  # decoded fold messages, reused across steps
+        self.messages = MessageCache(decode_cache)  # decoded fold messages, for folds read whole
+        self.max_sessions = max_sessions
+        self._views: OrderedDict[str, _View] = OrderedDict()  # per session: what the last step read and built
         self._slots = asyncio.Semaphore(max_concurrency)
         self._sessions: dict[str, tuple[asyncio.Lock, int]] = {}  # per-session lock and its user count
         # fold waits block (the FoldStore port is synchronous); they get their own threads so a slow
@@ -145,18 +191,19 @@ class Dispatcher:
     async def _dispatch(self, h: StepHandoff) -> DispatchResult:
         started = time.perf_counter()
         try:
-            state = await self._wait_for_fold(h)
-            request = request_from_fold(state, self.messages)
+            view = await self._wait_for_fold(h)
+            request = view.request(h.session_id, h.boundary)
             if self.invariant is not None:
                 self.invariant.check(h.session_id, h.boundary, request)
             provider = self._provider_for(request.config)
             serializer = provider.serializer
             try:
-                body = serializer.serialize(request, self.attachments)
+                body, digest = view.body(serializer).serialize(request, self.attachments)
             except AttachmentError as exc:
                 self._append(h, h.boundary, [quarantine_record(exc)])
                 raise
-            digest = codec.digest_bytes(body)
+            if self.invariant is not None:
+                self.invariant.check_body(h.session_id, h.boundary, digest, serializer)
             if h.archive and self.attachments is not None:
                 self.attachments.put(body, "application/json")
             self._append(h, h.boundary, [dispatch_record(h.turn, h.step, serializer, body, digest)])
@@ -170,18 +217,30 @@ class Dispatcher:
             self.metrics.dispatch_latency(request.config.provider, request.config.model, time.perf_counter() - started)
         return DispatchResult(h.session_id, h.boundary, digest, head, response)
 
-    async def _wait_for_fold(self, h: StepHandoff) -> FoldState:
+    async def _wait_for_fold(self, h: StepHandoff) -> _View:
+        """The session's view at the boundary: the fold read past what the last step of the session read."""
         started = time.perf_counter()
+        view = self._views.pop(h.session_id, None) or _View()
         loop = asyncio.get_running_loop()
-        state = await loop.run_in_executor(
-            self._waiters, self.folds.wait_for, h.session_id, h.boundary - 1, self.fold_timeout_s
+        wait = functools.partial(
+            self.folds.wait_for_tail,
+            h.session_id,
+            h.boundary - 1,
+            self.fold_timeout_s,
+            generation=view.generation,
+            known=len(view.messages),
         )
+        tail = await loop.run_in_executor(self._waiters, wait)
         if self.metrics is not None:
             self.metrics.fold_wait(time.perf_counter() - started)
-        if state.applied_seq != h.boundary - 1:
+        if tail.applied_seq != h.boundary - 1:
             # the log moved past this boundary: another writer (or an earlier attempt) answered the step
-            raise ConflictError(h.session_id, h.boundary, state.applied_seq + 1)
-        return state
+            raise ConflictError(h.session_id, h.boundary, tail.applied_seq + 1)
+        view.advance(tail, self.messages)
+        self._views[h.session_id] = view
+        while len(self._views) > self.max_sessions:
+            self._views.popitem(last=False)
+        return view
 
     def _provider_for(self, config: CallConfig) -> Provider:
         try:

@@ -45,7 +45,7 @@ from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
-from ..replay.invariant import InvariantCompanion
+from ..replay.invariant import DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, session_request
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
@@ -71,6 +71,7 @@ class AgentOptions:
     tools: Toolset = field(default_factory=Toolset)
     max_steps_per_turn: int = 16
     invariant: bool = True
+    invariant_full_check_every: int = DEFAULT_FULL_CHECK_EVERY  # a fresh rebuild on every N-th step (0: never)
     on_invariant_violation: Callable[[], None] | None = None  # e.g. a metrics counter; the error still raises
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
     pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
@@ -125,7 +126,14 @@ class Agent:
         self.session = Session(session_id, log.read(session_id))  # validates on load
         self._first_request = True
         self.invariant = (
-            InvariantCompanion(log, on_violation=options.on_invariant_violation) if options.invariant else None
+            InvariantCompanion(
+                log,
+                attachments=attachments,
+                on_violation=options.on_invariant_violation,
+                full_check_every=options.invariant_full_check_every,
+            )
+            if options.invariant
+            else None
         )
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
         self.turn = self._next_turn()
@@ -281,6 +289,8 @@ class Agent:
             except AttachmentError as exc:
                 self._write(opening, Envelope(boundary, self.clock(), quarantine_record(exc)))
                 raise
+            if self.invariant is not None:
+                self.invariant.check_body(self.session_id, boundary, digest, serializer)
             if self.options.archive_requests and self.attachments is not None:
                 self.attachments.put(body, "application/json")
             dispatch = dispatch_record(turn, step, serializer, body, digest)

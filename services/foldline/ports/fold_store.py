@@ -23,24 +23,30 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
 * ``raise_epoch(session, epoch)`` records a writer lease seen in the log: the fold's epoch becomes
   ``max(stored, epoch)`` so a later event of an older epoch is ``fenced``; no-op without a fold.
 * ``get`` returns the whole fold or ``None``; ``applied_seq`` returns ``A`` (-1 when unknown).
+* ``tail(session, generation=g, known=k)`` is ``get`` for a caller that already holds the first ``k``
+  messages of the fold at surface generation ``g``: while the fold is still at generation ``g`` and holds
+  at least ``k`` messages (a fold only appends between surface replaces, so those ``k`` are unchanged) it
+  returns only the messages after them (``offset = k``); otherwise all of them (``offset = 0``).
 * ``wait_for(session, seq, timeout_s)`` returns the fold once ``A >= seq``, or raises
-  :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang.
+  :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang;
+  ``wait_for_tail`` is the same for ``tail``.
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..core.fold import FoldDelta, FoldState
 from ..errors import FoldTimeout
 
-__all__ = ["ApplyResult", "ApplyStatus", "FoldStore"]
+__all__ = ["ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
 
 ApplyStatus = Literal["applied", "duplicate", "gap", "fenced"]
+_F = TypeVar("_F", "FoldState", "FoldTail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,34 @@ class ApplyResult:
     applied_seq: int  # the store's applied seq after the call
     expected_seq: int | None = None  # for a gap: the seq the store needed next
     previous_seq: int | None = None  # for an apply: the applied seq before it (events past it were new)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldTail:
+    """A fold as :meth:`FoldStore.tail` returns it: everything but the messages before ``offset``."""
+
+    session_id: str
+    applied_seq: int
+    epoch: int
+    generation: int
+    header: bytes | None
+    header_seq: int | None
+    offset: int  # the fold's messages before this index are the ones the caller said it holds
+    messages: tuple[bytes, ...]  # the fold's messages from ``offset`` on
+
+    @staticmethod
+    def of(state: FoldState, generation: int, known: int) -> FoldTail:
+        offset = known if state.generation == generation and len(state.messages) >= known else 0
+        return FoldTail(
+            state.session_id,
+            state.applied_seq,
+            state.epoch,
+            state.generation,
+            state.header,
+            state.header_seq,
+            offset,
+            state.messages[offset:],
+        )
 
 
 class FoldStore(abc.ABC):
@@ -77,6 +111,13 @@ class FoldStore(abc.ABC):
     def get(self, session_id: str) -> FoldState | None:
         """The session's fold, or None if the store has none."""
 
+    def tail(self, session_id: str, *, generation: int, known: int) -> FoldTail | None:
+        """The fold minus the ``known`` messages of ``generation`` the caller holds (see the module contract).
+
+        Default: through :meth:`get`; adapters fetch only the messages past ``known``."""
+        state = self.get(session_id)
+        return None if state is None else FoldTail.of(state, generation, known)
+
     @abc.abstractmethod
     def applied_seq(self, session_id: str) -> int:
         """The last applied seq of the session, -1 if the store has no fold for it."""
@@ -87,11 +128,18 @@ class FoldStore(abc.ABC):
 
     def wait_for(self, session_id: str, seq: int, timeout_s: float) -> FoldState:
         """Block until the fold has applied ``seq``; :class:`FoldTimeout` after ``timeout_s``."""
+        return self._wait(session_id, seq, timeout_s, lambda: self.get(session_id))
+
+    def wait_for_tail(self, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int) -> FoldTail:
+        """:meth:`wait_for`, answered with :meth:`tail`."""
+        return self._wait(session_id, seq, timeout_s, lambda: self.tail(session_id, generation=generation, known=known))
+
+    def _wait(self, session_id: str, seq: int, timeout_s: float, fetch: Callable[[], _F | None]) -> _F:
         deadline = time.monotonic() + timeout_s
         pause = 0.0005
         while True:
             if self.applied_seq(session_id) >= seq:
-                state = self.get(session_id)
+                state = fetch()
                 if state is not None and state.applied_seq >= seq:
                     return state
             now = time.monotonic()

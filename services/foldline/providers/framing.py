@@ -87,11 +87,15 @@ class IncrementalBody:
         "_prefix_chunks",
         "_serializer",
         "_tail",
+        "_verify_cached",
     )
 
-    def __init__(self, serializer: Serializer) -> None:
+    def __init__(self, serializer: Serializer, *, verify_cached_images: bool = True) -> None:
+        """``verify_cached_images=False`` skips re-reading the images of the cached prefix (the invariant
+        companion's second serialization of a step whose images the loop's serialization just verified)."""
         self._serializer = serializer
         self._framed = serializer if isinstance(serializer, FramedSerializer) else None  # checked once: slow
+        self._verify_cached = verify_cached_images
         self._reset()
 
     def _reset(self) -> None:
@@ -115,8 +119,9 @@ class IncrementalBody:
         items = messages.backing_list()
         if header != self._header or items is not self._items or len(messages) < self._count:
             self._start(serializer, request, items)
-        for ref in self._images:  # re-read and re-verify, as a full serialization would
-            image_base64(ref, attachments, serializer.name)
+        if self._verify_cached:
+            for ref in self._images:  # re-read and re-verify, as a full serialization would
+                image_base64(ref, attachments, serializer.name)
         n = len(messages)
         cut = self._count
         for j in range(n - 1, self._count, -1):

@@ -1,28 +1,55 @@
-"""The invariant companion: each loop request must equal its rebuild from the raw log prefix.
+"""The invariant companion: every loop request must equal its rebuild from the durable log — at O(new events).
 
-The rebuild reads the log through the port and folds it in a fresh :class:`~foldline.core.Session`
-— no cache shared with the live session — then builds the request with the same
-:func:`~foldline.replay.step.request_at` every path uses, so the live cache cannot vouch for itself.
-A mismatch raises :class:`~foldline.errors.InvariantViolation` with a readable diff, before anything is
-sent; ``on_violation`` (e.g. a metrics counter) hears of every one.
+The companion keeps, per session, its **own** fold of the log: a :class:`~foldline.core.Session` fed only
+by events it read back from the store (the loop's cache and the dispatcher's fold never feed it). A check at
+a boundary costs the events appended since the previous check:
+
+1. **Catch up.** Read the events from the seq it last read to the boundary and fold them. Events the
+   previous check folded *tentatively* (a step's opening, checked before it was written) must come back
+   from the store byte-equal; if they do not, the fold is dropped and rebuilt from a full read.
+2. **Fold the pending events tentatively** (the exact envelopes the loop is about to append with
+   ``request/dispatch``); the next check confirms them against the store.
+3. **Compare the requests** (:meth:`check`): header and message count always; the messages appended since
+   the last check one by one (all of them after a surface replace); :class:`~foldline.errors.InvariantViolation`
+   with a readable diff on any difference, before anything is written or sent.
+4. **Compare the bytes** (:meth:`check_body`): the companion serializes its own request with its own
+   incremental body cache and compares the digest with the digest of the body about to be sent. This is
+   what ships, so it is checked on every step whatever the loop's request object holds.
+
+A **fresh rebuild** — a new ``Session`` over a full read, serialized from scratch without any body cache —
+also runs where it is rare or cheap: the first check of a session (that is how its fold is loaded), the
+first check after the fold saw a surface replace (compaction, trim), and every ``full_check_every``-th
+check of a session (``0`` turns the sample off). docs/LOOP.md says what each check can and cannot catch.
+
+Loop requests only: one-shots (compaction's summarize call) are not marked and are not checked.
+``on_violation`` (e.g. a metrics counter) hears of every violation.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import orjson
 
+from ..core import codec
 from ..core.events import Envelope
-from ..core.projection import Session
+from ..core.projection import MessageSequence, Session
 from ..core.request import GenerateOptions, request_to_json
-from ..errors import InvariantViolation
+from ..errors import InvariantViolation, ValidationError
+from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog
+from ..providers.base import Serializer
+from ..providers.framing import IncrementalBody
 from .registry import is_loop_request
 from .step import session_request
 
-__all__ = ["InvariantCompanion", "request_diff"]
+__all__ = ["DEFAULT_FULL_CHECK_EVERY", "InvariantCompanion", "request_diff"]
+
+#: A fresh rebuild from a full read on every 64th check of a session (besides load and surface replaces).
+DEFAULT_FULL_CHECK_EVERY = 64
 
 
 def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
@@ -38,43 +65,223 @@ def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
     )
 
 
-class InvariantCompanion:
-    """Checks loop requests against fresh rebuilds from ``log``; ``checked`` counts the checks that ran."""
+@dataclass(slots=True)
+class _Fold:
+    """The companion's own fold of one session, and what its last check established."""
 
-    def __init__(self, log: EventLog, *, on_violation: Callable[[], None] | None = None) -> None:
+    session: Session
+    read_to: int  # every event below this seq was read back from the store
+    tentative: list[Envelope] = field(default_factory=list)  # folded before they were durable; confirmed next
+    checks: int = 0
+    generation: int = 0  # the surface generation the last check saw
+    verified: int = 0  # messages of the live request verified equal at the last check...
+    live_items: object = None  # ...in this live message list (MessageSequence backing list)
+    own_items: object = None  # ...and this list of the companion's own
+    bodies: dict[tuple[str, int], IncrementalBody] = field(default_factory=dict)
+    request: GenerateOptions | None = None  # the companion's request at the last check
+    live: GenerateOptions | None = None  # the request it was compared with
+    boundary: int = -1
+    fresh: bool = False  # the last check ran a fresh rebuild (its request needs no second one for the body)
+
+
+class InvariantCompanion:
+    """Checks loop requests against the companion's own fold of the durable log (see the module docstring).
+
+    ``checked`` counts checks that ran, ``full_rebuilds`` the fresh rebuilds among them. ``max_sessions``
+    folds are kept (least recently checked first out); an evicted session is reloaded on its next check.
+    ``attachments`` resolves images when the companion serializes its own request.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        attachments: AttachmentStore | None = None,
+        on_violation: Callable[[], None] | None = None,
+        full_check_every: int = DEFAULT_FULL_CHECK_EVERY,
+        max_sessions: int = 1024,
+    ) -> None:
+        if full_check_every < 0 or max_sessions < 1:
+            raise ValueError("full_check_every must be >= 0 and max_sessions >= 1")
         self.log = log
+        self.attachments = attachments
         self.on_violation = on_violation
+        self.full_check_every = full_check_every
+        self.max_sessions = max_sessions
         self.checked = 0
+        self.full_rebuilds = 0
+        self._folds: OrderedDict[str, _Fold] = OrderedDict()
+
+    # ------------------------------------------------------------------ the checks
+
+    def check(self, session_id: str, boundary: int, request: GenerateOptions, pending: Sequence[Envelope] = ()) -> None:
+        """Compare a loop request with the companion's rebuild of the log prefix ``[0, boundary)``.
+
+        ``pending`` are the envelopes at the end of that prefix that are not in the log yet (the step's
+        opening, appended together with ``request/dispatch`` only if the checks pass).
+        """
+        if not is_loop_request(request):
+            return  # one-shots (e.g. compaction's summarize call) are outside the invariant
+        fold = self._advance(session_id, boundary, pending)
+        rebuilt = session_request(fold.session)
+        fold.boundary, fold.request, fold.live = boundary, rebuilt, request
+        fold.checks += 1
+        self.checked += 1
+        replaced = fold.session.surface_generation != fold.generation
+        sample = self.full_check_every > 0 and fold.checks % self.full_check_every == 0
+        fold.fresh = fold.checks == 1 or replaced or sample
+        if fold.fresh:
+            self.full_rebuilds += 1
+            fresh = self._fresh(session_id, boundary, pending)
+            if not fresh.same_as(rebuilt):  # the companion's own incremental fold went wrong
+                self._fail(
+                    session_id,
+                    f"session {session_id!r}: at seq {boundary} the invariant companion's incremental fold differs "
+                    "from a fresh rebuild of the log",
+                    fresh,
+                    rebuilt,
+                )
+        if not self._same(fold, rebuilt, request, whole=fold.fresh):
+            self._fail(
+                session_id,
+                f"session {session_id!r}: the request at seq {boundary} differs from its rebuild from the log; "
+                "it was not sent",
+                self._fresh(session_id, boundary, pending),
+                request,
+            )
+        fold.generation = fold.session.surface_generation
+
+    def check_body(self, session_id: str, boundary: int, digest: str, serializer: Serializer) -> None:
+        """Compare the digest of the body about to be sent with the companion's own serialization.
+
+        Call after :meth:`check` for the same boundary (a boundary it did not check raises).
+        """
+        fold = self._folds.get(session_id)
+        if fold is None or fold.boundary != boundary or fold.request is None or fold.live is None:
+            raise InvariantViolation(
+                f"session {session_id!r}: the body at seq {boundary} was not preceded by a request check; "
+                "check the request first",
+                "",
+            )
+        key = (serializer.name, serializer.version)
+        body = fold.bodies.get(key)
+        if body is None:
+            body = fold.bodies[key] = IncrementalBody(serializer, verify_cached_images=False)
+        _, own = body.serialize(fold.request, self.attachments)
+        if fold.fresh:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches for itself)
+            full = codec.digest_bytes(serializer.serialize(fold.request, self.attachments))
+            if full != own:
+                self._fail(
+                    session_id,
+                    f"session {session_id!r}: at seq {boundary} the companion's incremental body ({own}) differs "
+                    f"from a full serialization ({full})",
+                    fold.request,
+                    fold.live,
+                )
+        if own != digest:
+            self._fail(
+                session_id,
+                f"session {session_id!r}: the body about to be sent at seq {boundary} has digest {digest}, but the "
+                f"rebuild from the log serializes to {own}; it was not sent",
+                fold.request,
+                fold.live,
+            )
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's fold (its next check reloads it from a full read)."""
+        self._folds.pop(session_id, None)
 
     def rebuild(self, session_id: str, upto_seq: int, pending: Sequence[Envelope] = ()) -> GenerateOptions:
-        """The request of the prefix ``[0, upto_seq)``: durable events, then ``pending`` ones not yet appended.
+        """A fresh rebuild of the request of ``[0, upto_seq)`` (durable events, then ``pending``), no fold kept."""
+        return self._fresh(session_id, upto_seq, pending)
 
-        ``pending`` lets the loop check a step before its opening events are written (they are written
-        together with ``request/dispatch`` only if the check passes); they are the exact envelopes the log
-        will receive, folded here in a fresh session like every other event.
-        """
-        durable_to = pending[0].seq if pending else upto_seq
-        fresh = Session(session_id, [*self.log.read(session_id, 0, durable_to), *pending])
-        if fresh.next_seq != upto_seq:
+    # ------------------------------------------------------------------ the fold
+
+    def _advance(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> _Fold:
+        """The session's fold at ``boundary``: caught up from the store, then ``pending`` folded tentatively."""
+        durable_to = pending[0].seq if pending else boundary
+        fold = self._folds.get(session_id)
+        if fold is not None and fold.read_to > durable_to:
+            fold = None  # a check of an earlier boundary than the last one read: start over
+        if fold is None:
+            fold = _Fold(Session(session_id), 0)
+        else:
+            self._folds.move_to_end(session_id)
+        self._folds[session_id] = fold
+        while len(self._folds) > self.max_sessions:
+            self._folds.popitem(last=False)
+        read = self.log.read(session_id, fold.read_to, durable_to)
+        if fold.tentative:
+            confirmed = read[: len(fold.tentative)]
+            if confirmed != fold.tentative:
+                # The store does not hold what was folded tentatively (that step was never written, or the
+                # store's read differs): this fold is no longer the log's. Start over from a full read.
+                fold = self._folds[session_id] = _Fold(Session(session_id), 0)
+                read = self.log.read(session_id, 0, durable_to)
+            else:
+                read = read[len(fold.tentative) :]
+                fold.tentative = []
+        try:
+            fold.session.extend(read)
+            fold.read_to = fold.session.next_seq
+            if fold.read_to != durable_to:
+                self.forget(session_id)
+                self._violated()
+                raise InvariantViolation(
+                    f"session {session_id!r}: the log holds events up to seq {fold.read_to - 1}, not up to the "
+                    f"boundary {boundary}",
+                    "",
+                )
+            if pending:
+                fold.session.extend(pending)
+                fold.tentative = list(pending)
+        except ValidationError as exc:
+            self.forget(session_id)
             self._violated()
             raise InvariantViolation(
-                f"session {session_id!r}: the rebuild reached seq {fresh.next_seq}, not the boundary {upto_seq}", ""
+                f"session {session_id!r}: the log prefix up to seq {boundary} does not fold: {exc}", ""
+            ) from exc
+        if fold.session.next_seq != boundary:
+            self.forget(session_id)
+            self._violated()
+            raise InvariantViolation(
+                f"session {session_id!r}: the rebuild reached seq {fold.session.next_seq}, not the boundary {boundary}",
+                "",
+            )
+        return fold
+
+    def _fresh(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> GenerateOptions:
+        durable_to = pending[0].seq if pending else boundary
+        fresh = Session(session_id, [*self.log.read(session_id, 0, durable_to), *pending])
+        if fresh.next_seq != boundary:
+            self._violated()
+            raise InvariantViolation(
+                f"session {session_id!r}: the rebuild reached seq {fresh.next_seq}, not the boundary {boundary}", ""
             )
         return session_request(fresh)
 
-    def check(self, session_id: str, upto_seq: int, request: GenerateOptions, pending: Sequence[Envelope] = ()) -> None:
-        """Compare a loop request with the rebuild of the log prefix ``[0, upto_seq)`` (see :meth:`rebuild`)."""
-        if not is_loop_request(request):
-            return  # one-shots (e.g. compaction's summarize call) are outside the invariant
-        rebuilt = self.rebuild(session_id, upto_seq, pending)
-        self.checked += 1
-        if not rebuilt.same_as(request):
-            self._violated()
-            raise InvariantViolation(
-                f"session {session_id!r}: the request at seq {upto_seq} differs from its rebuild from the log; "
-                "it was not sent",
-                request_diff(rebuilt, request),
-            )
+    @staticmethod
+    def _same(fold: _Fold, rebuilt: GenerateOptions, request: GenerateOptions, *, whole: bool) -> bool:
+        """Header, count, and the messages since the last check — all of them when ``whole`` or when either
+        message list is not the one the last check compared (a surface replace, another loop instance)."""
+        if rebuilt.header != request.header or len(rebuilt.messages) != len(request.messages):
+            return False
+        live, own = request.messages, rebuilt.messages
+        live_items = live.backing_list() if isinstance(live, MessageSequence) else None
+        own_items = own.backing_list() if isinstance(own, MessageSequence) else None
+        start = 0
+        if not whole and live_items is not None and live_items is fold.live_items and own_items is fold.own_items:
+            start = min(fold.verified, len(live))
+        for i in range(start, len(live)):
+            if live[i] != own[i]:
+                return False
+        fold.verified, fold.live_items, fold.own_items = len(live), live_items, own_items
+        return True
+
+    def _fail(self, session_id: str, message: str, expected: GenerateOptions, actual: GenerateOptions) -> None:
+        self.forget(session_id)
+        self._violated()
+        raise InvariantViolation(message, request_diff(expected, actual))
 
     def _violated(self) -> None:
         if self.on_violation is not None:
