@@ -91,9 +91,16 @@ def test_a_step_opening_that_never_reached_the_log_is_not_trusted() -> None:
         companion.check("s", 3, _fresh("s", events[:3]))
 
 
-def _agent(log: MemoryEventLog, *, full_check_every: int = DEFAULT_FULL_CHECK_EVERY) -> tuple[Agent, CapturingProvider]:
+def _agent(
+    log: MemoryEventLog, *, full_check_every: int = DEFAULT_FULL_CHECK_EVERY, fresh_growth: float = 2.0
+) -> tuple[Agent, CapturingProvider]:
     provider = CapturingProvider(emulated_provider(emulator=Emulator(ToolLoopScript(tool_steps=1))))
-    options = AgentOptions(config=CONFIG, system=SYSTEM, invariant_full_check_every=full_check_every)
+    options = AgentOptions(
+        config=CONFIG,
+        system=SYSTEM,
+        invariant_full_check_every=full_check_every,
+        invariant_fresh_growth=fresh_growth,
+    )
     return Agent("s", log, provider, options), provider
 
 
@@ -225,7 +232,7 @@ def test_a_corrupted_fold_is_caught_before_sending() -> None:
 
 
 def test_checks_cost_the_new_events_and_fresh_rebuilds_run_where_planned() -> None:
-    """A long session: the companion reads each event once; with the sample off, only the load is fresh."""
+    """A long session: the companion reads each event once, plus the fresh rebuilds at each doubling."""
 
     class CountingLog(MemoryEventLog):
         def __init__(self) -> None:
@@ -239,11 +246,18 @@ def test_checks_cost_the_new_events_and_fresh_rebuilds_run_where_planned() -> No
 
     log = CountingLog()
     agent, _ = _agent(log, full_check_every=0)
+    boundaries: list[int] = []
     for i in range(40):
-        asyncio.run(agent.run_turn(f"question {i}"))
+        result = asyncio.run(agent.run_turn(f"question {i}"))
+        boundaries += [r.dispatch_seq for r in result.steps]
     companion = agent.invariant
     assert companion is not None
-    assert companion.full_rebuilds == 1  # the first check loads the session; nothing else was fresh
+    # fresh rebuilds: at the first check (the load), then each time the session had doubled since the last
+    expected, last = 0, 0
+    for b in boundaries:
+        if expected == 0 or b >= 2 * last:
+            expected, last = expected + 1, b
+    assert companion.full_rebuilds == expected < 10
     reads_before, head_before = log.read_events, log.head("s")
     asyncio.run(agent.run_turn("one more"))
     assert head_before > 250

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -120,81 +120,94 @@ class SqliteEventLog(EventLog):
         if not events:
             return self.head(session_id)
         bodies = [(session_id, e.seq, encode_event(e)) for e in events]
-        with self._lock, self._transaction(f"appending to session {session_id!r}") as db:
-            row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
-            head, epoch = (row[0], row[1]) if row else (0, 0)
-            if lease is not None and lease.epoch != epoch:
-                raise FencedError(session_id, lease.epoch, epoch)
-            if expected_seq != head:
-                raise ConflictError(session_id, expected_seq, head)
-            self._rules.get(session_id, head).check_batch(events)
-            new_head = head + len(events)
+        with self._lock:
+            db = self._db
             try:
-                db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
-                db.execute(
-                    "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
-                    "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
-                    (session_id, new_head, epoch),
-                )
-            except BaseException:
-                self._rules.forget(session_id)  # its rules already count the batch
-                raise
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+                    head, epoch = (row[0], row[1]) if row else (0, 0)
+                    if lease is not None and lease.epoch != epoch:
+                        raise FencedError(session_id, lease.epoch, epoch)
+                    if expected_seq != head:
+                        raise ConflictError(session_id, expected_seq, head)
+                    self._rules.get(session_id, head).check_batch(events)
+                    new_head = head + len(events)
+                    try:
+                        db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
+                        db.execute(
+                            "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
+                            "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
+                            (session_id, new_head, epoch),
+                        )
+                        db.execute("COMMIT")
+                    except BaseException:
+                        self._rules.forget(session_id)  # its rules already count the batch
+                        raise
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")  # nothing of the batch is written
+                    raise
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"appending to session {session_id!r}") from exc
         return new_head
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
-        with self._lock, self._guard(f"reading session {session_id!r}"):
-            return self._read(session_id, from_seq, to_seq)
+        with self._lock:
+            try:
+                return self._read(session_id, from_seq, to_seq)
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"reading session {session_id!r}") from exc
 
     def head(self, session_id: str) -> int:
-        with self._lock, self._guard(f"reading the head of session {session_id!r}"):
-            row = self._db.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
+        with self._lock:
+            try:
+                row = self._db.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"reading the head of session {session_id!r}") from exc
         return int(row[0]) if row else 0
 
     def sessions(self) -> list[str]:
-        with self._lock, self._guard("listing the sessions"):
-            rows = self._db.execute("SELECT id FROM sessions WHERE head > 0 ORDER BY id").fetchall()
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT id FROM sessions WHERE head > 0 ORDER BY id").fetchall()
+            except sqlite3.Error as exc:
+                raise self._translated(exc, "listing the sessions") from exc
         return [str(r[0]) for r in rows]
 
     def acquire(self, session_id: str) -> WriterLease:
-        with self._lock, self._transaction(f"acquiring the writer lease of session {session_id!r}") as db:
-            db.execute(
-                "INSERT INTO sessions(id, head, epoch) VALUES (?, 0, 1) "
-                "ON CONFLICT(id) DO UPDATE SET epoch = epoch + 1",
-                (session_id,),
-            )
-            (epoch,) = db.execute("SELECT epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "INSERT INTO sessions(id, head, epoch) VALUES (?, 0, 1) "
+                        "ON CONFLICT(id) DO UPDATE SET epoch = epoch + 1",
+                        (session_id,),
+                    )
+                    (epoch,) = db.execute("SELECT epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"acquiring the writer lease of session {session_id!r}") from exc
         return WriterLease(session_id, int(epoch))
 
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
-        with self._lock, self._guard("closing the log"):
-            self._db.close()
-
-    # -------------------------------------------------------------- the edge to sqlite3
-
-    @contextlib.contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
-        """Translate any sqlite3 failure inside the block (callers hold ``_lock``)."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise _translate(exc, self.path, what, self._busy_timeout_s) from exc
-
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; anything raised inside rolls back, so nothing of it is written."""
-        db = self._db
-        with self._guard(what):
-            db.execute("BEGIN IMMEDIATE")
+        with self._lock:
             try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+                self._db.close()
+            except sqlite3.Error as exc:
+                raise self._translated(exc, "closing the log") from exc
+
+    def _translated(self, exc: sqlite3.Error, what: str) -> StoreUnavailable:
+        return _translate(exc, self.path, what, self._busy_timeout_s)
 
     # -------------------------------------------------------------- internals
 

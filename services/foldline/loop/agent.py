@@ -45,7 +45,7 @@ from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
-from ..replay.invariant import DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
+from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, session_request
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
@@ -71,7 +71,8 @@ class AgentOptions:
     tools: Toolset = field(default_factory=Toolset)
     max_steps_per_turn: int = 16
     invariant: bool = True
-    invariant_full_check_every: int = DEFAULT_FULL_CHECK_EVERY  # a fresh rebuild on every N-th step (0: never)
+    invariant_full_check_every: int = DEFAULT_FULL_CHECK_EVERY  # also a fresh rebuild on every N-th step (0: never)
+    invariant_fresh_growth: float = DEFAULT_FRESH_GROWTH  # a fresh rebuild whenever the session grew this much
     on_invariant_violation: Callable[[], None] | None = None  # e.g. a metrics counter; the error still raises
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
     pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
@@ -131,6 +132,7 @@ class Agent:
                 attachments=attachments,
                 on_violation=options.on_invariant_violation,
                 full_check_every=options.invariant_full_check_every,
+                fresh_growth=options.invariant_fresh_growth,
             )
             if options.invariant
             else None

@@ -110,11 +110,38 @@ class IncrementalBody:
 
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> tuple[bytes, str]:
         """The exact body bytes (equal to ``serializer.serialize``) and their ``sha256:`` digest."""
+        suffix = self._advance(request, attachments)
+        if isinstance(suffix, bytes):
+            return suffix, digest_bytes(suffix)
+        sep, joined = suffix
+        body = b"".join((self._prefix, sep, joined, self._tail))
+        return body, self._digest(sep, joined)
+
+    def digest(self, request: GenerateOptions, attachments: AttachmentStore | None) -> tuple[str, int]:
+        """The digest :meth:`serialize` would return and the body's length, without assembling its bytes."""
+        suffix = self._advance(request, attachments)
+        if isinstance(suffix, bytes):
+            return digest_bytes(suffix), len(suffix)
+        sep, joined = suffix
+        return self._digest(sep, joined), len(self._prefix) + len(sep) + len(joined) + len(self._tail)
+
+    def _digest(self, sep: bytes, joined: bytes) -> str:
+        hasher = self._hasher.copy()
+        hasher.update(sep)
+        hasher.update(joined)
+        hasher.update(self._tail)
+        return DIGEST_PREFIX + hasher.hexdigest()
+
+    def _advance(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes | tuple[bytes, bytes]:
+        """Extend the cached prefix to the request's last boundary; the bytes after it as (separator, chunks).
+
+        A serializer that is not framed, or messages that are not a snapshot of one message list, are
+        serialized whole: the full body is returned instead.
+        """
         serializer = self._framed
         messages = request.messages
         if serializer is None or not isinstance(messages, MessageSequence):
-            body = self._serializer.serialize(request, attachments)
-            return body, digest_bytes(body)
+            return self._serializer.serialize(request, attachments)
         header = request.header
         items = messages.backing_list()
         if header != self._header or items is not self._items or len(messages) < self._count:
@@ -137,13 +164,7 @@ class IncrementalBody:
             self._count = cut
         rest = serializer.wire_chunks([messages[i] for i in range(cut, n)], cut, attachments)
         joined = b",".join(rest)
-        sep = b"," if rest and self._prefix_chunks else b""
-        body = b"".join((self._prefix, sep, joined, self._tail))
-        hasher = self._hasher.copy()
-        hasher.update(sep)
-        hasher.update(joined)
-        hasher.update(self._tail)
-        return body, DIGEST_PREFIX + hasher.hexdigest()
+        return (b"," if rest and self._prefix_chunks else b""), joined
 
     def _start(self, serializer: FramedSerializer, request: GenerateOptions, items: object) -> None:
         self._reset()

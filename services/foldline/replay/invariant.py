@@ -18,8 +18,11 @@ a boundary costs the events appended since the previous check:
 
 A **fresh rebuild** — a new ``Session`` over a full read, serialized from scratch without any body cache —
 also runs where it is rare or cheap: the first check of a session (that is how its fold is loaded), the
-first check after the fold saw a surface replace (compaction, trim), and every ``full_check_every``-th
-check of a session (``0`` turns the sample off). docs/LOOP.md says what each check can and cannot catch.
+first check after the fold saw a surface replace (compaction, trim), and on a sample of steps: whenever
+the session has grown by ``fresh_growth`` times since the last fresh rebuild (default 2: it doubled, so
+the fresh rebuilds of a session cost at most as much as its incremental reads), and — when
+``full_check_every`` is set — on every N-th check as well. docs/LOOP.md says what each check can and
+cannot catch.
 
 Loop requests only: one-shots (compaction's summarize call) are not marked and are not checked.
 ``on_violation`` (e.g. a metrics counter) hears of every violation.
@@ -46,10 +49,13 @@ from ..providers.framing import IncrementalBody
 from .registry import is_loop_request
 from .step import session_request
 
-__all__ = ["DEFAULT_FULL_CHECK_EVERY", "InvariantCompanion", "request_diff"]
+__all__ = ["DEFAULT_FRESH_GROWTH", "DEFAULT_FULL_CHECK_EVERY", "InvariantCompanion", "request_diff"]
 
-#: A fresh rebuild from a full read on every 64th check of a session (besides load and surface replaces).
-DEFAULT_FULL_CHECK_EVERY = 64
+#: A fresh rebuild whenever the session has doubled since the last one (besides load and surface replaces);
+#: amortized, the fresh rebuilds read no more events than the incremental checks do.
+DEFAULT_FRESH_GROWTH = 2.0
+#: No fixed-cadence fresh rebuild by default (it costs O(history) per sampled step: O(history) on average).
+DEFAULT_FULL_CHECK_EVERY = 0
 
 
 def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
@@ -73,6 +79,7 @@ class _Fold:
     read_to: int  # every event below this seq was read back from the store
     tentative: list[Envelope] = field(default_factory=list)  # folded before they were durable; confirmed next
     checks: int = 0
+    fresh_at: int = 0  # the session's length at the last fresh rebuild
     generation: int = 0  # the surface generation the last check saw
     verified: int = 0  # messages of the live request verified equal at the last check...
     live_items: object = None  # ...in this live message list (MessageSequence backing list)
@@ -99,14 +106,16 @@ class InvariantCompanion:
         attachments: AttachmentStore | None = None,
         on_violation: Callable[[], None] | None = None,
         full_check_every: int = DEFAULT_FULL_CHECK_EVERY,
+        fresh_growth: float = DEFAULT_FRESH_GROWTH,
         max_sessions: int = 1024,
     ) -> None:
-        if full_check_every < 0 or max_sessions < 1:
-            raise ValueError("full_check_every must be >= 0 and max_sessions >= 1")
+        if full_check_every < 0 or max_sessions < 1 or not (fresh_growth == 0 or fresh_growth > 1):
+            raise ValueError("full_check_every must be >= 0, fresh_growth 0 (off) or > 1, and max_sessions >= 1")
         self.log = log
         self.attachments = attachments
         self.on_violation = on_violation
         self.full_check_every = full_check_every
+        self.fresh_growth = fresh_growth
         self.max_sessions = max_sessions
         self.checked = 0
         self.full_rebuilds = 0
@@ -128,10 +137,13 @@ class InvariantCompanion:
         fold.checks += 1
         self.checked += 1
         replaced = fold.session.surface_generation != fold.generation
-        sample = self.full_check_every > 0 and fold.checks % self.full_check_every == 0
+        sample = (self.full_check_every > 0 and fold.checks % self.full_check_every == 0) or (
+            self.fresh_growth > 0 and boundary >= self.fresh_growth * fold.fresh_at
+        )
         fold.fresh = fold.checks == 1 or replaced or sample
         if fold.fresh:
             self.full_rebuilds += 1
+            fold.fresh_at = boundary
             fresh = self._fresh(session_id, boundary, pending)
             if not fresh.same_as(rebuilt):  # the companion's own incremental fold went wrong
                 self._fail(
@@ -167,7 +179,7 @@ class InvariantCompanion:
         body = fold.bodies.get(key)
         if body is None:
             body = fold.bodies[key] = IncrementalBody(serializer, verify_cached_images=False)
-        _, own = body.serialize(fold.request, self.attachments)
+        own, _ = body.digest(fold.request, self.attachments)
         if fold.fresh:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches for itself)
             full = codec.digest_bytes(serializer.serialize(fold.request, self.attachments))
             if full != own:

@@ -150,15 +150,16 @@ def verify_events(
                 incremental = bodies.get(key)
                 if incremental is None:
                     incremental = bodies[key] = IncrementalBody(serializer_for(*key))
-                body, digest = incremental.serialize(request, attachments)
+                digest, length = incremental.digest(request, attachments)
             except (AttachmentError, FoldlineError) as exc:
                 report.unreconstructable.append(
                     Unreconstructable(session_id, data.turn, data.step, e.seq, f"{type(exc).__name__}: {exc}")
                 )
             else:
-                if digest == data.digest and len(body) == data.bytes:
+                if digest == data.digest and length == data.bytes:
                     report.matched += 1
                 else:
+                    body = serializer_for(data.serializer, data.serializer_version).serialize(request, attachments)
                     report.mismatched.append(
                         Mismatch(
                             session_id,
