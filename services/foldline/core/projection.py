@@ -161,17 +161,17 @@ def fold_request_header(events: Iterable[Envelope]) -> EpochHeader | None:
 
 
 class Session:
-    """A session's log plus its cached message and header folds.
+    """A session's message and header folds, kept up to date as its events arrive.
 
     ``extend`` validates a batch all-or-nothing and projects each new surface entry once.
-    ``derive_messages`` returns a fresh immutable snapshot in O(1).
+    ``derive_messages`` returns a fresh immutable snapshot in O(1). The events themselves are not kept
+    (the log has them): a long session holds its derived messages and the rules' small state, nothing more.
     """
 
-    __slots__ = ("_events", "_header", "_header_seq", "_messages", "_rules", "id", "projections")
+    __slots__ = ("_header", "_header_seq", "_messages", "_rules", "id", "projections")
 
     def __init__(self, session_id: str, events: Iterable[Envelope] = ()) -> None:
         self.id = session_id
-        self._events: list[Envelope] = []
         self._rules = LogRules()
         self._messages: list[Message] = []
         self._header: EpochHeader | None = None
@@ -180,10 +180,6 @@ class Session:
         self.extend(events)
 
     # -------------------------------------------------------------- reading
-
-    @property
-    def events(self) -> Sequence[Envelope]:
-        return tuple(self._events)
 
     @property
     def next_seq(self) -> int:
@@ -196,12 +192,6 @@ class Session:
     @property
     def rules(self) -> LogRules:
         return self._rules
-
-    def event(self, seq: int) -> Envelope:
-        return self._events[seq]
-
-    def events_slice(self, start: int, stop: int | None = None) -> list[Envelope]:
-        return self._events[start:stop]
 
     def derive_messages(self) -> MessageSequence:
         return MessageSequence(self._messages, len(self._messages))
@@ -223,7 +213,6 @@ class Session:
         changes = self._rules.check_batch(batch)
         # Rules accepted the whole batch: project it. Projection itself cannot fail.
         for env, change in zip(batch, changes, strict=True):
-            self._events.append(env)
             if isinstance(env.data, RequestHeader):
                 self._header = env.data.header
                 self._header_seq = env.seq

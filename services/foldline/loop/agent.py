@@ -124,7 +124,8 @@ class Agent:
         self._pre_step: list[PreStepHook] = []
         self._request_hooks: list[RequestHook] = []
         self.lease: WriterLease = log.acquire(session_id)
-        self.session = Session(session_id, log.read(session_id))  # validates on load
+        loaded = log.read(session_id)
+        self.session = Session(session_id, loaded)  # validates on load
         self._first_request = True
         self.invariant = (
             InvariantCompanion(
@@ -138,7 +139,7 @@ class Agent:
             else None
         )
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
-        self.turn = self._next_turn()
+        self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
         self.step_listeners: list[Callable[[StepRecord], None]] = []
 
@@ -348,10 +349,6 @@ class Agent:
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
 
-    def _next_turn(self) -> int:
-        turns = [e.data.turn for e in self.session.events if isinstance(e.data, TurnStart)]
-        return max(turns) + 1 if turns else 0
-
     # -------------------------------------------------------------- a step served by a dispatcher
 
     async def _dispatch_remote(
@@ -369,11 +366,12 @@ class Agent:
         try:
             outcome = await dispatcher.dispatch(handoff)
         finally:
-            self.session.extend(self.log.read(self.session_id, self.session.next_seq))
+            written = self.log.read(self.session_id, self.session.next_seq)
+            self.session.extend(written)
         answers = [
             e.data
-            for e in self.session.events[outcome.dispatch_seq + 1 : outcome.head]
-            if isinstance(e.data, AssistantMessage)
+            for e in written
+            if outcome.dispatch_seq < e.seq < outcome.head and isinstance(e.data, AssistantMessage)
         ]
         if not answers:
             raise ReconstructionError(
