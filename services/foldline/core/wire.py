@@ -607,8 +607,142 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
     raise AssertionError(f"unhandled known type {etype}")  # pragma: no cover
 
 
+# ---------------------------------------------------------------- the common shapes, fast
+
+# The validating reader above formats a field path for every value it reads; a log holds millions of
+# events of a few plain shapes. ``_fast`` decodes exactly those shapes — every field present with its
+# exact JSON type, no optional field the fast path does not know — into the same dataclasses, and answers
+# ``None`` for anything else, which then goes through the validating reader (and its precise errors). So
+# both paths return equal envelopes for every input they both accept; tests hold them together.
+
+_APPEND_USER = frozenset({"id", "role", "content", "source", "surfaceOp"})
+_APPEND_ASSISTANT = frozenset({"id", "role", "content", "usage", "stopReason", "surfaceOp"})
+_APPEND_RESULT = frozenset({"callId", "name", "content", "isError", "surfaceOp"})
+_USAGE = frozenset({"input", "output", "cacheRead", "cacheWrite"})
+
+
+def _nat(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
+    """Text and tool-call blocks (text only for tool-result parts); None for anything else."""
+    if type(items) is not list:
+        return None
+    out: list[Any] = []
+    for d in items:
+        if type(d) is not dict:
+            return None
+        kind = d.get("type")
+        if kind == "text" and len(d) == 2:
+            text = d.get("text")
+            if type(text) is not str:
+                return None
+            out.append(TextBlock(text))
+        elif kind == "tool-call" and len(d) == 4 and not parts:
+            id_, name, arguments = d.get("id"), d.get("name"), d.get("arguments")
+            if type(id_) is not str or type(name) is not str or type(arguments) is not str:
+                return None
+            out.append(ToolCallBlock(id_, name, arguments))
+        else:
+            return None
+    return tuple(out)
+
+
+def _fast_data(etype: Any, d: Any) -> EventData | None:
+    if type(d) is not dict:
+        return None
+    if etype == "user/message":
+        if d.keys() != _APPEND_USER or d["role"] != "user" or d["surfaceOp"] != "append":
+            return None
+        id_, source, content = d["id"], d["source"], _fast_blocks(d["content"])
+        if type(id_) is not str or type(source) is not str or content is None:
+            return None
+        return UserMessage(id_, content, source)
+    if etype == "assistant/message":
+        if not d.keys() <= _APPEND_ASSISTANT or d.get("role") != "assistant" or d.get("surfaceOp") != "append":
+            return None
+        id_, content = d.get("id"), _fast_blocks(d.get("content"))
+        if type(id_) is not str or content is None:
+            return None
+        usage: Usage | None = None
+        if "usage" in d:
+            u = d["usage"]
+            if type(u) is not dict or u.keys() != _USAGE or not all(_nat(x) for x in u.values()):
+                return None
+            usage = Usage(u["input"], u["output"], u["cacheRead"], u["cacheWrite"])
+        stop = d.get("stopReason")
+        if stop is not None and type(stop) is not str:
+            return None
+        return AssistantMessage(id_, content, usage, stop)
+    if etype == "tool/result":
+        if not d.keys() <= _APPEND_RESULT or d.get("surfaceOp") != "append":
+            return None
+        call_id, name, parts = d.get("callId"), d.get("name"), _fast_blocks(d.get("content"), parts=True)
+        is_error = d.get("isError", False)
+        if type(call_id) is not str or type(name) is not str or parts is None or type(is_error) is not bool:
+            return None
+        return ToolResult(call_id, name, parts, is_error)
+    if etype in ("turn/start", "turn/end", "step/start", "step/end", "tool/call", "request/dispatch"):
+        return _fast_other(etype, d)
+    return None
+
+
+def _fast_other(etype: str, d: dict[str, Any]) -> EventData | None:
+    turn: Any = d.get("turn")
+    if not _nat(turn):
+        return None
+    if etype == "turn/start":
+        return TurnStart(turn) if len(d) == 1 else None
+    if etype == "turn/end":
+        reason = d.get("reason")
+        if len(d) != 2 or type(reason) is not str or not _is_turn_end_reason(reason):
+            return None
+        return TurnEnd(turn, reason)
+    step: Any = d.get("step")
+    if not _nat(step):
+        return None
+    if etype in ("step/start", "step/end"):
+        if len(d) != 2:
+            return None
+        return StepStart(turn, step) if etype == "step/start" else StepEnd(turn, step)
+    if etype == "tool/call":
+        call_id, name, arguments = d.get("callId"), d.get("name"), d.get("arguments")
+        if len(d) != 5 or type(call_id) is not str or type(name) is not str or type(arguments) is not str:
+            return None
+        return ToolCall(turn, step, call_id, name, arguments)
+    serializer, digest = d.get("serializer"), d.get("digest")
+    version: Any = d.get("serializerVersion")
+    size: Any = d.get("bytes")
+    if len(d) != 6 or type(serializer) is not str or not _nat(version) or not _nat(size) or type(digest) is not str:
+        return None
+    hexpart = digest[len(codec.DIGEST_PREFIX) :]
+    if not digest.startswith(codec.DIGEST_PREFIX) or len(hexpart) != 64 or hexpart.strip(_HEX):
+        return None
+    return RequestDispatch(turn, step, serializer, version, digest, size)
+
+
+def _fast(value: Any) -> Envelope | None:
+    if type(value) is not dict or len(value) != 4:  # an "ignorable" event takes the validating path
+        return None
+    seq: Any = value.get("seq")
+    time: Any = value.get("time")
+    data = _fast_data(value.get("type"), value.get("data"))
+    if data is None or not _nat(seq) or not _nat(time):
+        return None
+    return Envelope(seq, time, data)
+
+
 def envelope_from_json(value: Any) -> Envelope:
     """Decode one logged envelope object; raises FormatError / ValidationError naming the seq."""
+    fast = _fast(value)
+    if fast is not None:
+        return fast
+    return _envelope_from_json(value)
+
+
+def _envelope_from_json(value: Any) -> Envelope:
+    """The validating reader for every shape (the fast path above answers the common ones)."""
     if not isinstance(value, dict):
         raise FormatError("format", f"an event must be a JSON object, got {type(value).__name__}")
     raw_seq = value.get("seq")

@@ -1,0 +1,99 @@
+"""The fast decoding path of the common event shapes equals the validating reader on every input.
+
+``envelope_from_json`` answers the plain shapes through ``_fast`` and everything else through the validating
+reader; for every input, ``_fast`` either defers (``None``) or returns exactly what the validating reader
+returns — never accepts what it would refuse.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foldline.core import codec
+from foldline.core.wire import _envelope_from_json, _fast, encode_event
+from foldline.errors import ValidationError
+from tests.strategies import logs
+
+GOLDEN = Path(__file__).parent / "fixtures" / "golden-logs" / "v0"
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _agree(value: Any) -> None:
+    fast = _fast(value)
+    try:
+        slow = _envelope_from_json(value)
+    except ValidationError:
+        assert fast is None, f"the fast path accepted what the validating reader refuses: {value!r}"
+        return
+    assert fast is None or fast == slow
+
+
+def _golden_events() -> list[Any]:
+    out: list[Any] = []
+    for path in sorted(GOLDEN.glob("*.jsonl")):
+        out += [codec.loads(line) for line in path.read_bytes().splitlines()[1:]]
+    return out
+
+
+def test_every_golden_event_decodes_the_same_and_most_take_the_fast_path() -> None:
+    events = _golden_events()
+    assert len(events) > 100
+    fast = 0
+    for value in events:
+        _agree(value)
+        fast += _fast(value) is not None
+    assert fast > len(events) // 2
+
+
+@settings(max_examples=80, deadline=None)
+@given(logs)
+def test_random_logs_decode_the_same(events: list[Any]) -> None:
+    for env in events:
+        _agree(codec.loads(encode_event(env)))
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_mutated_events_never_slip_through_the_fast_path(data: st.DataObject) -> None:
+    """Replace, delete or add one field anywhere in a real event: both paths still agree."""
+    original = data.draw(st.sampled_from(_golden_events()))
+    value = copy.deepcopy(original)
+    path = data.draw(st.sampled_from(_paths(value)[1:] or [()]))
+    action = data.draw(st.sampled_from(["replace", "delete", "add"]))
+    if not path:
+        _agree(value)
+        return
+    parent: Any = value
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if action == "replace":
+        parent[last] = data.draw(json_values)
+    elif action == "delete":
+        del parent[last]
+    elif isinstance(parent, dict):
+        parent[data.draw(st.text(min_size=1, max_size=8))] = data.draw(json_values)
+    else:
+        parent.append(data.draw(json_values))
+    _agree(value)
