@@ -15,8 +15,7 @@ from foldline.errors import ProviderStatusError
 from foldline.ports.attachments import AttachmentStore
 from foldline.providers import AnthropicProvider, OpenAIProvider
 from foldline.providers.base import Provider
-from foldline.providers.emulator import Emulator
-from foldline.providers.emulator_server import EmulatorServer
+from foldline.providers.emulator import Emulator, EmulatorServer
 
 from .helpers import FakeClock, drive, image_block, user
 

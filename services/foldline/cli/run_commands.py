@@ -215,7 +215,7 @@ def emulator(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
 ) -> None:
     """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions)."""
-    from ..providers.emulator_server import serve
+    from ..providers.emulator import serve
 
     console.print(f"emulator listening on http://{host}:{port} (POST /v1/messages, /v1/chat/completions)")
     serve(host, port)

@@ -1,7 +1,7 @@
 """The emulator over real HTTP (stdlib ``ThreadingHTTPServer``), speaking both wire formats.
 
 ``POST /v1/messages`` (Anthropic Messages) and ``POST /v1/chat/completions`` (OpenAI Chat Completions)
-answer from one :class:`~foldline.providers.emulator.Emulator`; ``GET /health`` answers ``{"ok":true}``.
+answer from one :class:`~.emulator.Emulator`; ``GET /health`` answers ``{"ok":true}``.
 Point an adapter at ``server.url`` with httpx's default transport and the whole HTTP path runs for real.
 
 ``serve()`` blocks until interrupted (what ``foldline emulator --port P`` calls);

@@ -1,0 +1,257 @@
+"""Anthropic Messages as the emulator serves it (``POST /v1/messages``): the request parser and the answer.
+
+The parser checks a body the way the API does — unknown keys, value ranges, which content block kinds each
+role may carry, ``tool_result`` blocks answering the previous message's ``tool_use`` blocks, and at most
+``max_breakpoints`` ``cache_control`` markers — and builds the :class:`~.prompt.Prompt` with each marker's
+TTL on its block. A new content block kind is one entry in :data:`_MESSAGE_BLOCKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, assert_never
+
+from . import checks
+from .answer import Answer, AnswerPart
+from .cache import AnthropicCachePolicy, CacheUsage, PrefixCache
+from .checks import RequestRejected
+from .prompt import Prompt
+from .script import ImagePart, Part, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .wire_api import WireApi
+
+__all__ = ["PATH", "AnthropicMessages", "parse_anthropic"]
+
+PATH: Final = "/v1/messages"
+
+_TOP: Final = frozenset(
+    {
+        "model", "max_tokens", "messages", "system", "tools", "temperature", "stop_sequences", "cache_control",
+        "metadata", "tool_choice", "top_p", "top_k", "stream", "thinking", "output_config", "service_tier",
+    }
+)  # fmt: skip
+
+
+def _ttl(value: Any, where: str, policy: AnthropicCachePolicy) -> float | None:
+    """The TTL a ``cache_control`` marker asks for, or None without one."""
+    if value is None:
+        return None
+    cc = checks.json_object(value, where)
+    checks.exact_keys(cc, frozenset({"type", "ttl"}), where)
+    if cc.get("type") != "ephemeral":
+        raise RequestRejected(400, f"{where}.type: Input should be 'ephemeral'")
+    ttl = cc.get("ttl", "5m")
+    if ttl not in ("5m", "1h"):
+        raise RequestRejected(400, f"{where}.ttl: Input should be '5m' or '1h'")
+    return policy.long_ttl_seconds if ttl == "1h" else policy.ttl_seconds
+
+
+# ---------------------------------------------------------------------------- content blocks
+
+
+@dataclass(slots=True)
+class _Pairing:
+    """The ``tool_use`` ids of the previous message (what a ``tool_result`` may answer) and of this one."""
+
+    previous: set[str] = field(default_factory=set)
+    current: set[str] = field(default_factory=set)
+
+
+def _text(block: dict[str, Any], where: str) -> TextPart:
+    checks.exact_keys(block, frozenset({"type", "text", "cache_control", "citations"}), where)
+    text = checks.string(block.get("text"), f"{where}.text")
+    if not text:
+        raise RequestRejected(400, f"{where}: text content blocks must be non-empty")
+    return TextPart(text)
+
+
+def _image(block: dict[str, Any], where: str) -> ImagePart:
+    checks.exact_keys(block, frozenset({"type", "source", "cache_control"}), where)
+    source = checks.json_object(block.get("source"), f"{where}.source")
+    if source.get("type") != "base64":
+        raise RequestRejected(400, f"{where}.source: the emulator only takes base64 image sources")
+    media_type = checks.string(source.get("media_type"), f"{where}.source.media_type")
+    data = checks.decode_base64(checks.string(source.get("data"), f"{where}.source.data"), f"{where}.source.data")
+    return checks.decode_image(data, media_type, where)
+
+
+def _result_content(block: dict[str, Any], where: str) -> TextPart | ImagePart:
+    """A block inside a ``tool_result``: text or image (their ``cache_control`` is not a breakpoint)."""
+    kind = block.get("type")
+    if kind == "text":
+        return _text(block, where)
+    if kind == "image":
+        return _image(block, where)
+    raise RequestRejected(400, f"{where}.type: unexpected content block type {kind!r}")
+
+
+def _tool_use(block: dict[str, Any], where: str, pairing: _Pairing) -> ToolCallPart:
+    checks.exact_keys(block, frozenset({"type", "id", "name", "input", "cache_control"}), where)
+    call = ToolCallPart(
+        checks.string(block.get("id"), f"{where}.id"),
+        checks.string(block.get("name"), f"{where}.name"),
+        block.get("input"),
+    )
+    checks.json_object(call.arguments, f"{where}.input")
+    pairing.current.add(call.id)
+    return call
+
+
+def _tool_result(block: dict[str, Any], where: str, pairing: _Pairing) -> ToolResultPart:
+    checks.exact_keys(block, frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}), where)
+    call_id = checks.string(block.get("tool_use_id"), f"{where}.tool_use_id")
+    if call_id not in pairing.previous:
+        raise RequestRejected(
+            400, f"{where}: unexpected tool_use_id {call_id!r}: it must answer a tool_use of the previous message"
+        )
+    content = block.get("content", [])
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}] if content else []
+    inner = tuple(_result_content(item, at) for at, item in checks.objects(content, f"{where}.content"))
+    return ToolResultPart(call_id, inner, bool(block.get("is_error", False)))
+
+
+_BlockParser = Callable[[dict[str, Any], str, _Pairing], Part]
+
+#: Content block kinds of a message: the one role that may carry each (None: both) and its parser.
+_MESSAGE_BLOCKS: Final[dict[str, tuple[Literal["user", "assistant"] | None, _BlockParser]]] = {
+    "text": (None, lambda block, where, _: _text(block, where)),
+    "image": ("user", lambda block, where, _: _image(block, where)),
+    "tool_use": ("assistant", _tool_use),
+    "tool_result": ("user", _tool_result),
+}
+
+
+# ---------------------------------------------------------------------------- the request
+
+
+def _add_tools(prompt: Prompt, tools: Any, policy: AnthropicCachePolicy) -> None:
+    for where, tool in checks.objects(tools, "tools"):
+        checks.exact_keys(tool, frozenset({"name", "description", "input_schema", "cache_control", "type"}), where)
+        schema = checks.json_object(tool.get("input_schema"), f"{where}.input_schema")
+        if schema.get("type") != "object":
+            raise RequestRejected(400, f"{where}.input_schema.type: Input should be 'object'")
+        td = ToolDef(checks.string(tool.get("name"), f"{where}.name"), str(tool.get("description", "")), schema)
+        if any(t.name == td.name for t in prompt.tools):
+            raise RequestRejected(400, f"{where}.name: tool names must be unique")
+        prompt.add_tool(td, _ttl(tool.get("cache_control"), f"{where}.cache_control", policy))
+
+
+def _add_system(prompt: Prompt, system: Any, policy: AnthropicCachePolicy) -> None:
+    if isinstance(system, str):
+        if system:
+            prompt.add_system_block(system, marked=True)
+        return
+    if system is None:
+        return
+    for i, (where, blk) in enumerate(checks.objects(system, "system")):
+        checks.exact_keys(blk, frozenset({"type", "text", "cache_control"}), where)
+        if blk.get("type") != "text":
+            raise RequestRejected(400, f"{where}.type: Input should be 'text'")
+        text = checks.string(blk.get("text"), f"{where}.text")
+        prompt.add_system_block(
+            text, marked=i == 0, ttl=_ttl(blk.get("cache_control"), f"{where}.cache_control", policy)
+        )
+
+
+def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy) -> None:
+    pairing = _Pairing()
+    for where, msg in checks.objects(messages, "messages"):
+        checks.exact_keys(msg, frozenset({"role", "content"}), where)
+        role = msg.get("role")
+        if role not in ("user", "assistant"):
+            raise RequestRejected(400, f"{where}.role: Input should be 'user' or 'assistant'")
+        content = msg.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        parts: list[Part] = []
+        ttls: list[float | None] = []
+        for at, blk in checks.objects(content, f"{where}.content"):
+            kind = blk.get("type")
+            if not isinstance(kind, str) or kind not in _MESSAGE_BLOCKS:
+                raise RequestRejected(400, f"{at}.type: unexpected content block type {kind!r}")
+            only, parse_block = _MESSAGE_BLOCKS[kind]
+            if only is not None and role != only:
+                raise RequestRejected(400, f"{at}: {kind} blocks are only allowed in {only} messages")
+            parts.append(parse_block(blk, at, pairing))
+            ttls.append(_ttl(blk.get("cache_control"), f"{at}.cache_control", policy))
+        prompt.add_turn(role, parts, ttls)
+        pairing = _Pairing(previous=pairing.current)
+
+
+def parse_anthropic(body: Any, policy: AnthropicCachePolicy) -> Prompt:
+    req = checks.request_body(body, _TOP)
+    model = checks.string(req.get("model"), "model")
+    max_tokens = req.get("max_tokens")
+    if not checks.positive_int(max_tokens):
+        raise RequestRejected(400, "max_tokens: Field required (a positive integer)")
+    prompt = Prompt("anthropic", model, max_tokens=max_tokens)
+    stop = req.get("stop_sequences", [])
+    prompt.stop = tuple(checks.string(s, "stop_sequences[]") for s in checks.array(stop, "stop_sequences"))
+    temperature = req.get("temperature")
+    if temperature is not None and not checks.number_within(temperature, 1):
+        raise RequestRejected(400, "temperature: Input should be between 0 and 1")
+    _add_tools(prompt, req.get("tools", []), policy)
+    _add_system(prompt, req.get("system"), policy)
+    _add_messages(prompt, checks.message_list(req), policy)
+    if (auto := _ttl(req.get("cache_control"), "cache_control", policy)) is not None:
+        last = prompt.blocks[-1]
+        last.ttl = max(last.ttl or 0.0, auto)
+    if (found := len(prompt.breakpoints())) > policy.max_breakpoints:
+        raise RequestRejected(
+            400, f"A maximum of {policy.max_breakpoints} blocks with cache_control may be provided. Found {found}."
+        )
+    return prompt
+
+
+# ---------------------------------------------------------------------------- the answer
+
+
+def _answer_block(answer: Answer, index: int, part: AnswerPart) -> dict[str, Any]:
+    match part:
+        case TextPart(text=text):
+            return {"citations": None, "text": text, "type": "text"}
+        case ToolCallPart(name=name, arguments=arguments):
+            return {"id": answer.call_id("toolu_emu_", index), "input": arguments, "name": name, "type": "tool_use"}
+        case _:
+            assert_never(part)
+
+
+class AnthropicMessages(WireApi[AnthropicCachePolicy]):
+    """The Messages API: ``x-api-key``, a required ``anthropic-version``, explicit cache breakpoints."""
+
+    name = "anthropic"
+    path = PATH
+
+    def credential(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-api-key")
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        if "anthropic-version" not in headers:
+            raise RequestRejected(400, "anthropic-version: header is required")
+
+    def parse(self, payload: Any) -> Prompt:
+        return parse_anthropic(payload, self.policy)
+
+    def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
+        return cache.account_breakpoints(self.name, prompt.model, prompt.blocks, prompt.digests()[0], self.policy)
+
+    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, created: int) -> dict[str, Any]:
+        return {
+            "content": [_answer_block(answer, k, part) for k, part in enumerate(answer.content)],
+            "id": answer.message_id("msg_emu_"),
+            "model": prompt.model,
+            "role": "assistant",
+            "stop_reason": answer.stop_reason,
+            "stop_sequence": answer.stop_sequence,
+            "type": "message",
+            "usage": {
+                "cache_creation_input_tokens": usage.write,
+                "cache_read_input_tokens": usage.read,
+                "input_tokens": prompt.tokens - usage.read - usage.write,
+                "output_tokens": answer.output_tokens,
+            },
+        }
+
+    def error_body(self, exc: RequestRejected) -> dict[str, Any]:
+        return {"error": {"message": exc.message, "type": exc.kind}, "type": "error"}

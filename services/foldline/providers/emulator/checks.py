@@ -1,0 +1,115 @@
+"""The checks both parsers make on a request body, and :class:`RequestRejected`, how they refuse one.
+
+A rejection never leaves the emulator as an exception: :meth:`~.emulator.Emulator.handle` turns it into the
+HTTP error answer of the API it was sent to, with the status and error type the real API would use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ...core.images import image_dimensions, sniff_media_type
+from .script import ImagePart
+
+__all__ = [
+    "RequestRejected",
+    "array",
+    "decode_base64",
+    "decode_image",
+    "exact_keys",
+    "json_object",
+    "message_list",
+    "number_within",
+    "objects",
+    "positive_int",
+    "request_body",
+    "string",
+]
+
+
+class RequestRejected(Exception):
+    """The request is invalid for the API it was sent to; becomes an HTTP error answer."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+def json_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RequestRejected(400, f"{where}: expected an object")
+    return value
+
+
+def array(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RequestRejected(400, f"{where}: expected an array")
+    return value
+
+
+def string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise RequestRejected(400, f"{where}: expected a string")
+    return value
+
+
+def exact_keys(d: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    """Reject any key outside ``allowed``, as both APIs do."""
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise RequestRejected(400, f"{where}.{extra[0]}: Extra inputs are not permitted")
+
+
+def decode_base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise RequestRejected(400, f"{where}: invalid base64") from None
+
+
+def decode_image(data: bytes, media_type: str, where: str) -> ImagePart:
+    """An image's part: its bytes must be the declared type, with readable dimensions."""
+    if sniff_media_type(data) != media_type:
+        raise RequestRejected(400, f"{where}: image data is not a valid {media_type}")
+    try:
+        width, height = image_dimensions(data, media_type)
+    except ValueError as exc:
+        raise RequestRejected(400, f"{where}: {exc}") from None
+    return ImagePart(media_type, "sha256:" + hashlib.sha256(data).hexdigest(), width, height)
+
+
+def request_body(body: Any, allowed: frozenset[str]) -> dict[str, Any]:
+    """The top-level object of a request: only ``allowed`` keys, and no streaming."""
+    req = json_object(body, "body")
+    exact_keys(req, allowed, "body")
+    if req.get("stream"):
+        raise RequestRejected(400, "stream: the emulator does not stream")
+    return req
+
+
+def message_list(req: Mapping[str, Any]) -> list[Any]:
+    messages = array(req.get("messages"), "messages")
+    if not messages:
+        raise RequestRejected(400, "messages: at least one message is required")
+    return messages
+
+
+def objects(value: Any, where: str, *, brackets: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of an array, checked to be an object, with its path (``where.0`` or ``where[0]``)."""
+    for i, item in enumerate(array(value, where)):
+        at = f"{where}[{i}]" if brackets else f"{where}.{i}"
+        yield at, json_object(item, at)
+
+
+def positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def number_within(value: Any, high: float) -> bool:
+    return isinstance(value, int | float) and 0 <= value <= high

@@ -1,0 +1,50 @@
+"""What each provider API the emulator serves provides: :class:`WireApi`, one subclass per wire format."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, TypeVar
+
+from .answer import Answer
+from .cache import CacheUsage, PrefixCache
+from .checks import RequestRejected
+from .prompt import Prompt
+from .script import Api
+
+__all__ = ["WireApi"]
+
+PolicyT = TypeVar("PolicyT")
+
+
+class WireApi(abc.ABC, Generic[PolicyT]):
+    """One API: its route, credential, parser, cache accounting under ``policy``, and answer and error shapes."""
+
+    name: ClassVar[Api]
+    path: ClassVar[str]
+
+    def __init__(self, policy: PolicyT) -> None:
+        self.policy = policy
+
+    @abc.abstractmethod
+    def credential(self, headers: Mapping[str, str]) -> str | None:
+        """The API key the request carries (``headers`` keys are lower case)."""
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Reject a request that lacks a header this API requires; by default none is required."""
+
+    @abc.abstractmethod
+    def parse(self, payload: Any) -> Prompt:
+        """The decoded JSON body → a complete :class:`~.prompt.Prompt`, or :class:`RequestRejected`."""
+
+    @abc.abstractmethod
+    def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
+        """Read and write the prompt's prefixes the way this API caches."""
+
+    @abc.abstractmethod
+    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, created: int) -> dict[str, Any]:
+        """The answer as this API's JSON response body (``created``: the clock, in whole seconds)."""
+
+    @abc.abstractmethod
+    def error_body(self, exc: RequestRejected) -> dict[str, Any]:
+        """A rejection as this API's JSON error body."""
