@@ -56,10 +56,11 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .base import Provider, ProviderResponse
-from .encoding import image_base64, tool_input_object, tool_schema
-from .framing import assemble, split_frame
-from .http import post_json
+from .answer_parsing import answer_shape, token_count
+from .base import ProviderResponse
+from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
+from .http import JsonHttpProvider
+from .json_body import JsonBodySerializer
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 PROVIDER: Final = "anthropic"
+API: Final = "Messages API"
 MESSAGES_PATH: Final = "/v1/messages"
 ANTHROPIC_VERSION: Final = "2023-06-01"
 DEFAULT_MAX_TOKENS: Final = 1024
@@ -82,10 +84,6 @@ T = TypeVar("T")
 
 def _wire_role(message: Message) -> WireRole:
     return "assistant" if message.role == "assistant" else "user"
-
-
-def _misplaced(kind: str, index: int, role: str) -> ProviderError:
-    return ProviderError(f"{PROVIDER}: message {index} (role {role}) cannot carry a {kind} block in the Messages API")
 
 
 def _image(ref: ImageRef, attachments: AttachmentStore | None) -> dict[str, Any]:
@@ -100,16 +98,16 @@ def _block(block: ContentBlock, index: int, role: str, attachments: AttachmentSt
             return {"text": text, "type": "text"} if text else None
         case ImageBlock(image=ref):
             if role == "assistant":
-                raise _misplaced("image", index, role)
+                raise misplaced_block(PROVIDER, f"the {API}", "image", index, role)
             return _image(ref, attachments)
         case ToolCallBlock(id=call_id, name=name, arguments=arguments):
             if role != "assistant":
-                raise _misplaced("tool-call", index, role)
+                raise misplaced_block(PROVIDER, f"the {API}", "tool-call", index, role)
             arguments_object = tool_input_object(arguments, call_id, PROVIDER)
             return {"id": call_id, "input": arguments_object, "name": name, "type": "tool_use"}
         case ToolResultBlock(tool_call_id=call_id, content=parts, is_error=is_error):
             if role == "assistant":
-                raise _misplaced("tool-result", index, role)
+                raise misplaced_block(PROVIDER, f"the {API}", "tool-result", index, role)
             out: dict[str, Any] = {"tool_use_id": call_id, "type": "tool_result"}
             items: list[dict[str, Any]] = []
             for part in parts:
@@ -169,52 +167,28 @@ def _merge(items: Iterator[tuple[WireRole, T]]) -> Iterator[tuple[WireRole, list
         yield role, run
 
 
-class AnthropicMessagesSerializer:
+class AnthropicMessagesSerializer(JsonBodySerializer):
     """``anthropic-messages`` v1: GenerateOptions → exact Messages API body bytes.
 
-    ``serialize`` equals ``canonical_json(self.body(...))`` (a test holds them together); it is written as
-    frame + one chunk per wire message so :class:`~foldline.providers.framing.IncrementalBody` can reuse
-    the chunks of a session's earlier messages. Stateless; one instance serves every session and thread.
+    Written as frame + one chunk per wire message (:mod:`foldline.providers.json_body`), so
+    :class:`~foldline.providers.framing.IncrementalBody` can reuse the chunks of a session's earlier messages.
     """
 
     name: str = "anthropic-messages"
     version: int = 1
 
-    def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
-        """The request body as plain JSON values."""
-        out = self._frame(request)
-        out["messages"] = self._wire_messages(request.messages, 0, attachments)
-        return out
-
-    def _frame(self, request: GenerateOptions) -> dict[str, Any]:
-        out = self._head(request)
-        if request.tools:
-            out["tools"] = [_tool(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
-        return out
-
-    def _wire_messages(
+    def wire_messages(
         self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None
     ) -> list[dict[str, Any]]:
         items = ((_wire_role(m), _message_blocks(m, start + i, attachments)) for i, m in enumerate(messages))
         runs = _merge((role, blocks) for role, blocks in items if blocks)
         return [{"content": [b for blocks in run for b in blocks], "role": role} for role, run in runs]
 
-    # ------------------------------------------------------------------ framing (providers/framing.py)
-
-    def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
-        out = self._frame(request)
-        out["messages"] = []
-        head, tail = split_frame(canonical_json(out))
-        return head, tail, ()
-
-    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
-        return [canonical_json(m) for m in self._wire_messages(messages, start, attachments)]
-
     def boundary(self, prev: Message, nxt: Message) -> bool:
         """Consecutive messages of one wire role merge, and an empty message is dropped from between them."""
         return _wire_role(prev) != _wire_role(nxt) and _visible(prev) and _visible(nxt)
 
-    def _head(self, request: GenerateOptions) -> dict[str, Any]:
+    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
         out: dict[str, Any] = {
             "cache_control": _EPHEMERAL,
@@ -232,24 +206,12 @@ class AnthropicMessagesSerializer:
             out["stop_sequences"] = list(config.stop)
         if request.system:
             out["system"] = [{"cache_control": _EPHEMERAL, "text": request.system, "type": "text"}]
+        if request.tools:
+            out["tools"] = [_tool(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
         return out
-
-    # ------------------------------------------------------------------ bytes
-
-    def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        head, tail, lead = self.frame(request)
-        return assemble(head, [*lead, *self.wire_chunks(request.messages, 0, attachments)], tail)
 
 
 # ---------------------------------------------------------------------- responses
-
-
-def _int(value: Any) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError(f"token count {value!r}")
-    return value
 
 
 def parse_response(payload: dict[str, Any]) -> ProviderResponse:
@@ -259,7 +221,7 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     ``input``; ``thinking`` / ``redacted_thinking`` are dropped (not model-visible history in foldline);
     any other block type raises ProviderError. Usage: ``input_tokens`` is already the uncached input.
     """
-    try:
+    with answer_shape(PROVIDER, API):
         content: list[ContentBlock] = []
         for item in payload["content"]:
             kind = item["type"]
@@ -274,27 +236,24 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
                 raise ProviderError(f"{PROVIDER}: the answer has a {kind!r} content block foldline cannot log")
         u = payload["usage"]
         usage = Usage(
-            input=_int(u["input_tokens"]),
-            output=_int(u["output_tokens"]),
-            cache_read=_int(u.get("cache_read_input_tokens")),
-            cache_write=_int(u.get("cache_creation_input_tokens")),
+            input=token_count(u["input_tokens"]),
+            output=token_count(u["output_tokens"]),
+            cache_read=token_count(u.get("cache_read_input_tokens")),
+            cache_write=token_count(u.get("cache_creation_input_tokens")),
         )
         stop = payload.get("stop_reason")
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ProviderError(f"{PROVIDER}: unusable Messages API answer ({type(exc).__name__}: {exc})") from None
     known = {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"}
     return ProviderResponse(tuple(content), usage, stop if stop in known else "other")
 
 
-class AnthropicProvider(Provider):
+class AnthropicProvider(JsonHttpProvider):
     """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport.
 
-    ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none); the key never appears in
-    an error message. Environment proxy settings are ignored (``trust_env=False``) so the transport passed
-    in is the one used; give a transport configured with a proxy if one is needed.
+    ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none).
     """
 
     name = PROVIDER
+    path = MESSAGES_PATH
 
     def __init__(
         self,
@@ -309,20 +268,10 @@ class AnthropicProvider(Provider):
         from . import registry
 
         self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V1
-        self._api_key = api_key
-        self._headers = {"content-type": "application/json", "anthropic-version": anthropic_version}
+        headers = {"anthropic-version": anthropic_version}
         if api_key:
-            self._headers["x-api-key"] = api_key
-        self._client = httpx.AsyncClient(transport=transport, base_url=base_url, timeout=timeout, trust_env=False)
+            headers["x-api-key"] = api_key
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
 
-    async def send(self, body: bytes) -> ProviderResponse:
-        secrets = (self._api_key,) if self._api_key else ()
-        payload = await post_json(self._client, PROVIDER, MESSAGES_PATH, body, headers=self._headers, secrets=secrets)
+    def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    def __repr__(self) -> str:
-        key = "set" if self._api_key else "none"
-        return f"AnthropicProvider(base_url={str(self._client.base_url)!r}, api_key={key})"

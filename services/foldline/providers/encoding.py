@@ -1,4 +1,4 @@
-"""Pieces shared by the wire serializers: image resolution, tool arguments and tool schemas."""
+"""Pieces shared by the wire serializers: image resolution, tool arguments, tool schemas, misplaced blocks."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..ports.attachments import AttachmentStore
 __all__ = [
     "EMPTY_OBJECT_SCHEMA",
     "image_base64",
+    "misplaced_block",
     "tool_input_object",
     "tool_schema",
 ]
@@ -31,6 +32,11 @@ def image_base64(ref: ImageRef, attachments: AttachmentStore | None, provider: s
         )
     data = attachments.get(ref.attachment_id, expected=ref)
     return base64.b64encode(data).decode("ascii")
+
+
+def misplaced_block(provider: str, api: str, kind: str, index: int, role: str) -> ProviderError:
+    """The error for a content block the message's role cannot carry in ``api`` (e.g. a tool call from the user)."""
+    return ProviderError(f"{provider}: message {index} (role {role}) cannot carry a {kind} block in {api}")
 
 
 def tool_input_object(arguments: str, call_id: str, provider: str) -> dict[str, Any]:

@@ -36,26 +36,23 @@ from typing import Any, Final, assert_never
 
 import httpx
 
-from ..core.codec import canonical_json
 from ..core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
 from ..core.header import ToolSpec
 from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .base import Provider, ProviderResponse
-from .encoding import image_base64, tool_schema
-from .framing import assemble, split_frame
-from .http import post_json
+from .answer_parsing import answer_shape, token_count
+from .base import ProviderResponse
+from .encoding import image_base64, misplaced_block, tool_schema
+from .http import JsonHttpProvider
+from .json_body import JsonBodySerializer
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "OpenAIChatSerializer", "OpenAIProvider", "parse_response"]
 
 PROVIDER: Final = "openai"
+API: Final = "Chat Completions"
 CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
-
-
-def _misplaced(kind: str, index: int, role: str) -> ProviderError:
-    return ProviderError(f"{PROVIDER}: message {index} (role {role}) cannot carry a {kind} block in Chat Completions")
 
 
 def _image_part(ref: ImageRef, attachments: AttachmentStore | None) -> dict[str, Any]:
@@ -78,9 +75,9 @@ def _user(message: Message, index: int, attachments: AttachmentStore | None) -> 
             case ImageBlock(image=ref):
                 parts.append(_image_part(ref, attachments))
             case ToolCallBlock():
-                raise _misplaced("tool-call", index, message.role)
+                raise misplaced_block(PROVIDER, API, "tool-call", index, message.role)
             case ToolResultBlock():
-                raise _misplaced("tool-result", index, message.role)
+                raise misplaced_block(PROVIDER, API, "tool-result", index, message.role)
             case _:
                 assert_never(block)
     if not parts:
@@ -100,9 +97,9 @@ def _assistant(message: Message, index: int) -> dict[str, Any] | None:
             case ToolCallBlock(id=call_id, name=name, arguments=arguments):
                 calls.append({"function": {"arguments": arguments, "name": name}, "id": call_id, "type": "function"})
             case ImageBlock():
-                raise _misplaced("image", index, message.role)
+                raise misplaced_block(PROVIDER, API, "image", index, message.role)
             case ToolResultBlock():
-                raise _misplaced("tool-result", index, message.role)
+                raise misplaced_block(PROVIDER, API, "tool-result", index, message.role)
             case _:
                 assert_never(block)
     if not texts and not calls:
@@ -141,7 +138,7 @@ def _tool(
                     image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
                     image_parts.extend(images)
             case TextBlock() | ImageBlock() | ToolCallBlock():
-                raise _misplaced(block.kind, index, message.role)
+                raise misplaced_block(PROVIDER, API, block.kind, index, message.role)
             case _:
                 assert_never(block)
     return tool_messages, image_parts
@@ -154,18 +151,17 @@ def _function(spec: ToolSpec) -> dict[str, Any]:
     return {"function": function, "type": "function"}
 
 
-class OpenAIChatSerializer:
+class OpenAIChatSerializer(JsonBodySerializer):
     """``openai-chat`` v1: GenerateOptions → exact Chat Completions body bytes.
 
-    ``serialize`` equals ``canonical_json(self.body(...))`` (a test holds them together), written as frame +
-    one chunk per wire message for :class:`~foldline.providers.framing.IncrementalBody`. Stateless; one
-    instance serves every session.
+    Written as frame + one chunk per wire message (:mod:`foldline.providers.json_body`); the system prompt is
+    the lead message.
     """
 
     name: str = "openai-chat"
     version: int = 1
 
-    def _head(self, request: GenerateOptions) -> dict[str, Any]:
+    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
         out: dict[str, Any] = {"model": config.model}
         if config.max_tokens is not None:
@@ -176,24 +172,14 @@ class OpenAIChatSerializer:
             out["stop"] = list(config.stop)
         if config.reasoning_effort is not None:
             out["reasoning_effort"] = config.reasoning_effort
-        return out
-
-    def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
-        """The request body as plain JSON values."""
-        out = self._frame(request)
-        out["messages"] = [*self._lead(request), *self._wire_messages(request.messages, 0, attachments)]
-        return out
-
-    def _frame(self, request: GenerateOptions) -> dict[str, Any]:
-        out = self._head(request)
         if request.tools:
             out["tools"] = [_function(t) for t in request.tools]
         return out
 
-    def _lead(self, request: GenerateOptions) -> list[dict[str, Any]]:
+    def lead_messages(self, request: GenerateOptions) -> list[dict[str, Any]]:
         return [{"content": request.system, "role": "system"}] if request.system else []
 
-    def _wire_messages(
+    def wire_messages(
         self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -221,24 +207,9 @@ class OpenAIChatSerializer:
             out.append({"content": pending_images, "role": "user"})
         return out
 
-    # ------------------------------------------------------------------ framing (providers/framing.py)
-
-    def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
-        out = self._frame(request)
-        out["messages"] = []
-        head, tail = split_frame(canonical_json(out))
-        return head, tail, tuple(canonical_json(m) for m in self._lead(request))
-
-    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
-        return [canonical_json(m) for m in self._wire_messages(messages, start, attachments)]
-
     def boundary(self, prev: Message, nxt: Message) -> bool:
         """A run of tool messages carries its images to the user message after the run, so it must stay whole."""
         return not (prev.role == "tool" and nxt.role == "tool")
-
-    def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        head, tail, lead = self.frame(request)
-        return assemble(head, [*lead, *self.wire_chunks(request.messages, 0, attachments)], tail)
 
 
 # ---------------------------------------------------------------------- responses
@@ -252,14 +223,6 @@ _FINISH: Final = {
 }
 
 
-def _int(value: Any) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError(f"token count {value!r}")
-    return value
-
-
 def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     """A Chat Completions answer → content blocks, normalized usage and stop reason.
 
@@ -268,7 +231,7 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     Usage: ``prompt_tokens`` *includes* ``prompt_tokens_details.cached_tokens``, so input = prompt - cached,
     cache_read = cached, cache_write = 0 (OpenAI does not bill cache writes).
     """
-    try:
+    with answer_shape(PROVIDER, API):
         choice = payload["choices"][0]
         message = choice["message"]
         content: list[ContentBlock] = []
@@ -284,26 +247,25 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
             function = call["function"]
             content.append(ToolCallBlock(str(call["id"]), str(function["name"]), str(function["arguments"])))
         u = payload["usage"]
-        prompt = _int(u["prompt_tokens"])
-        cached = _int((u.get("prompt_tokens_details") or {}).get("cached_tokens"))
+        prompt = token_count(u["prompt_tokens"])
+        cached = token_count((u.get("prompt_tokens_details") or {}).get("cached_tokens"))
         if cached > prompt:
             raise TypeError(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
-        usage = Usage(input=prompt - cached, output=_int(u.get("completion_tokens")), cache_read=cached, cache_write=0)
+        output = token_count(u.get("completion_tokens"))
+        usage = Usage(input=prompt - cached, output=output, cache_read=cached, cache_write=0)
         finish = choice.get("finish_reason")
-    except (KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise ProviderError(f"{PROVIDER}: unusable Chat Completions answer ({type(exc).__name__}: {exc})") from None
     stop = "refusal" if refusal else _FINISH.get(str(finish), "other")
     return ProviderResponse(tuple(content), usage, stop)
 
 
-class OpenAIProvider(Provider):
+class OpenAIProvider(JsonHttpProvider):
     """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport.
 
-    ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given; the key never appears in an
-    error message. Environment proxies are ignored (``trust_env=False``).
+    ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
     """
 
     name = PROVIDER
+    path = CHAT_COMPLETIONS_PATH
 
     def __init__(
         self,
@@ -318,24 +280,12 @@ class OpenAIProvider(Provider):
         from . import registry
 
         self.serializer = serializer or registry.OPENAI_CHAT_V1
-        self._api_key = api_key
-        self._headers = {"content-type": "application/json"}
+        headers = {}
         if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+            headers["authorization"] = f"Bearer {api_key}"
         if organization:
-            self._headers["openai-organization"] = organization
-        self._client = httpx.AsyncClient(transport=transport, base_url=base_url, timeout=timeout, trust_env=False)
+            headers["openai-organization"] = organization
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
 
-    async def send(self, body: bytes) -> ProviderResponse:
-        secrets = (self._api_key,) if self._api_key else ()
-        payload = await post_json(
-            self._client, PROVIDER, CHAT_COMPLETIONS_PATH, body, headers=self._headers, secrets=secrets
-        )
+    def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    def __repr__(self) -> str:
-        key = "set" if self._api_key else "none"
-        return f"OpenAIProvider(base_url={str(self._client.base_url)!r}, api_key={key})"
