@@ -34,6 +34,14 @@ _TOP: Final = frozenset(
 )  # fmt: skip
 
 
+_FINISH: Final[dict[StopReason, str]] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+}
+
+
 # ---------------------------------------------------------------------------- content parts
 
 
@@ -192,18 +200,6 @@ def parse_openai(body: Any) -> Prompt:
 # ---------------------------------------------------------------------------- the answer
 
 
-def _finish_reason(stop: StopReason) -> str:
-    match stop:
-        case "end_turn" | "stop_sequence":
-            return "stop"
-        case "tool_use":
-            return "tool_calls"
-        case "max_tokens":
-            return "length"
-        case _:
-            assert_never(stop)
-
-
 class OpenAIChat(WireApi[OpenAICachePolicy]):
     """Chat Completions: ``Authorization: Bearer``, automatic prefix caching."""
 
@@ -234,7 +230,7 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
         message: dict[str, Any] = {"content": "".join(texts) or None, "refusal": None, "role": "assistant"}
         if calls:
             message["tool_calls"] = calls
-        choice = {"finish_reason": _finish_reason(answer.stop_reason), "index": 0, "logprobs": None, "message": message}
+        choice = {"finish_reason": _FINISH[answer.stop_reason], "index": 0, "logprobs": None, "message": message}
         total = prompt.tokens
         return {
             "choices": [choice],
