@@ -246,14 +246,11 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     return ProviderResponse(tuple(content), usage, stop if stop in known else "other")
 
 
-class AnthropicProvider(JsonHttpProvider):
+class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
     """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport.
 
     ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none).
     """
-
-    name = PROVIDER
-    path = MESSAGES_PATH
 
     def __init__(
         self,

@@ -75,6 +75,12 @@ class JsonHttpProvider(Provider):
 
     path: ClassVar[str]
 
+    def __init_subclass__(cls, *, name: str, path: str, **kwargs: Any) -> None:
+        """An adapter's class header names its provider and the path it posts to."""
+        super().__init_subclass__(**kwargs)
+        cls.name = name
+        cls.path = path
+
     def __init__(
         self,
         transport: httpx.AsyncBaseTransport,

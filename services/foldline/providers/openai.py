@@ -258,14 +258,11 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     return ProviderResponse(tuple(content), usage, stop)
 
 
-class OpenAIProvider(JsonHttpProvider):
+class OpenAIProvider(JsonHttpProvider, name=PROVIDER, path=CHAT_COMPLETIONS_PATH):
     """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport.
 
     ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
     """
-
-    name = PROVIDER
-    path = CHAT_COMPLETIONS_PATH
 
     def __init__(
         self,
