@@ -92,6 +92,18 @@ def converse(
     return messages
 
 
+class TickingClock:
+    """A clock that moves on at every reading, so the answers show how often the emulator reads it."""
+
+    def __init__(self, step: float, now: float = 1_800_000_000.0) -> None:
+        self.step = step
+        self.now = now
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 class Wide:
     """Twelve calls at once: more new blocks than the lookback window holds."""
 
@@ -143,6 +155,8 @@ def conversations(rec: Recorder) -> None:
         )
         converse(rec, Emulator(clock=FakeClock()), f"{api}/cut", api, 1, history=list(plain), tools=None, max_tokens=3)
         converse(rec, Emulator(Unknown(), clock=FakeClock()), f"{api}/unknown-tool", api, 1)
+    for api in ("anthropic", "openai"):
+        converse(rec, Emulator(clock=TickingClock(160.0)), f"{api}/ticking-clock", api, 4)
     low = Emulator(
         clock=FakeClock(),
         anthropic_cache=AnthropicCachePolicy(min_tokens=64, ttl_seconds=10, lookback_blocks=40),

@@ -236,7 +236,7 @@ class AnthropicMessages(WireApi[AnthropicCachePolicy]):
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
         return cache.account_breakpoints(self.name, prompt.model, prompt.blocks, prompt.digests()[0], self.policy)
 
-    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, created: int) -> dict[str, Any]:
+    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
         return {
             "content": [_answer_block(answer, k, part) for k, part in enumerate(answer.content)],
             "id": answer.message_id("msg_emu_"),

@@ -96,7 +96,7 @@ class Emulator:
         prompt = api.parse(payload)
         usage = api.account(self._cache, prompt)
         said = answer(self.script, prompt)
-        return api.render(prompt, said, usage, int(self.clock()))
+        return api.render(prompt, said, usage, self.clock)
 
     def reset_caches(self) -> None:
         self._cache.clear()

@@ -215,7 +215,7 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
         return cache.account_automatic(self.name, prompt.model, prompt.blocks, self.policy)
 
-    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, created: int) -> dict[str, Any]:
+    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for k, part in enumerate(answer.content):
@@ -234,7 +234,7 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
         total = prompt.tokens
         return {
             "choices": [choice],
-            "created": created,
+            "created": int(clock()),
             "id": answer.message_id("chatcmpl-emu-"),
             "model": prompt.model,
             "object": "chat.completion",

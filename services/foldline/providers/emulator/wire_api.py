@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .answer import Answer
@@ -42,8 +42,8 @@ class WireApi(abc.ABC, Generic[PolicyT]):
         """Read and write the prompt's prefixes the way this API caches."""
 
     @abc.abstractmethod
-    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, created: int) -> dict[str, Any]:
-        """The answer as this API's JSON response body (``created``: the clock, in whole seconds)."""
+    def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
+        """The answer as this API's JSON response body; ``clock`` is read only for a timestamp the API sends."""
 
     @abc.abstractmethod
     def error_body(self, exc: RequestRejected) -> dict[str, Any]:
