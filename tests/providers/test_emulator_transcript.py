@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core import TextBlock, ToolCallBlock, ToolResultBlock
 from foldline.core.codec import canonical_json
 from foldline.core.projection import Message
@@ -34,7 +35,7 @@ from foldline.providers.emulator import (
 from foldline.providers.openai import parse_response as parse_openai
 from foldline.providers.registry import ANTHROPIC_MESSAGES_V1, OPENAI_CHAT_V1
 
-from .helpers import LONG_SYSTEM, PNG_3X2, FakeClock, MemoryAttachmentStore, image_block, request, user
+from .helpers import LONG_SYSTEM, PNG_3X2, FakeClock, image_block, request, user
 
 TRANSCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "emulator" / "transcript.jsonl"
 UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
