@@ -33,7 +33,7 @@ from tests.factories import HEADER
 from tests.kafka.private_broker import PrivateBroker, kafka_libs
 
 from foldline.adapters.avro import AvroCodec
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import KafkaEventLog
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.core.wire import encode_event
 
@@ -171,7 +171,7 @@ def bench_new_sessions(log: KafkaEventLog, sessions: int = 256) -> float:
 
 def bench_visibility(log: KafkaEventLog, bootstrap: str, seconds: float = 4.0) -> tuple[float, float]:
     sid = f"bench-vis-{uuid.uuid4().hex[:8]}"
-    from foldline.adapters.kafka_log import partition_for
+    from foldline.adapters.kafka import partition_for
 
     part = partition_for(sid, log.partitions)
     log.append(sid, 0, _events(1))

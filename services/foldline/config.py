@@ -66,7 +66,7 @@ def open_stores(config: Config) -> Stores:
     if config.backend == "embedded":
         return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
     if config.backend == "kafka":
-        from .adapters.kafka_log import KafkaEventLog
+        from .adapters.kafka import KafkaEventLog
 
         log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
         return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
@@ -78,7 +78,7 @@ def open_stores(config: Config) -> Stores:
 def _distributed_stores(config: Config) -> Stores:
     """Kafka log, Redis folds, S3 attachments (bucket from the config; prefix, endpoint and credentials
     from the environment and boto3's standard chain — see :meth:`S3AttachmentStore.from_env`)."""
-    from .adapters.kafka_log import KafkaEventLog
+    from .adapters.kafka import KafkaEventLog
     from .adapters.redis_folds import RedisFoldStore
     from .adapters.s3_attachments import S3AttachmentStore
 

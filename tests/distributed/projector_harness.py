@@ -21,7 +21,7 @@ from typing import IO
 import redis
 from confluent_kafka.admin import AdminClient
 
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.core import Envelope
 from foldline.core.fold import FoldState, fold_state

@@ -14,7 +14,7 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
 from foldline.core.content import ImageBlock

@@ -5,7 +5,7 @@ Every case ends with the same check: each session's fold equals a fresh fold of 
 
 from __future__ import annotations
 
-from foldline.adapters.kafka_consumer import ConsumedEvent, ConsumedItem, ConsumedLease, DeadLetter
+from foldline.adapters.kafka import ConsumedEvent, ConsumedItem, ConsumedLease, DeadLetter
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import TextBlock

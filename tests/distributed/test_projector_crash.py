@@ -25,8 +25,15 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from foldline.adapters.avro import AvroCodec
-from foldline.adapters.kafka_consumer import DLQ_HEADER_ERROR, DLQ_HEADER_REASON, SessionEventConsumer
-from foldline.adapters.kafka_log import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
+from foldline.adapters.kafka import (
+    DLQ_HEADER_ERROR,
+    DLQ_HEADER_REASON,
+    HEADER_EPOCH,
+    HEADER_KIND,
+    KIND_EVENT,
+    SessionEventConsumer,
+    partition_for,
+)
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.errors import FencedError
 from foldline.projector import WorkerSettings, start_worker

@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from foldline.adapters.avro import AvroCodec
-from foldline.adapters.kafka_log import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
+from foldline.adapters.kafka import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.projector import WorkerSettings
 from foldline.projector.faust_runtime import READ_COMMITTED, projector_app
@@ -268,8 +268,8 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
 _FAILING_CHILD = """
 import asyncio, json, sys
 from faust.types import TP
-from foldline.adapters.kafka_consumer import ConsumedEvent
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import ConsumedEvent
+from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.projector import BatchProjector, WorkerSettings
 from foldline.projector.faust_runtime import FaustProjector

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from typer.testing import CliRunner
 
-from foldline.adapters.kafka_log import partition_for
+from foldline.adapters.kafka import partition_for
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
 from foldline.core import TextBlock

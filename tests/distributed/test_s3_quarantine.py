@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.adapters.s3_attachments import S3AttachmentStore
 from foldline.cli.main import app

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from foldline.adapters.kafka_log import KafkaEventLog
+from foldline.adapters.kafka import KafkaEventLog
 
 MakeLog = Callable[..., KafkaEventLog]
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from foldline.adapters.avro import AvroCodec
-from foldline.adapters.kafka_consumer import (
+from foldline.adapters.kafka import (
     DLQ_HEADER_ERROR,
     DLQ_HEADER_OFFSET,
     DLQ_HEADER_REASON,
@@ -19,8 +19,8 @@ from foldline.adapters.kafka_consumer import (
     ConsumedLease,
     DeadLetter,
     SessionEventConsumer,
+    partition_for,
 )
-from foldline.adapters.kafka_log import partition_for
 from foldline.core import Envelope, TextBlock, UserMessage
 from foldline.errors import AvroDecodeError, UnknownSchemaError, ValidationError
 from tests.factories import simple_log

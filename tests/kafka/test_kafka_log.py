@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from foldline.adapters import kafka_log
-from foldline.adapters.kafka_log import HEADER_BATCH, KafkaEventLog, partition_for
+from foldline.adapters.kafka import HEADER_BATCH, KafkaEventLog, partition_for
+from foldline.adapters.kafka import writer as kafka_writer
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
 from foldline.ports.event_log import EventLog
@@ -387,15 +387,15 @@ def test_a_fault_in_the_group_writer_fails_its_appends_fast_and_the_next_ones_go
     events = simple_log()
     sid = _sid()
     assert log.append(sid, 0, events[:3]) == 3
-    original = kafka_log._Writer._start
+    original = kafka_writer.GroupWriter._start
     faults = [RuntimeError("injected writer fault")]
 
-    def faulty(self: kafka_log._Writer, batch: list[kafka_log._Request]) -> Any:
+    def faulty(self: kafka_writer.GroupWriter, batch: list[kafka_writer.AppendRequest]) -> Any:
         if faults:
             raise faults.pop()
         return original(self, batch)
 
-    monkeypatch.setattr(kafka_log._Writer, "_start", faulty)
+    monkeypatch.setattr(kafka_writer.GroupWriter, "_start", faulty)
     began = time.monotonic()
     with pytest.raises(StoreUnavailable, match="injected writer fault"):
         log.append(sid, 3, events[3:6])

@@ -109,7 +109,7 @@ def projector(
 
 
 def _rebuild(settings: WorkerSettings, sessions: list[str]) -> None:
-    from ..adapters.kafka_log import KafkaEventLog
+    from ..adapters.kafka import KafkaEventLog
     from ..adapters.redis_folds import RedisFoldStore
     from ..projector import BatchProjector
 

@@ -1,19 +1,24 @@
 """Projectors: fold the Kafka session-event log into a fold store (Redis), batch by batch.
 
-* :class:`BatchProjector` — the runtime-independent apply/rebuild logic (:mod:`.apply`);
-* :class:`ProjectorWorker`, :func:`start_worker` — the consumer-group worker (:mod:`.worker`);
-* ``foldline projector`` — the same worker as a process (docs/PROJECTOR.md).
+* :class:`BatchProjector` — the runtime-independent apply/rebuild logic (:mod:`.fold_apply`);
+* :class:`ProjectorRuntime` — what every consumer runtime shares: the apply-retry loop, readiness, lag,
+  the one dead-letter path (:mod:`.runtime`);
+* :class:`ProjectorWorker`, :func:`start_worker` — the default runtime, a confluent-kafka consumer-group
+  member (:mod:`.confluent_runtime`); :mod:`.faust_runtime` is the faust-streaming one;
+* ``foldline projector`` — a runtime as a process (docs/PROJECTOR.md).
 """
 
 from __future__ import annotations
 
-from .apply import BatchProjector, BatchReport, SeqGap
-from .worker import DEFAULT_GROUP, ProjectorWorker, WorkerHandle, WorkerSettings, start_worker
+from .confluent_runtime import ProjectorWorker, WorkerHandle, start_worker
+from .fold_apply import BatchProjector, BatchReport, SeqGap
+from .runtime import DEFAULT_GROUP, ProjectorRuntime, WorkerSettings
 
 __all__ = [
     "DEFAULT_GROUP",
     "BatchProjector",
     "BatchReport",
+    "ProjectorRuntime",
     "ProjectorWorker",
     "SeqGap",
     "WorkerHandle",

@@ -1,9 +1,11 @@
 """The projector as a faust-streaming app: one consumer group, one agent, manual acks after the apply.
 
 ``foldline projector --runtime faust`` runs :class:`FaustProjector`; the default runtime is the
-confluent-kafka worker (:mod:`.worker`). Both fold through the same :class:`~.apply.BatchProjector` and
-dead-letter through the same decoding and DLQ code (:class:`~foldline.adapters.kafka_consumer.SessionEventConsumer`),
-so a topic folded by either runtime gives the same folds.
+confluent-kafka worker (:mod:`.confluent_runtime`). Both derive from :class:`~.runtime.ProjectorRuntime`
+(the apply-retry loop, readiness, lag, the one dead-letter path), fold through the same
+:class:`~.fold_apply.BatchProjector` and check records with the same
+:class:`~foldline.adapters.kafka.RecordChecker`, so a topic folded by either runtime gives the same folds
+and the same dead-letter records.
 
 How this runtime avoids faust's known defects (docs/PROJECTOR.md, "The runtimes"):
 
@@ -22,8 +24,8 @@ How this runtime avoids faust's known defects (docs/PROJECTOR.md, "The runtimes"
   :class:`~foldline.errors.StoreUnavailable`, nothing of the batch is acked, the agent stops taking
   events (a restarted agent would ack events past the failed batch) and the worker shuts down with the
   error: the process exits non-zero and the group redelivers from the last commit. A fold-store outage
-  (``StoreUnavailable``) keeps the batch and retries it with backoff, not ready meanwhile, as the
-  confluent worker does. ``stream_wait_empty`` is off, so neither a rebalance nor the shutdown waits
+  (``StoreUnavailable``) keeps the batch and retries it with backoff, not ready meanwhile (the base's
+  loop, as for the confluent worker). ``stream_wait_empty`` is off, so neither a rebalance nor the shutdown waits
   for the acks of a batch that will never be acked.
 * **commits crawl on a transactional topic.** faust marks the offsets a read_committed consumer never
   delivers (transaction markers, aborted records) as committable, but through the offset of the next
@@ -34,7 +36,8 @@ Delivery is at least once and the apply is idempotent (fenced by seq and epoch i
 redelivered after a crash or a rebalance are skipped as duplicates.
 
 The app runs under faust's worker on the process's main thread (it installs the SIGTERM/SIGINT
-handlers): this runtime is a process, not a thread (:func:`~.worker.start_worker` is the in-process one).
+handlers): this runtime is a process, not a thread (:func:`~.confluent_runtime.start_worker` is the
+in-process one).
 """
 
 from __future__ import annotations
@@ -43,29 +46,18 @@ import asyncio
 import logging
 import signal
 import tempfile
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Unpack
 
 import faust
-from confluent_kafka import Message, Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from ..adapters.avro import AvroCodec
-from ..adapters.kafka_consumer import ConsumedEvent, ConsumedItem, DeadLetter, SessionEventConsumer
-from ..adapters.kafka_log import KafkaEventLog, dlq_topic
-from ..errors import ConfigError, FencedError, FoldlineError, StoreUnavailable
-from ..ports.event_log import EventLog
-from ..ports.fold_store import FoldStore
-from .apply import BatchProjector, BatchReport
-from .common import ProjectorState, wait_for_topic
-from .worker import WorkerSettings
+from ..adapters.kafka import RecordChecker, consumed_record
+from ..errors import ConfigError, FoldlineError, StoreUnavailable
+from .fold_apply import BatchReport
+from .runtime import ProjectorRuntime, RuntimeOptions, WorkerSettings
 
-if TYPE_CHECKING:
-    from ..metrics import ProjectorMetrics
-
-__all__ = ["READ_COMMITTED", "FaustProjector", "RecordChecker", "projector_app"]
+__all__ = ["READ_COMMITTED", "FaustProjector", "projector_app"]
 
 _LOG = logging.getLogger("foldline.projector")
 READ_COMMITTED = "read_committed"
@@ -155,162 +147,36 @@ def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = Fal
     )
 
 
-# ------------------------------------------------------------------ decoding and dead letters
-
-
-class RecordChecker(SessionEventConsumer):
-    """:class:`SessionEventConsumer`'s decoding, checks and dead-lettering for records another client consumed.
-
-    It has no consumer of its own: the records come from faust's, converted to confluent-kafka
-    :class:`~confluent_kafka.Message` objects, and go through the same ``_item``/``_dead_letter`` code
-    (Avro framing, writer epoch against the latest lease, log rules per session, DLQ headers).
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        *,
-        topic: str,
-        registry_url: str | None = None,
-        log: EventLog | None = None,
-        timeout_s: float = 10.0,
-        max_sessions: int = 10_000,
-    ) -> None:
-        # deliberately not SessionEventConsumer.__init__: that one subscribes a group consumer
-        self.topic = topic
-        self.max_sessions = max_sessions
-        self.dlq_topic = dlq_topic(topic)
-        self.codec = AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
-        self.timeout_s = timeout_s
-        self._log = log
-        self._dlq = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "logger": logging.getLogger("foldline.kafka"),
-                "enable.idempotence": True,
-                "acks": "all",
-                "message.timeout.ms": max(1000, int(timeout_s * 1000)),
-            }
-        )
-        self._rules = OrderedDict()
-        self._epochs = {}
-        self._dlq_errors = []
-
-    def check(self, messages: Iterable[Message]) -> list[ConsumedItem]:
-        """Typed items for ``messages`` in order; dead letters are durably in the DLQ topic when this returns."""
-        items: list[ConsumedItem] = []
-        dead = 0
-        for msg in messages:
-            item = self._item(msg)
-            if isinstance(item, DeadLetter):
-                self._dead_letter(msg, item.error)
-                dead += 1
-            items.append(item)
-        if dead:
-            self._flush_dead_letters(dead)
-        return items
-
-    def dead_letter_fenced(self, fenced: Sequence[tuple[Message, ConsumedEvent]], epochs: Mapping[str, int]) -> None:
-        """Copy events the store refused as stale (older writer epoch than the fold's) to the DLQ topic."""
-        for msg, ev in fenced:
-            self._dead_letter(msg, FencedError(ev.session_id, ev.epoch, epochs.get(ev.session_id, ev.epoch + 1)))
-        self._flush_dead_letters(len(fenced))
-
-    def _flush_dead_letters(self, count: int) -> None:
-        if self._dlq.flush(self.timeout_s):
-            raise StoreUnavailable(f"dead-letter topic {self.dlq_topic} did not acknowledge {count} record(s)")
-        if self._dlq_errors:
-            raise StoreUnavailable(f"dead-letter write failed: {self._dlq_errors.pop()}")
-
-    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedItem]:
-        raise TypeError("RecordChecker has no consumer: pass consumed records to check()")
-
-    def commit(self) -> None:
-        raise TypeError("RecordChecker has no consumer: the runtime that consumed the records commits them")
-
-    def close(self) -> None:
-        self._dlq.flush(self.timeout_s)
-
-
-def to_message(record: Any) -> Message:
-    """A faust (aiokafka) consumer record as the confluent-kafka Message the decoding code reads."""
-    headers = record.headers
-    if isinstance(headers, Mapping):
-        headers = list(headers.items())
-    return Message(
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        key=record.key,
-        value=record.value,
-        headers=list(headers) if headers else None,
-    )
-
-
 # ------------------------------------------------------------------ the runtime
 
 
-class FaustProjector(ProjectorState):
-    """One projector process on faust; see the module docstring. :meth:`run` blocks until SIGTERM/SIGINT."""
+class FaustProjector(ProjectorRuntime):
+    """One projector process on faust; see the module docstring and :class:`~.runtime.ProjectorRuntime` for
+    the arguments. :meth:`run` blocks until SIGTERM/SIGINT."""
+
+    runtime_name = "faust"
 
     def __init__(
         self,
         settings: WorkerSettings,
         *,
-        store: FoldStore | None = None,
-        log: EventLog | None = None,
-        projector: BatchProjector | None = None,
-        metrics: ProjectorMetrics | None = None,
-        on_ready: Callable[[FaustProjector], None] | None = None,
-        on_batch: Callable[[BatchReport], None] | None = None,
         batch_within_s: float = BATCH_WITHIN_S,
+        **options: Unpack[RuntimeOptions[FaustProjector]],
     ) -> None:
-        super().__init__(on_batch)
-        self.settings = settings
-        self._owns_store = store is None and projector is None
-        self._owns_log = log is None and projector is None
-        if projector is None:
-            if store is None:
-                from ..adapters.redis_folds import RedisFoldStore
-
-                store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=settings.journal)
-            if log is None:
-                log = KafkaEventLog(
-                    settings.bootstrap,
-                    topic=settings.topic,
-                    partitions=settings.partitions,
-                    registry_url=settings.registry_url,
-                )
-            projector = BatchProjector(store, log, metrics=metrics)
-        self.projector = projector
-        self.store = projector.store
-        self.log = projector.log
-        self.metrics = metrics if metrics is not None else projector.metrics
-        self.failure: BaseException | None = None
-        self._on_ready = on_ready
+        super().__init__(settings, **options)
         self._within = batch_within_s
-        self._store_ok = True
-        self._stopping = False
-        self._announced = False
         self._worker: Any = None
         self._stop_requested = False
         self._abandoned = False
         self._checker = RecordChecker(
-            settings.bootstrap, topic=settings.topic, registry_url=settings.registry_url, log=self.log
+            self.dead_letters, topic=settings.topic, registry_url=settings.registry_url, log=self.log
         )
-
-    # ---------------------------------------------------------------- state
-
-    def ready(self) -> bool:
-        """True while the worker holds its partition assignment and the fold store applies."""
-        with self._lock:
-            return self._assigned is not None and self._store_ok and not self._stopping and self.failure is None
 
     # ---------------------------------------------------------------- process lifecycle
 
     def run(self) -> BatchReport:
         """Run faust's worker until SIGTERM/SIGINT; raise the failure that stopped it, if one did."""
-        wait_for_topic(self.settings, lambda: False, time.sleep)
+        self._wait_for_topic()
         with tempfile.TemporaryDirectory(prefix="foldline-faust-") as datadir:
             app = projector_app(self.settings, datadir)
             self._install(app)
@@ -359,11 +225,7 @@ class FaustProjector(ProjectorState):
         assigned: Iterable[Any] = args[0] if args else ()
         parts = {tp.partition for tp in assigned if tp.topic == self.settings.topic}
         ok = await asyncio.to_thread(self._store_answers)
-        with self._lock:
-            self._assigned = parts
-            self._store_ok = ok
-        _LOG.info("assigned partitions %s", sorted(parts))
-        self._maybe_announce()
+        self._partitions_assigned(parts, store_ok=ok)
 
     async def _on_revoked(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
         revoked: Iterable[Any] = args[0] if args else ()
@@ -378,13 +240,6 @@ class FaustProjector(ProjectorState):
         except FoldlineError:
             return False
 
-    def _maybe_announce(self) -> None:
-        if not self._announced and self.ready():
-            self._announced = True
-            _LOG.info("projector ready (group %s, faust runtime)", self.settings.group)
-            if self._on_ready is not None:
-                self._on_ready(self)
-
     # ---------------------------------------------------------------- one batch
 
     async def _apply_batch(self, stream: Any, events: Sequence[Any]) -> None:
@@ -395,10 +250,10 @@ class FaustProjector(ProjectorState):
                 self.failure or StoreUnavailable("a batch was abandoned unapplied; restart from the committed offsets"),
                 len(events),
             )
-        messages = [to_message(ev.message) for ev in events]
+        records = [consumed_record(ev.message) for ev in events]
         try:
-            items = await asyncio.to_thread(self._checker.check, messages)
-            report = await self._apply_until_done(items, messages)
+            batch = await asyncio.to_thread(self._checker.check, records)
+            report = await self._apply_until_done_async(batch)
         except asyncio.CancelledError:
             self._abandoned = True  # shutdown (or a restart): nothing of this batch is acked
             raise
@@ -409,38 +264,7 @@ class FaustProjector(ProjectorState):
         # commit (the highest contiguous acked offset per partition) never passes an unapplied event.
         for ev in events:
             await stream.ack(ev)
-        self._observe(items, report)
-
-    async def _apply_until_done(self, items: Sequence[ConsumedItem], messages: Sequence[Message]) -> BatchReport:
-        pause = 0.05
-        while True:
-            try:
-                report = await asyncio.to_thread(self._project, items, messages)
-            except StoreUnavailable as exc:
-                with self._lock:
-                    self._store_ok = False
-                _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(items), exc, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
-                continue
-            with self._lock:
-                self._store_ok = True
-            self._maybe_announce()
-            return report
-
-    def _project(self, items: Sequence[ConsumedItem], messages: Sequence[Message]) -> BatchReport:
-        report = self.projector.project(items)
-        if report.fenced:
-            by_offset = {(m.partition(), m.offset()): m for m in messages}
-            epochs: dict[str, int] = {}
-            for sid in {ev.session_id for ev in report.fenced}:
-                fold = self.store.get(sid)
-                if fold is not None:
-                    epochs[sid] = fold.epoch
-            self._checker.dead_letter_fenced(
-                [(by_offset[(ev.partition, ev.offset)], ev) for ev in report.fenced], epochs
-            )
-        return report
+        self._observe(batch.items, report)
 
     async def _fail(self, exc: BaseException, size: int) -> None:
         """Stop the worker with ``exc``; this agent takes (and acks) nothing more."""
@@ -483,15 +307,3 @@ class FaustProjector(ProjectorState):
                 if fetched is not None and fetched >= high:
                     position = int(fetched)
             self._publish_lag(part, int(high), position)
-
-    def _shutdown(self) -> None:
-        with self._lock:
-            self._stopping = True
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        self._checker.close()
-        if self._owns_store:
-            self.store.close()
-        if self._owns_log:
-            self.log.close()

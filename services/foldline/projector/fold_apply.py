@@ -1,8 +1,8 @@
 """Folding consumed session events into a fold store, independent of the consumer runtime.
 
-:class:`BatchProjector` takes a batch of typed consumer items (:mod:`foldline.adapters.kafka_consumer`:
-events, leases, dead letters) from any runtime — the confluent-kafka worker, a test, another consumer
-runtime — and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched call:
+:class:`BatchProjector` takes a batch of typed consumer items (:mod:`foldline.adapters.kafka.records`:
+events, leases, dead letters) from any runtime — the confluent-kafka worker, the faust app, a test —
+and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched call:
 
 1. Events are grouped per session into *runs*: contiguous seqs of one writer epoch, in arrival order.
 2. Each run becomes a :class:`~foldline.core.fold.FoldDelta`; a run holding a surface replace
@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..adapters.kafka_consumer import ConsumedEvent, ConsumedItem, ConsumedLease, DeadLetter
+from ..adapters.kafka.records import ConsumedEvent, ConsumedItem, ConsumedLease, DeadLetter
 from ..core.fold import FoldDelta, fold_delta, fold_state
 from ..core.projection import Session
 from ..errors import SessionNotFound, StoreUnavailable

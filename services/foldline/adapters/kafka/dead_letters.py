@@ -1,0 +1,250 @@
+"""Checking consumed records, and the one way a record that cannot be applied reaches ``<topic>.dlq``.
+
+:class:`RecordChecker` turns each consumed record into a typed item (docs/KAFKA.md, "What a consumer
+must check"): the record kind is ``event`` or ``lease``; the value decodes
+(:class:`~foldline.errors.AvroDecodeError`, :class:`~foldline.errors.UnknownSchemaError`,
+core shape/rule errors); the record's writer epoch is not older than the session's latest lease seen
+(:class:`~foldline.errors.FencedError` — defence in depth: a take-over fences the previous owner before
+it writes the lease record, so the log's own records never fail it); and the event continues its
+session under the log rules (:class:`~foldline.core.validation.LogRules`). A session first met
+mid-stream is anchored by reading its prefix through ``log`` (cost bounded by the session) when one is
+given.
+
+:class:`DeadLetterWriter` copies a record that cannot be applied to the dead-letter topic: the original
+key, value bytes and headers, plus ``fl-dlq-reason`` (the error's message), ``fl-dlq-error`` (its
+type), ``fl-dlq-rule`` (the broken rule, empty if none), ``fl-dlq-topic``, ``fl-dlq-partition`` and
+``fl-dlq-offset``. Records the checker refuses and events the fold store refuses as stale go through
+it alike, whichever consumer runtime read them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from ...core.events import Envelope
+from ...core.validation import LogRules
+from ...errors import ConfigError, FencedError, FoldlineError, FormatError, StoreUnavailable, ValidationError
+from ...ports.event_log import EventLog
+from ..avro import AvroCodec
+from .clients import client_settings, flush
+from .records import (
+    DEFAULT_TOPIC,
+    HEADER_EPOCH,
+    HEADER_KIND,
+    KIND_EVENT,
+    KIND_LEASE,
+    ConsumedBatch,
+    ConsumedEvent,
+    ConsumedItem,
+    ConsumedLease,
+    DeadLetter,
+    Record,
+    headers_of,
+)
+
+__all__ = [
+    "DLQ_HEADER_ERROR",
+    "DLQ_HEADER_OFFSET",
+    "DLQ_HEADER_PARTITION",
+    "DLQ_HEADER_REASON",
+    "DLQ_HEADER_RULE",
+    "DLQ_HEADER_TOPIC",
+    "DeadLetterWriter",
+    "RecordChecker",
+]
+
+_LOG = logging.getLogger("foldline.kafka")
+DLQ_HEADER_REASON = "fl-dlq-reason"
+DLQ_HEADER_ERROR = "fl-dlq-error"
+DLQ_HEADER_RULE = "fl-dlq-rule"
+DLQ_HEADER_TOPIC = "fl-dlq-topic"
+DLQ_HEADER_PARTITION = "fl-dlq-partition"
+DLQ_HEADER_OFFSET = "fl-dlq-offset"
+
+
+class DeadLetterWriter:
+    """An idempotent producer of dead-letter records; :meth:`write` then :meth:`flush` (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        dlq_topic: str,
+        *,
+        timeout_s: float = 10.0,
+        client_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.dlq_topic = dlq_topic
+        self.timeout_s = timeout_s
+        self._errors: list[KafkaError] = []
+        self._pending = 0
+        try:
+            self._producer = Producer(
+                client_settings(
+                    bootstrap,
+                    client_config,
+                    {"enable.idempotence": True, "acks": "all", "message.timeout.ms": max(1000, int(timeout_s * 1000))},
+                )
+            )
+        except KafkaException as exc:
+            raise ConfigError(f"invalid Kafka producer configuration for {dlq_topic}: {exc}") from exc
+
+    def write(self, record: Record, error: FoldlineError) -> None:
+        """Queue the dead-letter copy of ``record``; durable only after :meth:`flush`."""
+        errors = self._errors
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+
+        rule = getattr(error, "rule", "") or ""
+        headers: list[tuple[str, str | bytes | None]] = [
+            *headers_of(record).items(),
+            (DLQ_HEADER_REASON, str(error).encode()),
+            (DLQ_HEADER_ERROR, type(error).__name__.encode()),
+            (DLQ_HEADER_RULE, str(rule).encode()),
+            (DLQ_HEADER_TOPIC, (record.topic() or "").encode()),
+            (DLQ_HEADER_PARTITION, str(record.partition()).encode()),
+            (DLQ_HEADER_OFFSET, str(record.offset()).encode()),
+        ]
+        _LOG.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), error)
+        try:
+            self._producer.produce(
+                self.dlq_topic, value=record.value(), key=record.key(), headers=headers, on_delivery=on_delivery
+            )
+        except (KafkaException, BufferError) as exc:
+            raise StoreUnavailable(f"cannot write to the dead-letter topic {self.dlq_topic}: {exc}") from exc
+        self._pending += 1
+
+    def flush(self) -> None:
+        """Return once every queued dead letter is acknowledged; StoreUnavailable when one is not."""
+        count, self._pending = self._pending, 0
+        try:
+            left = flush(self._producer, self.timeout_s)
+        except KafkaException as exc:
+            raise StoreUnavailable(f"dead-letter write failed: {exc}") from exc
+        if left:
+            raise StoreUnavailable(f"dead-letter topic {self.dlq_topic} did not acknowledge {count} record(s)")
+        if self._errors:
+            raise StoreUnavailable(f"dead-letter write failed: {self._errors.pop()}")
+
+    def write_all(self, letters: Iterable[tuple[Record, FoldlineError]]) -> None:
+        """:meth:`write` each ``(record, error)``, then :meth:`flush`."""
+        for record, error in letters:
+            self.write(record, error)
+        self.flush()
+
+    def close(self) -> None:
+        try:
+            flush(self._producer, self.timeout_s)
+        except KafkaException as exc:
+            raise StoreUnavailable(f"dead-letter write failed: {exc}") from exc
+
+
+class RecordChecker:
+    """Decodes and checks consumed records of one topic (see the module docstring); not thread-safe.
+
+    The codec is ``codec``, or one for the topic's subject (``<topic>-value``, through ``registry_url``).
+
+    Rule state is kept for the sessions seen most recently. With an event log to re-anchor from, at most
+    ``max_sessions`` are kept (a long-running consumer meets unboundedly many sessions); a session
+    evicted and met again costs one read of its prefix. Without a log nothing can be re-anchored, so
+    nothing is evicted.
+    """
+
+    def __init__(
+        self,
+        dead_letters: DeadLetterWriter,
+        *,
+        topic: str = DEFAULT_TOPIC,
+        codec: AvroCodec | None = None,
+        registry_url: str | None = None,
+        log: EventLog | None = None,
+        max_sessions: int = 10_000,
+    ) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        self.dead_letters = dead_letters
+        self.codec = codec or AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
+        self.max_sessions = max_sessions
+        self._log = log
+        self._rules: OrderedDict[str, LogRules] = OrderedDict()
+        self._epochs: dict[str, int] = {}
+
+    @property
+    def tracked_sessions(self) -> int:
+        """How many sessions' rule state this checker holds (at most ``max_sessions`` when it has a log)."""
+        return len(self._rules)
+
+    def check(self, records: Sequence[Record]) -> ConsumedBatch:
+        """Typed items for ``records`` in order; dead letters are durably in the DLQ topic when this returns."""
+        items: list[ConsumedItem] = []
+        dead = False
+        for msg in records:
+            item = self.item(msg)
+            if isinstance(item, DeadLetter):
+                self.dead_letters.write(msg, item.error)
+                dead = True
+            items.append(item)
+        if dead:
+            self.dead_letters.flush()
+        return ConsumedBatch(records, items)
+
+    def item(self, msg: Record) -> ConsumedItem:
+        """The typed item of one record (a :class:`DeadLetter` is not written anywhere by this)."""
+        part = msg.partition() or 0
+        off = msg.offset() or 0
+        key = msg.key()
+        sid = key.decode(errors="replace") if key is not None else None
+        headers = headers_of(msg)
+        try:
+            if sid is None:
+                raise FormatError("kafka-record", "record has no key (session id)")
+            try:
+                epoch = int(headers.get(HEADER_EPOCH, b"0"))
+            except ValueError as exc:
+                raise FormatError("kafka-record", f"bad {HEADER_EPOCH} header") from exc
+            kind = headers.get(HEADER_KIND, KIND_EVENT)
+            if kind == KIND_LEASE:
+                self._epochs[sid] = max(epoch, self._epochs.get(sid, 0))
+                return ConsumedLease(sid, epoch, part, off)
+            if kind != KIND_EVENT:
+                raise FormatError("kafka-record", f"unknown record kind {kind!r}")
+            latest = self._epochs.get(sid, 0)
+            if epoch < latest:
+                raise FencedError(sid, epoch, latest)
+            event = self.codec.decode(msg.value())
+            self._check(sid, event)
+            return ConsumedEvent(sid, event, epoch, part, off)
+        except FoldlineError as exc:
+            return DeadLetter(sid, exc, part, off)
+
+    def _check(self, sid: str, event: Envelope) -> None:
+        rules = self._rules.get(sid)
+        if rules is None or rules.next_seq != event.seq:
+            if event.seq == 0:
+                rules = LogRules()
+            elif self._log is not None:
+                rules = LogRules()
+                rules.check_batch(self._log.read(sid, 0, event.seq))
+                if rules.next_seq != event.seq:
+                    raise ValidationError(
+                        "seq-gapless", f"session {sid!r} has {rules.next_seq} events before this one", seq=event.seq
+                    )
+            else:
+                raise ValidationError(
+                    "seq-gapless",
+                    f"session {sid!r}: event seq {event.seq} does not continue what this consumer has seen "
+                    "(give the consumer the event log to anchor sessions met mid-stream)",
+                    seq=event.seq,
+                )
+            self._rules[sid] = rules
+            if self._log is not None:
+                while len(self._rules) > self.max_sessions:
+                    self._rules.popitem(last=False)
+        self._rules.move_to_end(sid)
+        rules.check(event)

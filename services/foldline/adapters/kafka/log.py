@@ -1,0 +1,506 @@
+"""The Kafka event log: Avro session events on a partitioned topic, one fenced writer per session.
+
+Layout (docs/KAFKA.md has the full argument):
+
+* ``<topic>`` (default ``foldline.session-events``, 12 partitions): one record per event, key = session
+  id, value = the self-describing Avro envelope (:mod:`foldline.adapters.avro`), headers
+  ``fl-kind=event``, ``fl-epoch``, ``fl-batch``. ``acquire`` writes a ``fl-kind=lease`` record (no value).
+* ``<topic>.index`` (compacted, same partition count, same partition per session): the latest entry
+  per session — lease epoch, the data offset of every event, and the session's owner (the
+  transactional id of the producer allowed to write it) (:mod:`.index`).
+* ``<topic>.dlq``: records a consumer could not apply, with the reason in headers (:mod:`.dead_letters`).
+
+**Group commit.** Appends from any number of threads and sessions are queued and committed together:
+one Kafka transaction on this instance's transactional producer (its *writer*, :mod:`.writer`) holds every
+queued batch's event records and one index record per session. ``append`` returns when that transaction
+has committed; a batch is visible to ``read_committed`` readers all at once or never.
+
+**One writer per session.** The index names each session's owner writer. Before a writer appends to
+a session it does not own it *takes it over*: through the session's own transactional id
+(``<topic>:<session>``, which serializes concurrent take-overs) it fences the previous owner's
+producer (``init_transactions`` with the owner's transactional id aborts its open transaction and
+rejects everything it sends afterwards), re-reads the session — now exact — and commits an index entry
+naming itself. A writer keeps the state of the sessions it owns and checks ``expected_seq`` and the
+lease epoch against it before anything is sent; if its producer is fenced the commit fails, nothing of
+that transaction becomes visible, and each waiting append takes its session over again and re-checks.
+
+**Reading one session** costs the session's size (:mod:`.reader`): the index partition is tailed (one
+small entry per session after compaction), then exactly the listed offsets are fetched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from ...core.events import Envelope
+from ...core.validation import LogRules
+from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
+from ...ports.event_log import EventLog, WriterLease
+from ..avro import AvroCodec
+from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
+from .index import SessionState, encode_index
+from .partitioning import partition_for
+from .reader import SessionReader
+from .records import (
+    DEFAULT_TOPIC,
+    HEADER_BATCH,
+    HEADER_EPOCH,
+    HEADER_KIND,
+    KIND_LEASE,
+    MAX_RECORD_BYTES,
+    dlq_topic,
+    index_topic,
+)
+from .topics import ensure_topics
+from .writer import AppendRequest, Committer, GroupWriter, Retry, SessionWriter, WriterContext, WriterIds
+
+__all__ = ["KafkaEventLog"]
+
+_MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); more only thrash the coordinator
+_MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
+
+
+class _SessionLock:
+    """One session's lock in :attr:`KafkaEventLog._session_locks`, dropped when its last user leaves."""
+
+    __slots__ = ("_lock", "_log", "_session_id")
+
+    def __init__(self, log: KafkaEventLog, session_id: str) -> None:
+        self._log = log
+        self._session_id = session_id
+        self._lock: threading.Lock | None = None
+
+    def __enter__(self) -> None:
+        locks = self._log._session_locks
+        with self._log._locks_lock:
+            lock, users = locks.get(self._session_id, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            locks[self._session_id] = (lock, users + 1)
+        self._lock = lock
+        lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        locks = self._log._session_locks
+        with self._log._locks_lock:
+            lock, users = locks[self._session_id]
+            if users == 1:
+                del locks[self._session_id]
+            else:
+                locks[self._session_id] = (lock, users - 1)
+
+
+@dataclass(slots=True)
+class _Owned:
+    """A session this instance owns: its exact state and validation rules, valid while its writer lives.
+
+    ``writer`` is the group writer's id, or (with ``solo``) the session's own transactional id.
+    """
+
+    writer: str
+    state: SessionState
+    rules: LogRules | None = None
+    solo: SessionWriter | None = None
+
+    def live(self, group_writer: str) -> bool:
+        if self.solo is not None:
+            return self.solo.writer_id is not None
+        return self.writer == group_writer
+
+
+class KafkaEventLog(EventLog):
+    """:class:`~foldline.ports.event_log.EventLog` on Kafka; see the module docstring and docs/KAFKA.md.
+
+    Thread-safe: appends from many threads (any sessions) are committed together. ``timeout_s`` bounds
+    every broker wait of one call (metadata, take-over, reads) and every group transaction: a broker
+    that does not answer makes the call fail with :class:`~foldline.errors.StoreUnavailable` (an
+    append within about ``2 * timeout_s``). ``max_writers`` is how many owned sessions keep their state
+    and validation rules warm (LRU); a session evicted from it is re-read on its next append.
+    ``writers`` transactional producers share the partitions (writer ``k`` commits partitions
+    ``p % writers == k``): more writers mean more transactions in flight and a smaller share of
+    sessions disturbed when another instance takes one over.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:19092",
+        *,
+        topic: str = DEFAULT_TOPIC,
+        partitions: int = 12,
+        replication_factor: int = 1,
+        timeout_s: float = 10.0,
+        registry_url: str | None = None,
+        codec: AvroCodec | None = None,
+        transaction_timeout_ms: int = 5_000,
+        max_writers: int = 4096,
+        create_topics: bool = True,
+        client_config: Mapping[str, Any] | None = None,
+        writers: int = 1,
+    ) -> None:
+        if partitions < 1:
+            raise ConfigError("partitions must be >= 1")
+        if max_writers < 1:
+            raise ConfigError("max_writers must be >= 1")
+        if writers < 1:
+            raise ConfigError("writers must be >= 1")
+        self._writer_count = writers
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.index_topic = index_topic(topic)
+        self.dlq_topic = dlq_topic(topic)
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.timeout_s = timeout_s
+        self.codec = codec or AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
+        self._max_writers = max_writers
+        self._create_topics = create_topics
+        self._clients = KafkaClients(
+            bootstrap, timeout_s=timeout_s, client_config=client_config, transaction_timeout_ms=transaction_timeout_ms
+        )
+        self._reader = SessionReader(
+            self._clients,
+            topic=topic,
+            index_topic=self.index_topic,
+            partitions=partitions,
+            decode=self.codec.decode,
+        )
+        self._ids = WriterIds()
+        self._context = WriterContext(self._clients, topic, self.index_topic, self._encode, self._ids)
+        self._ready_lock = threading.Lock()
+        self._closed = False
+        self._owned_lock = threading.Lock()
+        self._locks_lock = threading.Lock()
+        self._session_locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._taking_over = threading.BoundedSemaphore(_MAX_TAKE_OVERS)
+        self._owned: OrderedDict[str, _Owned] = OrderedDict()
+        self._writers: list[GroupWriter] = []
+
+    # -------------------------------------------------------------- EventLog
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        if not events:
+            return self.head(session_id)
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        part = partition_for(session_id, self.partitions)
+        writer = self._writer_for(part)
+        with self._session_lock(session_id):
+            fresh = False
+            while True:
+                owned, loaded = self._own(session_id, deadline, expected_seq=expected_seq, lease=lease)
+                fresh = fresh or loaded
+                state = owned.state
+                if (lease is not None and lease.epoch != state.epoch) or expected_seq != state.next_seq:
+                    if not fresh:
+                        # This state may predate another instance's take-over: read it again first.
+                        self._disown(session_id)
+                        fresh = True
+                        continue
+                    if lease is not None and lease.epoch != state.epoch:
+                        raise FencedError(session_id, lease.epoch, state.epoch)
+                    raise ConflictError(session_id, expected_seq, state.next_seq)
+                if owned.rules is None:
+                    owned.rules = self._rules_for(session_id, state, deadline)
+                # encoded and checked by the writer: a refused batch sends nothing and leaves the rules as they were
+                request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
+                committer: Committer = owned.solo if owned.solo is not None else writer
+                try:
+                    committer.send(request)
+                except BaseException:
+                    self._disown(session_id)
+                    raise
+                if not request.done.wait(2 * (self.timeout_s + 5.0) + 1.0):
+                    # The commit thread bounds every transaction, so this is a stuck client: give up on
+                    # this writer (the next one fences it, which settles the transaction) and report.
+                    self._disown(session_id)
+                    committer.replace(owned.writer, fenced=False)
+                    raise StoreUnavailable(
+                        f"Kafka did not confirm the append to session {session_id!r}; the outcome is unknown — "
+                        "re-read the session head before retrying"
+                    )
+                if isinstance(request.error, Retry):
+                    # Our writer was fenced by another instance's take-over: nothing of it was written.
+                    self._disown(session_id)
+                    if time.monotonic() >= deadline:
+                        raise StoreUnavailable(
+                            f"append to session {session_id!r}: the writer was fenced again and again for "
+                            f"{self.timeout_s:g}s (other instances keep taking the session over); nothing was written"
+                        )
+                    fresh = True
+                    continue
+                if request.refused:
+                    assert request.error is not None
+                    raise request.error
+                if request.error is not None:
+                    self._disown(session_id)  # its rules already count the batch
+                    raise request.error
+                entry = request.entry
+                assert entry is not None
+                if request.chunk is not None:
+                    self._reader.remember_chunk(session_id, state.chunks, request.chunk)
+                state.offsets.extend(request.offsets)
+                state.chunks, state.sealed, state.tail = entry.chunks, entry.sealed, entry.tail
+                self._reader.remember(session_id, entry)
+                return state.next_seq
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        state = self._load_state(session_id, deadline)
+        end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
+        if from_seq >= end:
+            return []
+        return self._reader.events(session_id, state, max(from_seq, 0), end, deadline)
+
+    def head(self, session_id: str) -> int:
+        self._ensure_ready()
+        return self._load_state(session_id, self._clients.deadline()).next_seq
+
+    def sessions(self) -> list[str]:
+        self._ensure_ready()
+        return self._reader.sessions(self._clients.deadline())
+
+    def acquire(self, session_id: str) -> WriterLease:
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        with self._session_lock(session_id):
+            owned, _ = self._own(session_id, deadline, new_epoch=True)
+            return WriterLease(session_id, owned.state.epoch)
+
+    def close(self) -> None:
+        with self._ready_lock:
+            if self._closed:
+                return
+            self._closed = True
+        for writer in self._writers:
+            writer.close()
+        with self._owned_lock:
+            solos = [o.solo for o in self._owned.values() if o.solo is not None]
+            self._owned.clear()
+        for solo in solos:
+            solo.close()
+        self._reader.close()
+
+    # -------------------------------------------------------------- owning sessions
+
+    def _session_lock(self, session_id: str) -> _SessionLock:
+        """Serializes this instance's appends and take-overs of one session (other sessions go on)."""
+        return _SessionLock(self, session_id)
+
+    def _disown(self, session_id: str) -> None:
+        with self._owned_lock:
+            owned = self._owned.pop(session_id, None)
+        if owned is not None and owned.solo is not None:
+            owned.solo.close()
+
+    def _own(
+        self,
+        session_id: str,
+        deadline: float,
+        *,
+        expected_seq: int | None = None,
+        lease: WriterLease | None = None,
+        new_epoch: bool = False,
+    ) -> tuple[_Owned, bool]:
+        """The session's exact state under this instance's live writer, taking the session over if needed.
+
+        Returns the owned entry and whether its state was read now. Raises :class:`FencedError` /
+        :class:`ConflictError` when the committed state already rules the append out (before fencing
+        anyone: a stale writer never disturbs the rightful one).
+        """
+        writer = self._writer_for(partition_for(session_id, self.partitions))
+        while True:
+            writer_id = writer.current(deadline)
+            with self._owned_lock:
+                owned = self._owned.get(session_id)
+                if owned is not None and owned.live(writer_id) and not new_epoch:
+                    self._owned.move_to_end(session_id)
+                    return owned, False
+            self._disown(session_id)
+            state = self._load_state(session_id, deadline)
+            if state.owner == writer_id and not new_epoch:
+                # Nobody took it over since our writer last committed to it (a take-over fences our
+                # writer first, and the next commit would fail): the committed state is exact.
+                return self._keep(session_id, _Owned(writer_id, state)), True
+            # Epochs and heads never go back: these refusals need no take-over.
+            if lease is not None and lease.epoch != state.epoch:
+                raise FencedError(session_id, lease.epoch, state.epoch)
+            if expected_seq is not None and expected_seq < state.next_seq:
+                raise ConflictError(session_id, expected_seq, state.next_seq)
+            if not self._taking_over.acquire(timeout=self._clients.remaining(deadline)):
+                raise StoreUnavailable(
+                    f"taking session {session_id!r} over: {_MAX_TAKE_OVERS} other take-overs kept every slot busy "
+                    f"for {self.timeout_s:g}s"
+                )
+            try:
+                state, solo = self._take_over(session_id, writer_id, deadline, expected_seq, lease, new_epoch)
+            except Retry:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"taking session {session_id!r} over did not settle within {self.timeout_s:g}s: other "
+                        "instances keep taking it over at the same time"
+                    ) from None
+                continue
+            finally:
+                self._taking_over.release()
+            if solo is not None:
+                return self._keep(session_id, _Owned(solo.writer_id or "", state, solo=solo)), True
+            return self._keep(session_id, _Owned(writer_id, state)), True
+
+    def _keep(self, session_id: str, owned: _Owned) -> _Owned:
+        evicted: list[_Owned] = []
+        with self._owned_lock:
+            self._owned[session_id] = owned
+            self._owned.move_to_end(session_id)
+            while len(self._owned) > self._max_writers:
+                evicted.append(self._owned.popitem(last=False)[1])
+            solos = [sid for sid, o in self._owned.items() if o.solo is not None]
+            for sid in solos[: max(0, len(solos) - _MAX_SOLO)]:
+                if sid != session_id and sid not in self._session_locks:  # not in the middle of an append
+                    evicted.append(self._owned.pop(sid))
+        for o in evicted:
+            if o.solo is not None:
+                o.solo.close()
+        return owned
+
+    def _take_over(
+        self,
+        session_id: str,
+        writer_id: str,
+        deadline: float,
+        expected_seq: int | None,
+        lease: WriterLease | None,
+        new_epoch: bool,
+    ) -> tuple[SessionState, SessionWriter | None]:
+        """Make this instance the session's owner (and, for ``acquire``, raise the lease epoch).
+
+        1. ``init_transactions`` on the session's transactional id: concurrent take-overs of this session
+           are serialized (the older one is fenced and fails its commit) and none is left half done;
+           a previous owner writing through this same id is fenced by it.
+        2. Read the session; fence its owner's producer if that is another one (``init_transactions``
+           with the owner's id), which aborts the owner's open transaction and rejects all it sends
+           from now on.
+        3. Read the session again — exact now — check, and commit the new index entry (and the lease
+           record) in the session's transaction.
+
+        A new session, or one last written by this instance's group writer, joins the group writer. A
+        session taken from another instance stays on its own producer (returned as a
+        :class:`~.writer.SessionWriter`), so that handing it back and forth fences only that session.
+        """
+        clients = self._clients
+        part = partition_for(session_id, self.partitions)
+        session_txid = f"{self.topic}:{session_id}"
+        producer = clients.transactional_producer(session_txid, SESSION_PRODUCER)
+        keep = False
+        try:
+            try:
+                producer.init_transactions(clients.remaining(deadline))
+            except KafkaException as exc:
+                raise clients.unavailable(f"taking session {session_id!r} over", exc) from exc
+            state = self._load_state(session_id, deadline)
+            previous = state.owner
+            if previous not in (None, writer_id, session_txid) and previous not in self._ids.dead:
+                assert previous is not None
+                clients.fence(previous, deadline)
+                self._ids.dead.add(previous)
+                state = self._load_state(session_id, deadline)
+            if not new_epoch:
+                if lease is not None and lease.epoch != state.epoch:
+                    raise FencedError(session_id, lease.epoch, state.epoch)
+                if expected_seq is not None and expected_seq != state.next_seq:
+                    raise ConflictError(session_id, expected_seq, state.next_seq)
+            solo = previous is not None and previous not in self._ids.mine
+            owner = session_txid if solo else writer_id
+            entry = state.entry(state.epoch + (1 if new_epoch else 0), owner)
+            try:
+                producer.begin_transaction()
+                if new_epoch:
+                    producer.produce(
+                        self.topic,
+                        value=None,
+                        key=session_id,
+                        partition=part,
+                        headers=[
+                            (HEADER_KIND, KIND_LEASE),
+                            (HEADER_EPOCH, str(entry.epoch).encode()),
+                            (HEADER_BATCH, uuid.uuid4().hex.encode()),
+                        ],
+                    )
+                producer.produce(self.index_topic, value=encode_index(entry), key=session_id, partition=part)
+                producer.commit_transaction(clients.remaining(deadline))
+            except (KafkaException, BufferError) as exc:
+                err = kafka_error(exc) if isinstance(exc, KafkaException) else None
+                if err is not None and err.code() in FENCED_CODES:
+                    raise Retry() from exc  # a concurrent take-over of this session won; read again
+                raise clients.unavailable(
+                    f"taking session {session_id!r} over (the take-over may or may not have committed; "
+                    "the next attempt settles it)",
+                    exc,
+                ) from exc
+            self._reader.remember(session_id, entry)
+            state.epoch, state.owner = entry.epoch, owner
+            keep = solo
+            return state, SessionWriter(self._context, producer, session_txid) if solo else None
+        finally:
+            if not keep:
+                discard(producer, f"the take-over producer of {session_id!r}")
+
+    def _encode(self, events: Sequence[Envelope]) -> list[bytes]:
+        encode = self.codec.encode
+        values = []
+        for e in events:
+            value = encode(e)
+            if len(value) > MAX_RECORD_BYTES:
+                raise ValidationError(
+                    "record-size",
+                    f"event seq {e.seq} encodes to {len(value):,} bytes, over the {MAX_RECORD_BYTES:,}-byte Kafka "
+                    "record limit; keep large content in attachments",
+                    seq=e.seq,
+                )
+            values.append(value)
+        return values
+
+    def _rules_for(self, session_id: str, state: SessionState, deadline: float) -> LogRules:
+        rules = LogRules()
+        if state.next_seq:
+            rules.check_batch(self._reader.events(session_id, state, 0, state.next_seq, deadline))
+        return rules
+
+    def _load_state(self, session_id: str, deadline: float) -> SessionState:
+        """The session's committed state: its latest index entry with every event's offset."""
+        return self._reader.state(session_id, deadline)
+
+    # -------------------------------------------------------------- topics and writers
+
+    def _ensure_ready(self) -> None:
+        if self._writers and not self._closed:
+            return  # set once, under the lock below
+        with self._ready_lock:
+            if self._closed:
+                raise StoreUnavailable("this KafkaEventLog is closed")
+            if self._writers:
+                return
+            ensure_topics(
+                self._clients,
+                self.topic,
+                partitions=self.partitions,
+                replication_factor=self.replication_factor,
+                create=self._create_topics,
+            )
+            self._writers = [GroupWriter(self._context, k) for k in range(min(self._writer_count, self.partitions))]
+
+    def _writer_for(self, part: int) -> GroupWriter:
+        """The writer of a partition: writer ``k`` commits partitions ``p`` with ``p % writers == k``."""
+        return self._writers[part % len(self._writers)]

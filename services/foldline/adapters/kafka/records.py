@@ -1,0 +1,159 @@
+"""What a record on the session-event topics is: topic names, header names, record kinds, size limits.
+
+Also what a consumed record becomes (:data:`ConsumedItem`: an event, a lease, or a dead letter) and how
+its headers are read. docs/KAFKA.md, "Topics", has the layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from confluent_kafka import Message
+
+from ...core.events import Envelope
+from ...errors import FoldlineError
+
+__all__ = [
+    "DEFAULT_TOPIC",
+    "HEADER_BATCH",
+    "HEADER_EPOCH",
+    "HEADER_KIND",
+    "KIND_EVENT",
+    "KIND_LEASE",
+    "MAX_MESSAGE_BYTES",
+    "MAX_RECORD_BYTES",
+    "ConsumedBatch",
+    "ConsumedEvent",
+    "ConsumedItem",
+    "ConsumedLease",
+    "DeadLetter",
+    "ForeignRecord",
+    "Record",
+    "consumed_record",
+    "dlq_topic",
+    "header",
+    "headers_of",
+    "index_topic",
+]
+
+DEFAULT_TOPIC = "foldline.session-events"
+HEADER_KIND = "fl-kind"
+HEADER_EPOCH = "fl-epoch"
+HEADER_BATCH = "fl-batch"
+KIND_EVENT = b"event"
+KIND_LEASE = b"lease"
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_RECORD_BYTES = MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
+
+Record: TypeAlias = Message
+"""A record as consumed from Kafka (confluent-kafka's ``Message``; :func:`consumed_record` makes one)."""
+
+
+def index_topic(topic: str) -> str:
+    return topic + ".index"
+
+
+def dlq_topic(topic: str) -> str:
+    return topic + ".dlq"
+
+
+def header(msg: Record, name: str) -> bytes | None:
+    """The value of the first header ``name`` (None when absent or not bytes)."""
+    headers = msg.headers()
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    for key, value in items:
+        if key == name:
+            return value if isinstance(value, bytes) else None
+    return None
+
+
+def headers_of(msg: Record) -> dict[str, bytes]:
+    """Every header of a record as bytes (a header without a value is left out)."""
+    raw = msg.headers()
+    if not raw:
+        return {}
+    items = raw.items() if isinstance(raw, dict) else raw
+    return {k: v.encode() if isinstance(v, str) else v for k, v in items if v is not None}
+
+
+class ForeignRecord(Protocol):
+    """A record another Kafka client consumed (aiokafka's ``ConsumerRecord``, as faust hands it over)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None: ...
+
+
+def consumed_record(record: ForeignRecord) -> Record:
+    """A record another Kafka client consumed, as the record checks and the dead-letter writer read it."""
+    headers = record.headers
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else headers
+    return Message(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        headers=list(pairs) if pairs else None,
+    )
+
+
+# ---------------------------------------------------------------- consumed items
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedEvent:
+    session_id: str
+    event: Envelope
+    epoch: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedLease:
+    session_id: str
+    epoch: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    session_id: str | None
+    error: FoldlineError
+    partition: int
+    offset: int
+
+
+ConsumedItem: TypeAlias = ConsumedEvent | ConsumedLease | DeadLetter
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedBatch:
+    """Consumed records and their typed items, one item per record, in the same order.
+
+    The records are kept so that an item refused later (a stale event the fold store fences) is
+    dead-lettered with its original bytes and headers.
+    """
+
+    records: Sequence[Record]
+    items: list[ConsumedItem]
+
+    def records_of(self, items: Sequence[ConsumedItem]) -> list[Record]:
+        """The consumed record of each of ``items`` (items of this batch)."""
+        by_position = {(r.partition() or 0, r.offset() or 0): r for r in self.records}
+        return [by_position[(item.partition, item.offset)] for item in items]

@@ -1,0 +1,102 @@
+"""Creating and checking the log's topics (events, index, dead letters), and waiting for one to exist."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from ...errors import ConfigError
+from .clients import KafkaClients, client_settings, kafka_error
+from .records import MAX_MESSAGE_BYTES, dlq_topic, index_topic
+
+__all__ = ["ensure_topics", "wait_for_topic"]
+
+_LOG = logging.getLogger("foldline.kafka")
+
+
+def ensure_topics(clients: KafkaClients, topic: str, *, partitions: int, replication_factor: int, create: bool) -> None:
+    """Create the missing topics of the log ``topic`` (with ``create``) and check their partition counts.
+
+    Raises :class:`~foldline.errors.ConfigError` for topics that are missing (``create`` off) or have
+    another partition count (sessions would map to the wrong partitions), and
+    :class:`~foldline.errors.StoreUnavailable` when the broker does not answer within the clients' timeout.
+    """
+    admin = clients.admin()
+    timeout_s = clients.timeout_s
+    wanted = {
+        topic: {"max.message.bytes": str(MAX_MESSAGE_BYTES)},
+        index_topic(topic): {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES)},
+        dlq_topic(topic): {"max.message.bytes": str(MAX_MESSAGE_BYTES)},
+    }
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+        missing = [t for t in wanted if t not in md.topics]
+        if missing and not create:
+            raise ConfigError(f"Kafka topics {missing} do not exist and create_topics is off")
+        if missing:
+            futures = admin.create_topics(
+                [NewTopic(t, partitions, replication_factor, config=wanted[t]) for t in missing],
+                request_timeout=timeout_s,
+            )
+            for fut in futures.values():
+                try:
+                    fut.result(timeout=timeout_s)
+                except KafkaException as exc:
+                    err = kafka_error(exc)
+                    if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+            deadline = time.monotonic() + timeout_s
+            while True:  # new topics take a moment to appear in metadata
+                md = admin.list_topics(timeout=timeout_s)
+                if all(len(getattr(md.topics.get(t), "partitions", {})) for t in wanted):
+                    break
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        for t in (topic, index_topic(topic)):
+            meta = md.topics.get(t)
+            count = len(meta.partitions) if meta is not None else 0
+            if count != partitions:
+                raise ConfigError(
+                    f"topic {t} has {count} partitions but this log is configured for {partitions}; "
+                    "sessions would map to the wrong partitions"
+                )
+    except (KafkaException, TimeoutError) as exc:  # TimeoutError: a topic creation did not answer in time
+        raise clients.not_answering(exc) from exc
+
+
+def wait_for_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    client_config: Mapping[str, Any] | None = None,
+    stopped: Callable[[], bool],
+    pause: Callable[[float], object],
+) -> None:
+    """Block until ``topic`` exists (or ``stopped()``), asking the broker every half second.
+
+    Writers create the log's topics on their first append; a group member subscribed to a missing topic
+    would only see it at its next metadata refresh, so consumers wait for it first. A broker that does
+    not answer is logged and asked again.
+    """
+    try:
+        admin = AdminClient(client_settings(bootstrap, client_config))
+    except KafkaException as exc:
+        raise ConfigError(f"invalid Kafka admin client configuration: {exc}") from exc
+    warned = False
+    while not stopped():
+        try:
+            if topic in admin.list_topics(timeout=5.0).topics:
+                return
+        except KafkaException as exc:
+            _LOG.warning("listing Kafka topics failed: %s", exc)
+        if not warned:
+            _LOG.warning("waiting for topic %s to exist (writers create it on their first append)", topic)
+            warned = True
+        pause(0.5)

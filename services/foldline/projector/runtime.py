@@ -1,0 +1,328 @@
+"""The projector runtime base: what both consumer runtimes (confluent-kafka and faust) do, written once.
+
+:class:`ProjectorRuntime` builds the adapters a projector works with unless they are given (the fold
+store, the event log, the :class:`~.fold_apply.BatchProjector`, the dead-letter writer) and owns:
+
+* **the apply-retry loop** — a checked batch is applied with :meth:`BatchProjector.project`; a fold-store
+  outage (:class:`~foldline.errors.StoreUnavailable`) keeps the batch and retries it with backoff (50 ms
+  doubling up to 2 s), not ready meanwhile; nothing of the batch may be acknowledged until it applied.
+  :meth:`ProjectorRuntime._apply_until_done` runs it on the caller's thread,
+  :meth:`ProjectorRuntime._apply_until_done_async` on an asyncio loop (the apply itself on a thread);
+* **the one dead-letter path** — records the checks refuse and events the store refuses as stale
+  (``fenced``) are written by the same :class:`~foldline.adapters.kafka.DeadLetterWriter`: the original
+  key, value bytes and headers plus the ``fl-dlq-*`` headers (docs/KAFKA.md);
+* **readiness** — assigned partitions (possibly none), the fold store applying, not stopping, no failure
+  (``/readyz``), and the one-time ``on_ready`` announcement;
+* **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server.
+
+Each runtime subclasses it and feeds it from its own consumer: :mod:`.confluent_runtime` (the default)
+and :mod:`.faust_runtime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from abc import ABC
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypedDict, TypeVar
+
+from ..adapters.kafka import (
+    DEFAULT_TOPIC,
+    ConsumedBatch,
+    ConsumedEvent,
+    ConsumedItem,
+    DeadLetterWriter,
+    KafkaEventLog,
+    dlq_topic,
+    wait_for_topic,
+)
+from ..errors import FencedError, StoreUnavailable
+from ..ports.event_log import EventLog
+from ..ports.fold_store import FoldStore
+from .fold_apply import BatchProjector, BatchReport
+
+if TYPE_CHECKING:
+    from ..metrics import ProjectorMetrics
+    from ..metrics_server import HealthServer
+
+__all__ = ["DEFAULT_GROUP", "ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
+
+_LOG = logging.getLogger("foldline.projector")
+DEFAULT_GROUP = "foldline-projector"
+_FIRST_PAUSE_S = 0.05
+_MAX_PAUSE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Where a projector reads from and writes to, and how it batches."""
+
+    bootstrap: str = "127.0.0.1:19092"
+    topic: str = DEFAULT_TOPIC
+    group: str = DEFAULT_GROUP
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_prefix: str = "foldline:fold:"
+    partitions: int = 12  # the topic's partition count (checked by the event log)
+    max_batch: int = 5000  # records per poll and per apply
+    poll_timeout_s: float = 0.01
+    registry_url: str | None = None
+    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (0 picks a free port)
+    metrics_host: str = "127.0.0.1"
+    journal: bool = False  # keep the fold store's change journal (tests)
+    client_config: Mapping[str, Any] = field(default_factory=dict)
+
+
+_R = TypeVar("_R", bound="ProjectorRuntime")
+
+
+class RuntimeOptions(TypedDict, Generic[_R], total=False):
+    """The keyword arguments of :class:`ProjectorRuntime`, for a runtime that adds its own."""
+
+    store: FoldStore | None
+    log: EventLog | None
+    projector: BatchProjector | None
+    metrics: ProjectorMetrics | None
+    on_batch: Callable[[BatchReport], None] | None
+    on_ready: Callable[[_R], None] | None
+
+
+class ProjectorRuntime(ABC):
+    """One projector: a consumer-group member folding the topic into the fold store; see the module docstring.
+
+    ``store`` and ``log`` (or a ready ``projector``, which brings both) are built from ``settings`` when not
+    given, and then closed by the runtime. ``on_batch`` sees every applied batch's report; ``on_ready``
+    is called once, the first time the runtime is ready.
+    """
+
+    runtime_name: ClassVar[str]
+    _on_ready: Callable[[Self], None] | None
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        *,
+        store: FoldStore | None = None,
+        log: EventLog | None = None,
+        projector: BatchProjector | None = None,
+        metrics: ProjectorMetrics | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        on_ready: Callable[[Self], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._owns_store = store is None and projector is None
+        self._owns_log = log is None and projector is None
+        if projector is None:
+            if store is None:
+                from ..adapters.redis_folds import RedisFoldStore
+
+                store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=settings.journal)
+            if log is None:
+                log = KafkaEventLog(
+                    settings.bootstrap,
+                    topic=settings.topic,
+                    partitions=settings.partitions,
+                    registry_url=settings.registry_url,
+                    client_config=settings.client_config,
+                )
+            projector = BatchProjector(store, log, metrics=metrics)
+        self.projector = projector
+        self.store = projector.store
+        self.log = projector.log
+        self.metrics = metrics if metrics is not None else projector.metrics
+        self.dead_letters = DeadLetterWriter(
+            settings.bootstrap, dlq_topic(settings.topic), client_config=settings.client_config
+        )
+        self.totals = BatchReport()
+        self.failure: BaseException | None = None  # what stopped the runtime, if anything did
+        self._on_batch = on_batch
+        self._on_ready = on_ready
+        self._announced = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._assigned: set[int] | None = None  # None until the first assignment
+        self._store_ok = True
+        self._last_offsets: dict[int, int] = {}
+        self._last_times: dict[int, int] = {}
+        self._server: HealthServer | None = None
+
+    # ---------------------------------------------------------------- state
+
+    def ready(self) -> bool:
+        """True while the runtime holds its partition assignment and the fold store applies (``/readyz``)."""
+        with self._lock:
+            return self._ready()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def assigned_partitions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._assigned or ())
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self._server is None else self._server.url
+
+    def _ready(self) -> bool:
+        return self._assigned is not None and self._store_ok and not self._stop.is_set() and self.failure is None
+
+    def _maybe_announce(self: Self) -> None:
+        """Call ``on_ready`` the first time the runtime is ready."""
+        with self._lock:
+            if self._announced or not self._ready():
+                return
+            self._announced = True
+        _LOG.info("projector ready (group %s, %s runtime)", self.settings.group, self.runtime_name)
+        if self._on_ready is not None:
+            self._on_ready(self)
+
+    # ---------------------------------------------------------------- partitions
+
+    def _partitions_assigned(self, parts: set[int], *, store_ok: bool | None = None) -> None:
+        with self._lock:
+            self._assigned = set(parts)
+            if store_ok is not None:
+                self._store_ok = store_ok
+        _LOG.info("assigned partitions %s", sorted(parts))
+        self._maybe_announce()
+
+    def _forget_partitions(self, gone: set[int]) -> None:
+        """Partitions revoked: another member reports their lag from now on."""
+        with self._lock:
+            if self._assigned is not None:
+                self._assigned -= gone
+        for part in gone:
+            self._last_offsets.pop(part, None)
+            self._last_times.pop(part, None)
+            if self.metrics is not None:
+                for gauge in (self.metrics.lag_events, self.metrics.lag_seconds):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(str(part))
+
+    def _unassigned(self) -> None:
+        """The consumer left the group: not ready until the next assignment."""
+        with self._lock:
+            self._assigned = None
+
+    # ---------------------------------------------------------------- one batch
+
+    def _apply_until_done(self, batch: ConsumedBatch) -> BatchReport | None:
+        """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first."""
+        pause = _FIRST_PAUSE_S
+        while (report := self._try_apply(batch, pause)) is None:
+            if self._stop.wait(pause):
+                return None
+            pause = min(pause * 2, _MAX_PAUSE_S)
+        return report
+
+    async def _apply_until_done_async(self, batch: ConsumedBatch) -> BatchReport:
+        """:meth:`_apply_until_done` on an asyncio loop: each attempt on a thread, the pauses on the loop."""
+        pause = _FIRST_PAUSE_S
+        while (report := await asyncio.to_thread(self._try_apply, batch, pause)) is None:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _MAX_PAUSE_S)
+        return report
+
+    def _try_apply(self, batch: ConsumedBatch, pause: float) -> BatchReport | None:
+        """One attempt: the batch applied and its stale events dead-lettered, or None (store down: retry
+        after ``pause``)."""
+        try:
+            report = self.projector.project(batch.items)
+            if report.fenced:
+                self._dead_letter_fenced(batch, report.fenced)
+        except StoreUnavailable as exc:
+            with self._lock:
+                self._store_ok = False
+            _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(batch.items), exc, pause)
+            return None
+        with self._lock:
+            self._store_ok = True
+        self._maybe_announce()
+        return report
+
+    def _dead_letter_fenced(self, batch: ConsumedBatch, fenced: Sequence[ConsumedEvent]) -> None:
+        """Events the store refused (older writer epoch than the fold's) go to the DLQ as records the checks
+        refuse do: original bytes and headers, the reason naming the fold's epoch."""
+        epochs: dict[str, int] = {}
+        for sid in {ev.session_id for ev in fenced}:
+            fold = self.store.get(sid)
+            if fold is not None:
+                epochs[sid] = fold.epoch
+        records = batch.records_of(fenced)
+        self.dead_letters.write_all(
+            (record, FencedError(ev.session_id, ev.epoch, epochs.get(ev.session_id, ev.epoch + 1)))
+            for record, ev in zip(records, fenced, strict=True)
+        )
+
+    def _observe(self, items: Sequence[ConsumedItem], report: BatchReport) -> None:
+        """Count an applied batch and remember, per partition, how far it reached."""
+        self.totals.merge(report)
+        for item in items:
+            if isinstance(item, ConsumedEvent):
+                self._last_offsets[item.partition] = item.offset
+                self._last_times[item.partition] = item.event.time
+        if self._on_batch is not None:
+            self._on_batch(report)
+
+    # ---------------------------------------------------------------- lag, metrics, lifecycle
+
+    def _publish_lag(self, part: int, high: int, position: int | None) -> None:
+        """Lag of one partition from its end offset and the consumer's fetch position.
+
+        The fetch position skips transaction markers; ``last applied offset + 1`` would stay one short of
+        the end forever on this transactional topic, and the lag in seconds would then grow while the
+        runtime is idle and caught up. Without a position the last applied offset is the fallback.
+        """
+        if self.metrics is None:
+            return
+        done = self._last_offsets.get(part)
+        if position is not None:
+            behind = max(0, high - position)
+        else:
+            behind = max(0, high - (done + 1)) if done is not None else 0
+        seen = self._last_times.get(part)
+        age = max(0.0, time.time() - seen / 1000) if seen is not None and behind else 0.0
+        self.metrics.set_lag(events=behind, seconds=age, partition=str(part))
+
+    def _start_metrics_server(self) -> None:
+        s = self.settings
+        if s.metrics_port is None:
+            return
+        from ..metrics import ProjectorMetrics, new_registry
+        from ..metrics_server import serve
+
+        if self.metrics is None:
+            self.metrics = ProjectorMetrics(new_registry())
+            self.projector.metrics = self.metrics
+        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.ready, host=s.metrics_host)
+        _LOG.info("metrics on %s/metrics", self._server.url)
+
+    def _wait_for_topic(self) -> None:
+        """Not ready until the topic exists: writers create it on their first append."""
+        s = self.settings
+        wait_for_topic(
+            s.bootstrap, s.topic, client_config=s.client_config, stopped=self._stop.is_set, pause=self._stop.wait
+        )
+
+    def _shutdown(self) -> None:
+        """Stop serving, flush the dead letters, close the adapters this runtime built."""
+        self._stop.set()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        try:
+            self.dead_letters.close()
+        finally:
+            if self._owns_store:
+                self.store.close()
+            if self._owns_log:
+                self.log.close()
