@@ -26,7 +26,7 @@ import contextlib
 import logging
 import threading
 import time
-from abc import ABC
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypedDict, TypeVar
@@ -149,6 +149,10 @@ class ProjectorRuntime(ABC):
         self._last_offsets: dict[int, int] = {}
         self._last_times: dict[int, int] = {}
         self._server: HealthServer | None = None
+
+    @abstractmethod
+    def run(self) -> BatchReport:
+        """Consume, fold and acknowledge until stopped; returns the totals (raises what stopped it, if anything)."""
 
     # ---------------------------------------------------------------- state
 
