@@ -2,7 +2,7 @@
 
 The loop, single-threaded (so no rebalance can happen between an apply and its commit)::
 
-    batch = consumer.poll_batch(max_batch)   # decoded + checked; dead letters already in the DLQ topic
+    items = consumer.poll(max_batch)         # decoded + checked; dead letters already in the DLQ topic
     report = apply until done                # one batched apply; rebuilds where a delta cannot apply;
                                              # stale-epoch events the store refused are dead-lettered
     consumer.commit()                        # offsets acknowledged ONLY now, after the apply succeeded
@@ -72,9 +72,9 @@ class ProjectorWorker(ProjectorRuntime):
     def _consume(self, consumer: SessionEventConsumer) -> None:
         s = self.settings
         while not self.stopped:
-            batch = consumer.poll_batch(s.max_batch, s.poll_timeout_s)
-            if batch.items:
-                report = self._apply_until_done(batch)
+            items = consumer.poll(s.max_batch, s.poll_timeout_s)
+            if items:
+                report = self._apply_until_done(items)
                 if report is None:  # stopped while the store was down: acknowledge nothing
                     return
                 try:
@@ -83,7 +83,7 @@ class ProjectorWorker(ProjectorRuntime):
                     # e.g. a rebalance took the partitions meanwhile: the new owner gets these events
                     # again from the last commit and the store skips them as duplicates
                     _LOG.warning("offset commit failed after a successful apply (%s); they will be redelivered", exc)
-                self._observe(batch.items, report)
+                self._observe(items, report)
             self._maybe_announce()
             self._update_lag()
 

@@ -252,8 +252,8 @@ class FaustProjector(ProjectorRuntime):
             )
         records = [consumed_record(ev.message) for ev in events]
         try:
-            batch = await asyncio.to_thread(self._checker.check, records)
-            report = await self._apply_until_done_async(batch)
+            items = await asyncio.to_thread(self._checker.check, records)
+            report = await self._apply_until_done_async(items)
         except asyncio.CancelledError:
             self._abandoned = True  # shutdown (or a restart): nothing of this batch is acked
             raise
@@ -264,7 +264,7 @@ class FaustProjector(ProjectorRuntime):
         # commit (the highest contiguous acked offset per partition) never passes an unapplied event.
         for ev in events:
             await stream.ack(ev)
-        self._observe(batch.items, report)
+        self._observe(items, report)
 
     async def _fail(self, exc: BaseException, size: int) -> None:
         """Stop the worker with ``exc``; this agent takes (and acks) nothing more."""

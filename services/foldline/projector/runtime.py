@@ -10,7 +10,9 @@ store, the event log, the :class:`~.fold_apply.BatchProjector`, the dead-letter 
   :meth:`ProjectorRuntime._apply_until_done_async` on an asyncio loop (the apply itself on a thread);
 * **the one dead-letter path** — records the checks refuse and events the store refuses as stale
   (``fenced``) are written by the same :class:`~foldline.adapters.kafka.DeadLetterWriter`: the original
-  key, value bytes and headers plus the ``fl-dlq-*`` headers (docs/KAFKA.md);
+  key, value bytes and headers plus the ``fl-dlq-*`` headers (docs/KAFKA.md). A stale event's record
+  is read back from the topic by its partition and offset, so no runtime keeps consumed records past
+  the checks;
 * **readiness** — assigned partitions (possibly none), the fold store applying, not stopping, no failure
   (``/readyz``), and the one-time ``on_ready`` announcement;
 * **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server.
@@ -33,12 +35,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypedDict, TypeV
 
 from ..adapters.kafka import (
     DEFAULT_TOPIC,
-    ConsumedBatch,
     ConsumedEvent,
     ConsumedItem,
     DeadLetterWriter,
+    KafkaClients,
     KafkaEventLog,
     dlq_topic,
+    fetch_records,
     wait_for_topic,
 )
 from ..errors import FencedError, StoreUnavailable
@@ -137,6 +140,7 @@ class ProjectorRuntime(ABC):
         self.dead_letters = DeadLetterWriter(
             settings.bootstrap, dlq_topic(settings.topic), client_config=settings.client_config
         )
+        self._clients = KafkaClients(settings.bootstrap, client_config=settings.client_config)
         self.totals = BatchReport()
         self.failure: BaseException | None = None  # what stopped the runtime, if anything did
         self._on_batch = on_batch
@@ -219,7 +223,7 @@ class ProjectorRuntime(ABC):
 
     # ---------------------------------------------------------------- one batch
 
-    def _apply_until_done(self, batch: ConsumedBatch) -> BatchReport | None:
+    def _apply_until_done(self, batch: Sequence[ConsumedItem]) -> BatchReport | None:
         """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first."""
         pause = _FIRST_PAUSE_S
         while (report := self._try_apply(batch, pause)) is None:
@@ -228,7 +232,7 @@ class ProjectorRuntime(ABC):
             pause = min(pause * 2, _MAX_PAUSE_S)
         return report
 
-    async def _apply_until_done_async(self, batch: ConsumedBatch) -> BatchReport:
+    async def _apply_until_done_async(self, batch: Sequence[ConsumedItem]) -> BatchReport:
         """:meth:`_apply_until_done` on an asyncio loop: each attempt on a thread, the pauses on the loop."""
         pause = _FIRST_PAUSE_S
         while (report := await asyncio.to_thread(self._try_apply, batch, pause)) is None:
@@ -236,32 +240,33 @@ class ProjectorRuntime(ABC):
             pause = min(pause * 2, _MAX_PAUSE_S)
         return report
 
-    def _try_apply(self, batch: ConsumedBatch, pause: float) -> BatchReport | None:
+    def _try_apply(self, batch: Sequence[ConsumedItem], pause: float) -> BatchReport | None:
         """One attempt: the batch applied and its stale events dead-lettered, or None (store down: retry
         after ``pause``)."""
         try:
-            report = self.projector.project(batch.items)
+            report = self.projector.project(batch)
             if report.fenced:
-                self._dead_letter_fenced(batch, report.fenced)
+                self._dead_letter_fenced(report.fenced)
         except StoreUnavailable as exc:
             with self._lock:
                 self._store_ok = False
-            _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(batch.items), exc, pause)
+            _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(batch), exc, pause)
             return None
         with self._lock:
             self._store_ok = True
         self._maybe_announce()
         return report
 
-    def _dead_letter_fenced(self, batch: ConsumedBatch, fenced: Sequence[ConsumedEvent]) -> None:
+    def _dead_letter_fenced(self, fenced: Sequence[ConsumedEvent]) -> None:
         """Events the store refused (older writer epoch than the fold's) go to the DLQ as records the checks
-        refuse do: original bytes and headers, the reason naming the fold's epoch."""
+        refuse do: the original records, read back from the topic (the runtimes do not keep consumed records
+        past the checks), the reason naming the fold's epoch."""
         epochs: dict[str, int] = {}
         for sid in {ev.session_id for ev in fenced}:
             fold = self.store.get(sid)
             if fold is not None:
                 epochs[sid] = fold.epoch
-        records = batch.records_of(fenced)
+        records = fetch_records(self._clients, self.settings.topic, [(ev.partition, ev.offset) for ev in fenced])
         self.dead_letters.write_all(
             (record, FencedError(ev.session_id, ev.epoch, epochs.get(ev.session_id, ev.epoch + 1)))
             for record, ev in zip(records, fenced, strict=True)

@@ -35,7 +35,7 @@ from .dead_letters import (
 )
 from .log import KafkaEventLog
 from .partitioning import partition_for
-from .reader import Watermarks
+from .reader import Watermarks, fetch_records
 from .records import (
     DEFAULT_TOPIC,
     HEADER_BATCH,
@@ -43,7 +43,6 @@ from .records import (
     HEADER_KIND,
     KIND_EVENT,
     KIND_LEASE,
-    ConsumedBatch,
     ConsumedEvent,
     ConsumedItem,
     ConsumedLease,
@@ -68,7 +67,6 @@ __all__ = [
     "HEADER_KIND",
     "KIND_EVENT",
     "KIND_LEASE",
-    "ConsumedBatch",
     "ConsumedEvent",
     "ConsumedItem",
     "ConsumedLease",
@@ -82,6 +80,7 @@ __all__ = [
     "Watermarks",
     "consumed_record",
     "dlq_topic",
+    "fetch_records",
     "index_topic",
     "partition_for",
     "wait_for_topic",

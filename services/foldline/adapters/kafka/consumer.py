@@ -26,7 +26,7 @@ from ...ports.event_log import EventLog
 from ..avro import AvroCodec
 from .clients import client_settings
 from .dead_letters import DeadLetterWriter, RecordChecker
-from .records import DEFAULT_TOPIC, ConsumedBatch, ConsumedItem, dlq_topic
+from .records import DEFAULT_TOPIC, ConsumedItem, dlq_topic
 
 __all__ = ["SessionEventConsumer"]
 
@@ -121,10 +121,6 @@ class SessionEventConsumer:
 
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedItem]:
         """The next records as typed items; dead letters are durably in the DLQ topic when this returns."""
-        return self.poll_batch(max_records, timeout_s).items
-
-    def poll_batch(self, max_records: int = 500, timeout_s: float = 1.0) -> ConsumedBatch:
-        """:meth:`poll`, with the consumed records beside their items."""
         try:
             messages = self._consumer.consume(max_records, timeout=timeout_s)
         except KafkaException as exc:

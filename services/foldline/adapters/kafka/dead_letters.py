@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -38,7 +38,6 @@ from .records import (
     HEADER_KIND,
     KIND_EVENT,
     KIND_LEASE,
-    ConsumedBatch,
     ConsumedEvent,
     ConsumedItem,
     ConsumedLease,
@@ -180,7 +179,7 @@ class RecordChecker:
         """How many sessions' rule state this checker holds (at most ``max_sessions`` when it has a log)."""
         return len(self._rules)
 
-    def check(self, records: Sequence[Record]) -> ConsumedBatch:
+    def check(self, records: Iterable[Record]) -> list[ConsumedItem]:
         """Typed items for ``records`` in order; dead letters are durably in the DLQ topic when this returns."""
         items: list[ConsumedItem] = []
         dead = False
@@ -192,7 +191,7 @@ class RecordChecker:
             items.append(item)
         if dead:
             self.dead_letters.flush()
-        return ConsumedBatch(records, items)
+        return items
 
     def item(self, msg: Record) -> ConsumedItem:
         """The typed item of one record (a :class:`DeadLetter` is not written anywhere by this)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -21,9 +21,9 @@ from ...errors import FormatError, StoreUnavailable
 from .clients import TRANSIENT_CODES, KafkaClients, kafka_error
 from .index import CHUNK_MARK, IndexEntry, PendingBatch, SessionState, decode_chunk, decode_index, expand, runs
 from .partitioning import partition_for
-from .records import HEADER_BATCH, HEADER_KIND, KIND_EVENT, header
+from .records import HEADER_BATCH, HEADER_KIND, KIND_EVENT, Record, header
 
-__all__ = ["SessionReader", "Watermarks"]
+__all__ = ["SessionReader", "Watermarks", "fetch_records", "read_partition"]
 
 _LOG = logging.getLogger("foldline.kafka")
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
@@ -77,6 +77,84 @@ def _close(consumer: Consumer) -> None:
         consumer.close()
     except KafkaException as exc:
         raise StoreUnavailable(f"closing a Kafka consumer failed: {exc}") from exc
+
+
+def read_partition(
+    clients: KafkaClients, consumer: Consumer, topic: str, part: int, *, start: int, end: int, deadline: float
+) -> Iterator[Message]:
+    """Committed records of ``topic[part]`` from ``start`` until the read position reaches ``end``.
+
+    ``consumer`` is a reading consumer (:meth:`KafkaClients.reading_consumer`); it is assigned to the
+    partition for the read and released afterwards.
+    """
+    try:
+        consumer.assign([TopicPartition(topic, part, start)])
+        while True:
+            # consume() waits for the whole batch or the timeout, whichever comes first: a short timeout
+            # returns what the last fetch brought (a read is usually a few records, then end of partition)
+            batch = consumer.consume(1000, timeout=min(0.001, max(0.0, clients.remaining(deadline))))
+            done = False
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        off = msg.offset()
+                        if off is not None and off >= end:
+                            done = True
+                        continue
+                    raise KafkaException(err)
+                off = msg.offset()
+                if off is not None and off >= end:
+                    done = True
+                    break
+                yield msg
+                if off is not None and off + 1 >= end:
+                    done = True
+            if done:
+                return
+            if time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"reading {topic}[{part}] did not reach offset {end} within {clients.timeout_s:g}s "
+                    "(broker down, or an unfinished transaction of another writer holds the partition)"
+                )
+    except KafkaException as exc:
+        raise clients.unavailable(f"reading {topic}[{part}]", exc) from exc
+    finally:
+        try:
+            consumer.unassign()
+        except KafkaException as exc:  # harmless: the next read's assign() replaces the assignment
+            _LOG.warning("releasing %s[%d] after a read failed: %s", topic, part, exc)
+
+
+def fetch_records(
+    clients: KafkaClients, topic: str, positions: Sequence[tuple[int, int]], deadline: float | None = None
+) -> list[Record]:
+    """The committed records at ``positions`` (partition, offset) of ``topic``, in the order asked.
+
+    For the rare record a consumer let go of and needs again (an event a projector's fold store refused,
+    dead-lettered as it is on the topic). One reading consumer, opened and closed for the call; raises
+    :class:`~foldline.errors.StoreUnavailable` when the broker does not answer by ``deadline``.
+    """
+    until = clients.deadline() if deadline is None else deadline
+    wanted: dict[int, set[int]] = {}
+    for part, off in positions:
+        wanted.setdefault(part, set()).add(off)
+    found: dict[tuple[int, int], Record] = {}
+    consumer = clients.reading_consumer(committed_only=True)
+    try:
+        for part, offsets in wanted.items():
+            for msg in read_partition(
+                clients, consumer, topic, part, start=min(offsets), end=max(offsets) + 1, deadline=until
+            ):
+                at = msg.offset()
+                if at is not None and at in offsets:
+                    found[(part, at)] = msg
+    finally:
+        _close(consumer)
+    missing = [p for p in positions if p not in found]
+    if missing:
+        raise FormatError("kafka-record", f"{topic}: no committed record at (partition, offset) {missing}")
+    return [found[p] for p in positions]
 
 
 class SessionReader:
@@ -201,7 +279,9 @@ class SessionReader:
             while j + 1 < len(wanted) and wanted[j + 1] - wanted[j] <= _GAP_TO_SEEK:
                 j += 1
             want = set(wanted[i : j + 1])
-            for msg in self._consume(consumer, self.topic, part, start=wanted[i], end=wanted[j] + 1, deadline=deadline):
+            for msg in read_partition(
+                self._clients, consumer, self.topic, part, start=wanted[i], end=wanted[j] + 1, deadline=deadline
+            ):
                 off = msg.offset()
                 if off in want:
                     by_offset[off] = msg
@@ -238,7 +318,9 @@ class SessionReader:
         if pos >= high:
             return
         consumer = self._consumer("index")
-        for msg in self._consume(consumer, self.index_topic, part, start=pos, end=high, deadline=deadline):
+        for msg in read_partition(
+            self._clients, consumer, self.index_topic, part, start=pos, end=high, deadline=deadline
+        ):
             key = msg.key()
             value = msg.value()
             if key is None or value is None:
@@ -251,56 +333,15 @@ class SessionReader:
                 self.remember(key.decode(), decode_index(value))
         self._index_pos[part] = high
 
-    def _consume(
-        self, consumer: Consumer, topic: str, part: int, *, start: int, end: int, deadline: float
-    ) -> Iterable[Message]:
-        """Committed records of ``topic[part]`` from ``start`` until the read position reaches ``end``."""
-        clients = self._clients
-        try:
-            consumer.assign([TopicPartition(topic, part, start)])
-            while True:
-                # consume() waits for the whole batch or the timeout, whichever comes first: a short timeout
-                # returns what the last fetch brought (a read is usually a few records, then end of partition)
-                batch = consumer.consume(1000, timeout=min(0.001, max(0.0, clients.remaining(deadline))))
-                done = False
-                for msg in batch:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            off = msg.offset()
-                            if off is not None and off >= end:
-                                done = True
-                            continue
-                        raise KafkaException(err)
-                    off = msg.offset()
-                    if off is not None and off >= end:
-                        done = True
-                        break
-                    yield msg
-                    if off is not None and off + 1 >= end:
-                        done = True
-                if done:
-                    return
-                if time.monotonic() >= deadline:
-                    raise StoreUnavailable(
-                        f"reading {topic}[{part}] did not reach offset {end} within {clients.timeout_s:g}s "
-                        "(broker down, or an unfinished transaction of another writer holds the partition)"
-                    )
-        except KafkaException as exc:
-            raise clients.unavailable(f"reading {topic}[{part}]", exc) from exc
-        finally:
-            try:
-                consumer.unassign()
-            except KafkaException as exc:  # harmless: the next read's assign() replaces the assignment
-                _LOG.warning("releasing %s[%d] after a read failed: %s", topic, part, exc)
-
     def _scan_batch(self, session_id: str, part: int, pending: PendingBatch, deadline: float) -> list[int]:
         """Offsets of the ``pending`` batch: scan forward from its lower bound until all its records are seen."""
         consumer = self._consumer("data")
         want = pending.batch.encode()
         found: list[int] = []
         high = self.watermarks.high(self.topic, part, deadline)
-        for msg in self._consume(consumer, self.topic, part, start=pending.min_offset, end=high, deadline=deadline):
+        for msg in read_partition(
+            self._clients, consumer, self.topic, part, start=pending.min_offset, end=high, deadline=deadline
+        ):
             if header(msg, HEADER_BATCH) == want and header(msg, HEADER_KIND) == KIND_EVENT:
                 off = msg.offset()
                 assert off is not None

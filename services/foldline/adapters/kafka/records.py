@@ -24,7 +24,6 @@ __all__ = [
     "KIND_LEASE",
     "MAX_MESSAGE_BYTES",
     "MAX_RECORD_BYTES",
-    "ConsumedBatch",
     "ConsumedEvent",
     "ConsumedItem",
     "ConsumedLease",
@@ -140,20 +139,3 @@ class DeadLetter:
 
 
 ConsumedItem: TypeAlias = ConsumedEvent | ConsumedLease | DeadLetter
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedBatch:
-    """Consumed records and their typed items, one item per record, in the same order.
-
-    The records are kept so that an item refused later (a stale event the fold store fences) is
-    dead-lettered with its original bytes and headers.
-    """
-
-    records: Sequence[Record]
-    items: list[ConsumedItem]
-
-    def records_of(self, items: Sequence[ConsumedItem]) -> list[Record]:
-        """The consumed record of each of ``items`` (items of this batch)."""
-        by_position = {(r.partition() or 0, r.offset() or 0): r for r in self.records}
-        return [by_position[(item.partition, item.offset)] for item in items]
