@@ -128,6 +128,7 @@ def test_both_runtimes_dead_letter_the_same_records_byte_for_byte(topic: Topic, 
         faust.kill()
         for store in stores.values():
             store.close()
+        writer.close()
     assert (len(totals.fenced), totals.dead_letters, totals.applied) == (1, 1, 4)
     assert "4 applied," in faust_totals
     assert "1 fenced, 1 dead letters" in faust_totals, faust_totals[-3000:]
