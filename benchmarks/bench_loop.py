@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from foldline.adapters.sqlite_log import SqliteEventLog
+from foldline.config import Config
 from foldline.core import CallConfig, TextBlock, ToolCallBlock, Usage
 from foldline.demo import SYSTEM_PROMPT, demo_toolset, run_demo_cli
 from foldline.loop import Agent, AgentOptions
@@ -179,7 +180,7 @@ def run() -> list[dict[str, Any]]:
         )
         log.close()
         result = run_demo_cli(
-            data_dir=Path(tmp) / "demo", backend="embedded", sessions=4, steps=24, fresh=True, quiet=True
+            Config(data_dir=Path(tmp) / "demo", backend="embedded"), sessions=4, steps=24, fresh=True, quiet=True
         )
         demo_ratio = result.cache_read_ratio()
         rows.append(

@@ -31,6 +31,7 @@ from tests.distributed.projector_harness import (
 )
 
 from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.config import RedisConfig
 
 THROUGHPUT_TARGET = 20_000.0
 SESSIONS = 500
@@ -75,7 +76,7 @@ def _fold_once(runtime: str, topic: str, redis_url: str, heads: dict[str, int]) 
         "--fold-prefix",
         prefix,
     ]
-    store = RedisFoldStore(redis_url, prefix=prefix)
+    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
     ids = sorted(heads)
     total = sum(heads.values())
     worker = WorkerProcess(args, worker_env({"FOLDLINE_REDIS_URL": redis_url}))

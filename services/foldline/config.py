@@ -1,87 +1,532 @@
-"""Configuration → adapters, in one place. Everything else receives its ports as arguments."""
+"""Every setting a foldline process reads, each with its one default, and where it comes from.
+
+:class:`Config` is a tree of frozen sections — ``kafka``, ``redis``, ``folds``, ``s3``, ``dispatch``,
+``projector``, ``providers``, ``metrics`` — plus the backend and the data directory.
+:meth:`Config.from_env` reads the ``FOLDLINE_*`` variables listed in :data:`SETTINGS` (and, for Kafka, an
+optional librdkafka client-properties file); an unset variable leaves the field's default, which is
+written only here. Command-line options override single fields (:meth:`Config.overridden`); they carry no
+defaults of their own. :mod:`foldline.factories` turns a Config into each process's adapters.
+
+Secrets never show: ``repr()`` of any section masks the Kafka client's passwords and keys, the Redis URL's
+password and the provider API keys (:func:`masked`).
+
+Kafka security (SASL and TLS) lives in ``kafka.client_properties``, librdkafka's property names and
+values: read first from the file named by ``FOLDLINE_KAFKA_CLIENT_PROPERTIES`` (``key=value`` lines,
+``#`` comments), then overridden by the dedicated variables (``FOLDLINE_KAFKA_SECURITY_PROTOCOL``,
+``FOLDLINE_KAFKA_SASL_USERNAME``, ...). The same properties reach every librdkafka client and are
+translated for the faust runtime's aiokafka client (:mod:`foldline.factories`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
-from .ports.attachments import AttachmentStore
-from .ports.event_log import EventLog
-from .ports.fold_store import FoldStore
 
-__all__ = ["Backend", "Config", "Stores", "open_stores"]
+__all__ = [
+    "BACKENDS",
+    "KAFKA_SECURITY_VARIABLES",
+    "SETTINGS",
+    "Backend",
+    "Config",
+    "DispatchConfig",
+    "FoldsConfig",
+    "KafkaConfig",
+    "MetricsConfig",
+    "ProjectorConfig",
+    "ProvidersConfig",
+    "RedisConfig",
+    "S3Config",
+    "Setting",
+    "masked",
+    "masked_url",
+    "read_client_properties",
+]
 
 Backend = Literal["embedded", "kafka", "distributed"]
 BACKENDS: tuple[str, ...] = ("embedded", "kafka", "distributed")
+ProjectorRuntime = Literal["confluent", "faust"]
+RUNTIMES: tuple[str, ...] = ("confluent", "faust")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+MASK = "***"
+# librdkafka properties foldline sets itself (they decide correctness or come from another setting)
+_OWNED_PROPERTIES = {
+    "bootstrap.servers": "FOLDLINE_KAFKA_BOOTSTRAP",
+    "group.id": "FOLDLINE_PROJECTOR_GROUP",
+    "transactional.id": None,
+    "enable.idempotence": None,
+    "acks": None,
+    "isolation.level": None,
+    "enable.auto.commit": None,
+}
+
+
+def _is_secret_property(key: str) -> bool:
+    k = key.lower()
+    return "password" in k or "secret" in k or k in ("ssl.key.pem", "ssl_key", "sasl.oauthbearer.config")
+
+
+def masked(properties: Mapping[str, str]) -> dict[str, str]:
+    """Client properties with every password, secret and private key replaced by ``***``."""
+    return {k: (MASK if _is_secret_property(k) and v else v) for k, v in properties.items()}
+
+
+def masked_url(url: str) -> str:
+    """A URL without its password (``redis://user:***@host:port/db``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit((parts.scheme, f"{user}:{MASK}@{host}{port}", parts.path, parts.query, parts.fragment))
+
+
+# ------------------------------------------------------------------ sections
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """The session-event log on Kafka, and how every Kafka client of a process connects."""
+
+    bootstrap: str = "127.0.0.1:19092"
+    topic: str = "foldline.session-events"
+    partitions: int = 12  # must match the topic: sessions map to partitions by this count
+    replication_factor: int = 1  # of the topics the log creates
+    registry_url: str | None = None  # Confluent Schema Registry; unset: Avro single-object encoding
+    projector_group: str | None = None  # unset: "<topic>.projectors" (see :attr:`group`)
+    timeout_s: float = 10.0  # bounds every broker wait of one call (metadata, take-over, reads)
+    transaction_timeout_s: float = 5.0  # the group writer's transactions
+    # librdkafka properties of every client: security (security.protocol, sasl.*, ssl.*) and tuning
+    client_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """The projectors' consumer group: one per topic unless named."""
+        return self.projector_group or f"{self.topic}.projectors"
+
+    @property
+    def security_protocol(self) -> str:
+        return self.client_properties.get("security.protocol", "PLAINTEXT").upper()
+
+    def librdkafka(self) -> dict[str, str]:
+        """The client properties to pass to a confluent-kafka client (secrets included)."""
+        return dict(self.client_properties)
+
+    def __repr__(self) -> str:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["client_properties"] = masked(self.client_properties)
+        return "KafkaConfig(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Redis: the folds, and the step stream between loops and dispatchers.
+
+    ``socket_timeout_s`` bounds one command (a batch apply included); a blocking wait (a loop waiting for
+    its dispatcher's reply) adds its own wait to it. ``max_connections`` bounds each process's pool: a
+    dispatcher holds one connection per step in flight while it waits for the fold, so it must exceed
+    ``dispatch.concurrency``.
+    """
+
+    url: str = "redis://127.0.0.1:16379/0"
+    socket_timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    max_connections: int = 128
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisConfig(url={masked_url(self.url)!r}, socket_timeout_s={self.socket_timeout_s!r}, "
+            f"connect_timeout_s={self.connect_timeout_s!r}, max_connections={self.max_connections!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FoldsConfig:
+    prefix: str = "foldline:fold:"  # Redis key prefix of the folds: projectors and dispatchers must agree
+
+
+@dataclass(frozen=True, slots=True)
+class S3Config:
+    """The attachment bucket. Credentials come only from boto3's standard chain, never from here."""
+
+    bucket: str = "foldline-attachments"
+    prefix: str = "attachments/"
+    endpoint: str | None = None  # unset: AWS (or boto3's AWS_ENDPOINT_URL_S3)
+    region: str | None = None  # unset: boto3's chain (AWS_DEFAULT_REGION, profile)
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 30.0
+    max_attempts: int = 5  # per request, botocore's standard retry mode
+    max_connections: int = 128  # the HTTP pool; a dispatcher resolves attachments of concurrent steps
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchConfig:
+    """Loops hand steps to dispatchers over a Redis stream (docs/DISPATCHER.md)."""
+
+    stream: str = "foldline:dispatch:steps"
+    group: str = "foldline-dispatchers"
+    concurrency: int = 64  # steps in flight per dispatcher process, across sessions
+    fold_timeout_s: float = 10.0  # wait for the fold to reach a step's boundary
+    handover_timeout_s: float = 120.0  # a loop waits this long for a dispatcher's answer
+    invariant: bool = True  # rebuild every request from the raw log before sending
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorConfig:
+    runtime: ProjectorRuntime = "confluent"
+    max_batch: int = 5000  # records per poll and per apply
+
+
+@dataclass(frozen=True, slots=True)
+class ProvidersConfig:
+    """Model providers of the dispatcher. A provider without a base URL is answered by the emulator."""
+
+    anthropic_url: str | None = None
+    openai_url: str | None = None
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    openai_api_key: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        def key(value: str | None) -> str | None:
+            return MASK if value else None
+
+        return (
+            f"ProvidersConfig(anthropic_url={self.anthropic_url!r}, openai_url={self.openai_url!r}, "
+            f"anthropic_api_key={key(self.anthropic_api_key)!r}, openai_api_key={key(self.openai_api_key)!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    port: int | None = None  # serve /metrics, /healthz, /readyz; 0 picks a free port; unset: off
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    data_dir: Path
+    """Everything a foldline process is configured with; see the module docstring."""
+
+    data_dir: Path = Path("foldline-data")  # the embedded backend's log and attachments; demo logs
     backend: Backend = "embedded"
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    kafka_topic: str = "foldline.session-events"
-    redis_url: str = "redis://127.0.0.1:16379/0"
-    s3_bucket: str = "foldline-attachments"
-    fold_prefix: str = "foldline:fold:"  # Redis key prefix of the folds (projectors and dispatchers must agree)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+    folds: FoldsConfig = field(default_factory=FoldsConfig)
+    s3: S3Config = field(default_factory=S3Config)
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    projector: ProjectorConfig = field(default_factory=ProjectorConfig)
+    providers: ProvidersConfig = field(default_factory=ProvidersConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    def __post_init__(self) -> None:
+        _validate(self)
 
     @staticmethod
-    def from_env(data_dir: str | Path | None = None, backend: str | None = None) -> Config:
-        name = backend or os.environ.get("FOLDLINE_BACKEND", "embedded")
-        if name not in BACKENDS:
-            raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-        chosen = cast(Backend, name)
-        return Config(
-            data_dir=Path(data_dir or os.environ.get("FOLDLINE_DATA_DIR") or "foldline-data"),
-            backend=chosen,
-            kafka_bootstrap=os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
-            kafka_topic=os.environ.get("FOLDLINE_KAFKA_TOPIC", "foldline.session-events"),
-            redis_url=os.environ.get("FOLDLINE_REDIS_URL", "redis://127.0.0.1:16379/0"),
-            s3_bucket=os.environ.get("FOLDLINE_S3_BUCKET", "foldline-attachments"),
-            fold_prefix=os.environ.get("FOLDLINE_FOLD_PREFIX", "foldline:fold:"),
+    def from_env(environ: Mapping[str, str] | None = None) -> Config:
+        """The configuration the environment describes (``os.environ`` by default); see :data:`SETTINGS`."""
+        env = os.environ if environ is None else environ
+        changes: dict[str, Any] = {}
+        for s in SETTINGS:
+            # an empty variable counts as unset (rendered templates often leave one empty), unless empty
+            # is a value of the setting
+            found = [
+                (name, env[name]) for name in (s.env, *s.fallbacks) if env.get(name) or (s.empty_ok and name in env)
+            ]
+            if not found:
+                continue
+            name, raw = found[0]
+            try:
+                changes[s.path] = s.parse(raw.strip())
+            except ValueError as exc:
+                raise ConfigError(f"{name}={raw!r} is not valid: {exc}") from exc
+        changes["kafka.client_properties"] = _kafka_properties(env)
+        return Config()._replaced(changes)
+
+    def overridden(self, **changes: Any) -> Config:
+        """A copy with fields replaced; ``None`` means "not given" and keeps the field. A section's field is
+        named ``section__field`` (``kafka__bootstrap="host:9092"``)."""
+        return self._replaced({name.replace("__", "."): v for name, v in changes.items() if v is not None})
+
+    def _replaced(self, changes: Mapping[str, Any]) -> Config:
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        names = {f.name for f in dataclasses.fields(self)}
+        for path, value in changes.items():
+            section, _, name = path.partition(".")
+            if section not in names or (
+                name and name not in {f.name for f in dataclasses.fields(getattr(self, section))}
+            ):
+                raise ConfigError(f"no configuration field {path!r}")
+            if name:
+                nested.setdefault(section, {})[name] = value
+            else:
+                top[section] = Path(value) if section == "data_dir" else value
+        for section, values in nested.items():
+            top[section] = dataclasses.replace(getattr(self, section), **values)
+        return dataclasses.replace(self, **top)
+
+    def to_env(self) -> dict[str, str]:
+        """The variables :meth:`from_env` reads back into this configuration (secrets included: for child
+        processes, never for printing). The Kafka client properties are not among them; a child inherits
+        the variables and the file they came from."""
+        out: dict[str, str] = {}
+        for s in SETTINGS:
+            value = self._get(s.path)
+            if value is None:
+                continue
+            out[s.env] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return out
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """Every setting as ``(variable, field, value)`` with secrets masked, for ``foldline config``."""
+        rows = []
+        for s in SETTINGS:
+            value = self._get(s.path)
+            shown = "" if value is None else str(value)
+            if s.secret and value:
+                shown = masked_url(shown) if s.path == "redis.url" else MASK
+            rows.append((s.env, s.path, shown))
+        props = masked(self.kafka.client_properties)
+        rows.append(("FOLDLINE_KAFKA_CLIENT_PROPERTIES", "kafka.client_properties", _format_properties(props)))
+        return rows
+
+    def _get(self, path: str) -> Any:
+        section, _, name = path.partition(".")
+        value = getattr(self, section)
+        return getattr(value, name) if name else value
+
+
+def _format_properties(props: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(props.items()))
+
+
+# ------------------------------------------------------------------ the environment
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One environment variable and the field it sets."""
+
+    env: str
+    path: str  # "section.field" (or a top-level field)
+    parse: Callable[[str], Any]
+    doc: str
+    fallbacks: tuple[str, ...] = ()  # read when the variable itself is unset
+    secret: bool = False  # masked by :meth:`Config.describe`
+    empty_ok: bool = False  # an empty value is a value, not "unset"
+
+
+def _text(raw: str) -> str:
+    if not raw:
+        raise ValueError("it is empty")
+    return raw
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("it must be at least 1")
+    return value
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError("a port is 0..65535")
+    return value
+
+
+def _seconds(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("a duration in seconds must be positive")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("use true or false")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(f"choose one of {', '.join(options)}")
+        return raw
+
+    return parse
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("FOLDLINE_BACKEND", "backend", _choice(BACKENDS), "embedded, kafka or distributed"),
+    Setting("FOLDLINE_DATA_DIR", "data_dir", Path, "the embedded log and attachments; the demo's process logs"),
+    Setting("FOLDLINE_KAFKA_BOOTSTRAP", "kafka.bootstrap", _text, "Kafka bootstrap servers"),
+    Setting("FOLDLINE_KAFKA_TOPIC", "kafka.topic", _text, "session-event topic (also <topic>.index, <topic>.dlq)"),
+    Setting("FOLDLINE_KAFKA_PARTITIONS", "kafka.partitions", _positive_int, "the topic's partition count"),
+    Setting(
+        "FOLDLINE_KAFKA_REPLICATION_FACTOR",
+        "kafka.replication_factor",
+        _positive_int,
+        "replication factor of the topics the log creates",
+    ),
+    Setting("FOLDLINE_KAFKA_REGISTRY_URL", "kafka.registry_url", _text, "Schema Registry (Confluent framing)"),
+    Setting(
+        "FOLDLINE_PROJECTOR_GROUP",
+        "kafka.projector_group",
+        _text,
+        "projectors' consumer group (unset: <topic>.projectors)",
+    ),
+    Setting("FOLDLINE_KAFKA_TIMEOUT", "kafka.timeout_s", _seconds, "seconds any one broker wait may take"),
+    Setting(
+        "FOLDLINE_KAFKA_TRANSACTION_TIMEOUT",
+        "kafka.transaction_timeout_s",
+        _seconds,
+        "seconds a writer transaction may stay open",
+    ),
+    Setting("FOLDLINE_REDIS_URL", "redis.url", _text, "Redis of the folds and the step stream", secret=True),
+    Setting("FOLDLINE_REDIS_SOCKET_TIMEOUT", "redis.socket_timeout_s", _seconds, "seconds one Redis command may take"),
+    Setting("FOLDLINE_REDIS_CONNECT_TIMEOUT", "redis.connect_timeout_s", _seconds, "seconds to connect to Redis"),
+    Setting("FOLDLINE_REDIS_MAX_CONNECTIONS", "redis.max_connections", _positive_int, "Redis connections per process"),
+    Setting("FOLDLINE_FOLD_PREFIX", "folds.prefix", _text, "Redis key prefix of the folds"),
+    Setting("FOLDLINE_S3_BUCKET", "s3.bucket", _text, "attachment bucket"),
+    Setting("FOLDLINE_S3_PREFIX", "s3.prefix", str, "key prefix of the attachment objects", empty_ok=True),
+    Setting(
+        "FOLDLINE_S3_ENDPOINT", "s3.endpoint", _text, "S3 endpoint (unset: AWS)", fallbacks=("AWS_ENDPOINT_URL_S3",)
+    ),
+    Setting("FOLDLINE_S3_REGION", "s3.region", _text, "S3 region (unset: boto3's chain, e.g. AWS_DEFAULT_REGION)"),
+    Setting("FOLDLINE_S3_CONNECT_TIMEOUT", "s3.connect_timeout_s", _seconds, "seconds to connect to S3"),
+    Setting("FOLDLINE_S3_READ_TIMEOUT", "s3.read_timeout_s", _seconds, "seconds an S3 response may take"),
+    Setting("FOLDLINE_S3_MAX_ATTEMPTS", "s3.max_attempts", _positive_int, "tries per S3 request"),
+    Setting("FOLDLINE_S3_MAX_CONNECTIONS", "s3.max_connections", _positive_int, "S3 connections per process"),
+    Setting("FOLDLINE_DISPATCH_STREAM", "dispatch.stream", _text, "Redis stream loops hand steps to"),
+    Setting("FOLDLINE_DISPATCH_GROUP", "dispatch.group", _text, "dispatchers' consumer group on the stream"),
+    Setting("FOLDLINE_DISPATCH_CONCURRENCY", "dispatch.concurrency", _positive_int, "steps in flight per dispatcher"),
+    Setting("FOLDLINE_DISPATCH_FOLD_TIMEOUT", "dispatch.fold_timeout_s", _seconds, "seconds to wait for a step's fold"),
+    Setting(
+        "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT",
+        "dispatch.handover_timeout_s",
+        _seconds,
+        "seconds a loop waits for a dispatcher's answer",
+    ),
+    Setting("FOLDLINE_DISPATCH_INVARIANT", "dispatch.invariant", _bool, "rebuild each request from the log first"),
+    Setting("FOLDLINE_PROJECTOR_RUNTIME", "projector.runtime", _choice(RUNTIMES), "confluent or faust"),
+    Setting("FOLDLINE_PROJECTOR_MAX_BATCH", "projector.max_batch", _positive_int, "records per poll and apply"),
+    Setting("FOLDLINE_ANTHROPIC_URL", "providers.anthropic_url", _text, "Anthropic base URL (unset: emulator)"),
+    Setting("FOLDLINE_OPENAI_URL", "providers.openai_url", _text, "OpenAI base URL (unset: emulator)"),
+    Setting("ANTHROPIC_API_KEY", "providers.anthropic_api_key", _text, "Anthropic API key", secret=True),
+    Setting("OPENAI_API_KEY", "providers.openai_api_key", _text, "OpenAI API key", secret=True),
+    Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
+    Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
+)
+
+#: Variables that set one librdkafka property each; they override the client-properties file.
+KAFKA_SECURITY_VARIABLES: dict[str, str] = {
+    "FOLDLINE_KAFKA_SECURITY_PROTOCOL": "security.protocol",
+    "FOLDLINE_KAFKA_SASL_MECHANISM": "sasl.mechanism",
+    "FOLDLINE_KAFKA_SASL_USERNAME": "sasl.username",
+    "FOLDLINE_KAFKA_SASL_PASSWORD": "sasl.password",
+    "FOLDLINE_KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
+    "FOLDLINE_KAFKA_SSL_CA_PEM": "ssl.ca.pem",
+    "FOLDLINE_KAFKA_SSL_CERTIFICATE_LOCATION": "ssl.certificate.location",
+    "FOLDLINE_KAFKA_SSL_KEY_LOCATION": "ssl.key.location",
+    "FOLDLINE_KAFKA_SSL_KEY_PASSWORD": "ssl.key.password",
+}
+
+
+def read_client_properties(path: str | Path) -> dict[str, str]:
+    """librdkafka properties from a file of ``key=value`` lines (``#`` / ``!`` comments, blank lines)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the Kafka client-properties file {path} (FOLDLINE_KAFKA_CLIENT_PROPERTIES): "
+            f"{exc.strerror or exc}"
+        ) from exc
+    props: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "!")):
+            continue
+        key, sep, value = stripped.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{path}:{number}: expected a key=value line (librdkafka property), not {stripped!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    path = env.get("FOLDLINE_KAFKA_CLIENT_PROPERTIES")
+    if path:
+        props.update(read_client_properties(path))
+    for name, key in KAFKA_SECURITY_VARIABLES.items():
+        value = env.get(name)
+        if value:
+            props[key] = value
+    return props
+
+
+# ------------------------------------------------------------------ checks
+
+
+_AT_LEAST_ONE = {"partitions", "replication_factor", "max_connections", "max_attempts", "concurrency", "max_batch"}
+
+
+def _validate(config: Config) -> None:
+    if config.backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {config.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if config.projector.runtime not in RUNTIMES:
+        raise ConfigError(f"projector runtime must be confluent or faust, not {config.projector.runtime!r}")
+    for s in SETTINGS:
+        value = config._get(s.path)
+        name = s.path.rpartition(".")[2]
+        if name.endswith("_s") and not value > 0:
+            raise ConfigError(f"{s.path} ({s.env}) must be a positive number of seconds, not {value!r}")
+        if name in _AT_LEAST_ONE and not value >= 1:
+            raise ConfigError(f"{s.path} ({s.env}) must be at least 1, not {value!r}")
+    for what, value in (
+        ("FOLDLINE_S3_BUCKET (the attachment bucket)", config.s3.bucket),
+        ("FOLDLINE_FOLD_PREFIX (the fold key prefix)", config.folds.prefix),
+        ("FOLDLINE_KAFKA_TOPIC", config.kafka.topic),
+        ("FOLDLINE_KAFKA_BOOTSTRAP", config.kafka.bootstrap),
+        ("FOLDLINE_REDIS_URL", config.redis.url),
+    ):
+        if not value:
+            raise ConfigError(f"{what} is empty; set it or leave it unset for the default")
+    _validate_kafka_properties(config.kafka.client_properties)
+
+
+def _validate_kafka_properties(props: Mapping[str, str]) -> None:
+    for key, instead in _OWNED_PROPERTIES.items():
+        if key in props:
+            where = f"set {instead} instead" if instead else "foldline sets it itself"
+            raise ConfigError(f"the Kafka client property {key!r} cannot be configured ({where})")
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(
+            f"Kafka security.protocol {props['security.protocol']!r} is unknown; "
+            f"choose one of {', '.join(SECURITY_PROTOCOLS)} (FOLDLINE_KAFKA_SECURITY_PROTOCOL)"
         )
-
-
-@dataclass(slots=True)
-class Stores:
-    log: EventLog
-    attachments: AttachmentStore
-    folds: FoldStore | None = None  # the distributed backend's fold store (Redis), fed by projectors
-
-    def close(self) -> None:
-        self.log.close()
-        self.attachments.close()
-        if self.folds is not None:
-            self.folds.close()
-
-
-def open_stores(config: Config) -> Stores:
-    """The event log and attachment store the configuration names."""
-    from .adapters.fs_attachments import FilesystemAttachmentStore
-    from .adapters.sqlite_log import SqliteEventLog
-
-    if config.backend == "embedded":
-        return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
-    if config.backend == "kafka":
-        from .adapters.kafka import KafkaEventLog
-
-        log: EventLog = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
-        return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
-    if config.backend == "distributed":
-        return _distributed_stores(config)
-    raise ConfigError(f"backend {config.backend!r} is not available in this build")
-
-
-def _distributed_stores(config: Config) -> Stores:
-    """Kafka log, Redis folds, S3 attachments (bucket from the config; prefix, endpoint and credentials
-    from the environment and boto3's standard chain — see :meth:`S3AttachmentStore.from_env`)."""
-    from .adapters.kafka import KafkaEventLog
-    from .adapters.redis_folds import RedisFoldStore
-    from .adapters.s3_attachments import S3AttachmentStore
-
-    attachments = S3AttachmentStore.from_env({**os.environ, "FOLDLINE_S3_BUCKET": config.s3_bucket})
-    log = KafkaEventLog(bootstrap=config.kafka_bootstrap, topic=config.kafka_topic)
-    return Stores(log, attachments, RedisFoldStore(config.redis_url, prefix=config.fold_prefix))
+    if protocol.startswith("SASL_"):
+        mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms") or ""
+        if mechanism.upper() not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"Kafka security.protocol {protocol} needs sasl.mechanism, one of {', '.join(SASL_MECHANISMS)} "
+                f"(FOLDLINE_KAFKA_SASL_MECHANISM), not {mechanism or 'nothing'!r}"
+            )
+        missing = [k for k in ("sasl.username", "sasl.password") if not props.get(k)]
+        if missing:
+            names = " and ".join(f"FOLDLINE_KAFKA_{k.upper().replace('.', '_')}" for k in missing)
+            raise ConfigError(f"Kafka SASL ({mechanism.upper()}) needs {' and '.join(missing)}; set {names}")

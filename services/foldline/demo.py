@@ -23,10 +23,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import Config, Stores, open_stores
+from .config import Config
 from .core.content import ContentBlock, ImageBlock, TextBlock
 from .core.events import StepEnd
 from .core.header import CallConfig
+from .factories import Stores, open_stores
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
@@ -323,9 +324,8 @@ def run_demo(
 
 
 def run_demo_cli(
+    config: Config,
     *,
-    data_dir: Path | None,
-    backend: str,
     sessions: int,
     steps: int,
     fresh: bool,
@@ -334,17 +334,16 @@ def run_demo_cli(
     projectors: int = 1,
     dispatchers: int = 0,
 ) -> DemoResult:
-    config = Config.from_env(data_dir, backend)
     if fresh and config.backend == "embedded" and config.data_dir.exists():
         shutil.rmtree(config.data_dir)
     stores = open_stores(config)
     try:
         if config.backend == "distributed":
-            from .dispatcher.pipeline import distributed_pipeline
+            from .worker_processes import worker_processes
 
-            with distributed_pipeline(config, stores, projectors=projectors, dispatchers=dispatchers) as pipeline:
+            with worker_processes(config, stores, projectors=projectors, dispatchers=dispatchers) as workers:
                 return run_demo(
-                    stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, pipeline.dispatcher_for
+                    stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher_for
                 )
         return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
     finally:

@@ -30,6 +30,7 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
     │   └── MissingHeader               a request boundary with no request/header before it
     ├── ConfigError                     configuration names something that does not exist
+    │   └── AuthenticationFailed        a server refused the configured credentials or TLS handshake
     ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
     └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
 """
@@ -41,6 +42,7 @@ __all__ = [
     "AttachmentError",
     "AttachmentNotFound",
     "AttachmentReadFailed",
+    "AuthenticationFailed",
     "AvroDecodeError",
     "ConfigError",
     "ConflictError",
@@ -233,6 +235,10 @@ class MissingHeader(ReconstructionError):
 
 class ConfigError(FoldlineError):
     """Configuration is invalid or names something unavailable."""
+
+
+class AuthenticationFailed(ConfigError):
+    """A server refused the configured credentials (e.g. a Kafka SASL login) or the TLS handshake failed."""
 
 
 class ForkError(FoldlineError):

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from foldline.adapters.memory_folds import MemoryFoldStore
+from foldline.config import DispatchConfig, RedisConfig
 from foldline.core.events import RequestDispatch, TurnEnd
 from foldline.dispatcher import Dispatcher, RedisStepClient, StepHandoff, serve_steps
 from foldline.errors import DispatchFailed, DispatchTimeout
@@ -45,8 +46,18 @@ def with_server(
         emulator = Emulator(ToolLoopScript(tool_steps=1))
         dispatcher = Dispatcher(log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=1)
         stop = asyncio.Event()
-        server = asyncio.create_task(serve_steps(dispatcher, redis_url(), stream=stream, stop=stop)) if serve else None
-        client = RedisStepClient(redis_url(), stream=stream, timeout_s=1.0 if not serve else 10.0)
+        redis = RedisConfig(redis_url())
+        steps = DispatchConfig()
+        server = (
+            asyncio.create_task(
+                serve_steps(
+                    dispatcher, redis, stream=stream, group=steps.group, max_in_flight=steps.concurrency, stop=stop
+                )
+            )
+            if serve
+            else None
+        )
+        client = RedisStepClient(redis, stream=stream, timeout_s=1.0 if not serve else 10.0)
         try:
             await body(log, client, emulator)
         finally:

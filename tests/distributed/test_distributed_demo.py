@@ -12,11 +12,13 @@ from pathlib import Path
 
 import boto3
 import pytest
+from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
+from foldline.config import RedisConfig
 from foldline.core.content import ImageBlock
 from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
 from foldline.core.fold import fold_state
@@ -36,7 +38,7 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
     assert "projector ready" in (tmp_path / "logs" / "projector-0.log").read_text()
 
     log = KafkaEventLog(distributed_env["bootstrap"], topic=distributed_env["FOLDLINE_KAFKA_TOPIC"])
-    folds = RedisFoldStore(distributed_env["redis"], prefix=distributed_env["FOLDLINE_FOLD_PREFIX"])
+    folds = RedisFoldStore(RedisConfig(distributed_env["redis"]), prefix=distributed_env["FOLDLINE_FOLD_PREFIX"])
     s3 = boto3.session.Session().client("s3", endpoint_url=distributed_env["s3"])
     try:
         checked = 0
@@ -86,6 +88,27 @@ def test_distributed_demo_with_a_dispatcher_process(distributed_env: dict[str, s
     out = json.loads(res.stdout)
     assert all(len(s["steps"]) == 3 and s["verified"] for s in out["sessions"])
     assert "answering 6 step(s)" in (tmp_path / "logs" / "dispatcher-0.log").read_text()
+    res = runner.invoke(app, ["verify", "--json", *args])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["matched"] == 6
+
+
+def test_distributed_demo_on_a_six_partition_topic(
+    distributed_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FOLDLINE_KAFKA_PARTITIONS reaches every process: the loop, the projector and a dispatcher process all
+    map sessions onto the topic's 6 partitions (a 12 assumed anywhere fails with ConfigError)."""
+    monkeypatch.setenv("FOLDLINE_KAFKA_PARTITIONS", "6")
+    runner = CliRunner()
+    args = ["--backend", "distributed", "--data-dir", str(tmp_path)]
+    res = runner.invoke(app, ["demo", "--sessions", "2", "--steps", "3", "--dispatchers", "1", "--json", *args])
+    logs = tmp_path / "logs"
+    assert res.exit_code == 0, res.output + "".join(p.read_text() for p in logs.glob("*.log"))
+    assert all(len(s["steps"]) == 3 and s["verified"] for s in json.loads(res.stdout)["sessions"])
+    assert "answering 6 step(s)" in (logs / "dispatcher-0.log").read_text()
+    topic = distributed_env["FOLDLINE_KAFKA_TOPIC"]
+    metadata = AdminClient({"bootstrap.servers": distributed_env["bootstrap"]}).list_topics(timeout=10)
+    assert {t: len(metadata.topics[t].partitions) for t in (topic, f"{topic}.index")} == {topic: 6, f"{topic}.index": 6}
     res = runner.invoke(app, ["verify", "--json", *args])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["matched"] == 6

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from foldline.adapters.avro import AvroCodec
 from foldline.adapters.kafka import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
 from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.config import RedisConfig
 from foldline.projector import WorkerSettings
 from foldline.projector.faust_runtime import READ_COMMITTED, projector_app
 from tests.distributed.projector_harness import (
@@ -183,7 +184,7 @@ def test_faust_runtime_reads_committed_only_and_never_folds_an_aborted_transacti
 
     group = _group()
     worker = WorkerProcess(_args(group, topic, prefix, "--metrics-port", "0"), _env(topic)).start()
-    store = RedisFoldStore(env_or_fail("FOLDLINE_REDIS_URL"), prefix=prefix, journal=True)
+    store = RedisFoldStore(RedisConfig(env_or_fail("FOLDLINE_REDIS_URL")), prefix=prefix, journal=True)
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the faust projector to fold every session")
         ready = next(line for line in worker.lines if line.startswith("projector ready"))
@@ -238,7 +239,7 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
     )
     writer.start()
     kills = kills_while_writing = 0
-    store = RedisFoldStore(redis_url, prefix=prefix, journal=True)
+    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
     try:
         while writer.is_alive() or kills < 3:
             time.sleep(rng.uniform(0.5, 1.5))
@@ -271,6 +272,7 @@ from faust.types import TP
 from foldline.adapters.kafka import ConsumedEvent
 from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.config import RedisConfig
 from foldline.projector import BatchProjector, WorkerSettings
 from foldline.projector.faust_runtime import FaustProjector
 
@@ -306,7 +308,7 @@ class LingersAfterTheFailure(FaustProjector):
         await super()._fail(exc, size)
 
 settings = WorkerSettings(**json.loads(sys.argv[2]))
-store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=True)
+store = RedisFoldStore(RedisConfig(settings.redis_url), prefix=settings.redis_prefix, journal=True)
 log = KafkaEventLog(settings.bootstrap, topic=settings.topic, partitions=settings.partitions)
 LingersAfterTheFailure(settings, projector=ApplyFailsHalfWay(store, log)).run()
 """
@@ -362,7 +364,7 @@ def test_an_apply_that_raises_mid_batch_acknowledges_nothing_of_the_batch(
     for part, first in first_failed.items():
         assert by_part[part] <= first, (part, by_part[part], first)
 
-    store = RedisFoldStore(redis_url, prefix=prefix, journal=True)
+    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
     worker = WorkerProcess(_args(group, topic, prefix), _env(topic)).start()
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the restarted projector to fold every session")

@@ -21,6 +21,7 @@ from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.adapters.s3_attachments import S3AttachmentStore
 from foldline.cli.main import app
+from foldline.config import RedisConfig, S3Config
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, TextBlock
 from foldline.core.events import AttachmentQuarantine, RequestDispatch, StepStart, TurnEnd
@@ -45,8 +46,8 @@ def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
     bootstrap, redis_url = names["bootstrap"], names["redis"]
     topic, prefix, bucket = names["FOLDLINE_KAFKA_TOPIC"], names["FOLDLINE_FOLD_PREFIX"], names["FOLDLINE_S3_BUCKET"]
     log = KafkaEventLog(bootstrap, topic=topic)
-    folds = RedisFoldStore(redis_url, prefix=prefix)
-    attachments = S3AttachmentStore(bucket, endpoint_url=names["s3"])
+    folds = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    attachments = S3AttachmentStore(S3Config(bucket, endpoint=names["s3"]))
     attachments.client.create_bucket(Bucket=bucket)
     log.sessions()  # creates the topics the projector subscribes to
     projector = start_worker(

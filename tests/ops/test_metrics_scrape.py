@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from foldline.config import Config, open_stores
+from foldline.config import Config
 from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
 from foldline.core.events import Envelope, RequestHeader
+from foldline.factories import open_stores
 
 FOLDLINE = Path(sys.executable).with_name("foldline")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -156,7 +157,7 @@ def kafka_topic(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 @pytest.mark.kafka
 def test_kafka_demo_metrics_equal_the_log(kafka_topic: str, tmp_path: Path) -> None:
     samples, _ = run_demo_and_scrape(["--backend", "kafka", "--data-dir", str(tmp_path)], sessions=2, steps=4)
-    stores = open_stores(Config.from_env(tmp_path, "kafka"))
+    stores = open_stores(Config.from_env().overridden(data_dir=tmp_path, backend="kafka"))
     try:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:
@@ -213,7 +214,7 @@ def test_distributed_demo_metrics_equal_the_log(distributed_env: dict[str, str],
         ["--backend", "distributed", "--data-dir", str(tmp_path)], sessions=2, steps=4
     )
     assert all(s["verified"] for s in result["sessions"])
-    stores = open_stores(Config.from_env(tmp_path, "distributed"))
+    stores = open_stores(Config.from_env().overridden(data_dir=tmp_path, backend="distributed"))
     try:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:

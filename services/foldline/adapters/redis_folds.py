@@ -1,7 +1,7 @@
 """The Redis fold store: each session's fold in two keys, changed only by Lua scripts fenced by seq and epoch.
 
-Layout per session (``<prefix>`` defaults to ``foldline:fold:``; the ``{...}`` hash tag keeps a
-session's keys in one cluster slot):
+Layout per session (``<prefix>`` is the configuration's ``folds.prefix``, ``foldline:fold:`` by default;
+the ``{...}`` hash tag keeps a session's keys in one cluster slot):
 
 * ``<prefix>{<session>}:meta`` — a small hash of integers (kept listpack-encoded, so it costs little):
   ``a`` applied seq, ``e`` writer epoch, ``g`` surface generation, ``hs`` the folded header's seq (-1:
@@ -33,13 +33,12 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from ..config import RedisConfig, masked_url
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
 from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore, FoldTail
 
-__all__ = ["DEFAULT_PREFIX", "RedisFoldStore"]
-
-DEFAULT_PREFIX = "foldline:fold:"
+__all__ = ["RedisFoldStore"]
 _CHUNK = 4000  # Lua's unpack() is bounded by the C stack (8000 in Redis): push at most this many at once
 
 _PUSH = """
@@ -159,30 +158,36 @@ def _int(raw: Any) -> int:
 class RedisFoldStore(FoldStore):
     """:class:`~foldline.ports.fold_store.FoldStore` on Redis; see the module docstring.
 
-    ``url`` is a redis-py URL (``redis://host:port/db``); ``timeout_s`` bounds each command (connect and
-    socket reads), after which the call raises :class:`~foldline.errors.StoreUnavailable`.
+    ``settings.url`` is a redis-py URL (``redis://host:port/db``); ``settings.socket_timeout_s`` bounds each
+    command and ``settings.connect_timeout_s`` each connect, after which the call raises
+    :class:`~foldline.errors.StoreUnavailable`; the pool holds at most ``settings.max_connections``
+    connections (more concurrent callers fail fast with StoreUnavailable rather than queue). ``prefix`` is
+    the key prefix of the folds (projectors and dispatchers must agree).
     """
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:16379/0",
+        settings: RedisConfig,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str,
         journal: bool = False,
-        timeout_s: float = 5.0,
         client: redis.Redis | None = None,
     ) -> None:
         if not prefix:
             raise ConfigError("the Redis fold store needs a non-empty key prefix (e.g. 'foldline:fold:')")
-        self.url = url
+        self.url = masked_url(settings.url)  # as it appears in messages: without a password
         self.prefix = prefix
         self.journal = journal
         try:
             self._redis: redis.Redis = client or redis.Redis.from_url(
-                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, health_check_interval=30
+                settings.url,
+                socket_timeout=settings.socket_timeout_s,
+                socket_connect_timeout=settings.connect_timeout_s,
+                max_connections=settings.max_connections,
+                health_check_interval=30,
             )
         except ValueError as exc:
-            raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
+            raise ConfigError(f"bad Redis URL (FOLDLINE_REDIS_URL): {exc}") from exc
         self._apply: Script = self._redis.register_script(_APPLY)
         self._put: Script = self._redis.register_script(_PUT)
         self._raise_epoch: Script = self._redis.register_script(_RAISE_EPOCH)

@@ -29,7 +29,6 @@ import base64
 import contextlib
 import functools
 import hashlib
-import os
 import random
 import tempfile
 import time
@@ -51,6 +50,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
+from ..config import S3Config
 from ..core import codec
 from ..core.content import ATTACHMENT_ID_RE, ImageRef
 from ..errors import (
@@ -128,61 +128,70 @@ def _id_to_b64(attachment_id: str) -> str:
 class S3AttachmentStore(AttachmentStore):
     """Content-addressed attachments in one S3 bucket (any S3-compatible server).
 
-    ``client`` may be given (its retry and timeout configuration is then the caller's); otherwise one is
-    built from boto3's standard configuration chain (environment, shared config/credentials files,
-    container/instance roles) with ``endpoint_url`` (``None`` = AWS or ``AWS_ENDPOINT_URL_S3``),
-    ``max_attempts`` tries per request in botocore's ``standard`` retry mode, and the given timeouts.
-    Credentials are never passed to or stored by this class.
+    ``settings`` names the bucket, key prefix, endpoint (``None`` = AWS or ``AWS_ENDPOINT_URL_S3``) and
+    region (``None`` = boto3's chain), and bounds each request: ``max_attempts`` tries in botocore's
+    ``standard`` retry mode, the connect and read timeouts, the HTTP pool size. ``client`` may be given
+    instead (its retry, timeout and endpoint configuration is then the caller's). Credentials come from
+    boto3's standard chain (environment, shared config/credentials files, container/instance roles) and are
+    never passed to or stored by this class.
     """
 
     def __init__(
         self,
-        bucket: str,
+        settings: S3Config,
         *,
-        prefix: str = "attachments/",
         client: S3Client | None = None,
-        endpoint_url: str | None = None,
         multipart_threshold: int = 8 * MIB,
-        max_attempts: int = 5,
-        connect_timeout: float = 2.0,
-        read_timeout: float = 30.0,
-        max_pool_connections: int = 32,
         spool_dir: str | None = None,
     ) -> None:
-        if not bucket:
+        if not settings.bucket:
             raise ConfigError("S3 attachment store needs a bucket name (FOLDLINE_S3_BUCKET)")
         if multipart_threshold < MIN_PART_SIZE:
             raise ConfigError(f"multipart_threshold must be at least {MIN_PART_SIZE} bytes (S3's minimum part)")
-        if max_attempts < 1:
+        if settings.max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
-        self.bucket = bucket
-        self.prefix = prefix
+        self.bucket = settings.bucket
+        self.prefix = settings.prefix
         self.multipart_threshold = multipart_threshold
-        self.max_attempts = max_attempts
+        self.max_attempts = settings.max_attempts
         self.spool_dir = spool_dir
         if client is None:
             config = Config(
-                retries={"max_attempts": max_attempts, "mode": "standard"},
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                max_pool_connections=max_pool_connections,
+                retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+                connect_timeout=settings.connect_timeout_s,
+                read_timeout=settings.read_timeout_s,
+                max_pool_connections=settings.max_connections,
             )
-            client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+            client = boto3.session.Session().client(
+                "s3", endpoint_url=settings.endpoint, region_name=settings.region, config=config
+            )
         self.client: S3Client = client
         self._where = _describe_endpoint(self.client.meta.endpoint_url)
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> S3AttachmentStore:
-        """A store configured from the environment: ``FOLDLINE_S3_BUCKET`` (required),
-        ``FOLDLINE_S3_PREFIX`` (optional), ``FOLDLINE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL_S3`` (optional;
-        AWS when unset). Region and credentials come only from boto3's standard chain."""
-        env = os.environ if environ is None else environ
-        bucket = env.get("FOLDLINE_S3_BUCKET", "")
-        if not bucket:
-            raise ConfigError("FOLDLINE_S3_BUCKET is not set; name the bucket that holds attachments")
-        endpoint = env.get("FOLDLINE_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3") or None
-        kwargs.setdefault("prefix", env.get("FOLDLINE_S3_PREFIX", "attachments/"))
-        return cls(bucket, endpoint_url=endpoint, **kwargs)
+    def ensure_bucket(self) -> bool:
+        """Create the bucket when it does not exist (nothing else creates buckets); True if it was created.
+
+        For a fresh local or test server; a production bucket is provisioned with its policies beforehand,
+        and the credentials then need no CreateBucket permission as long as the bucket exists.
+        """
+        where = f"s3://{self.bucket}"
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return False
+        except ClientError as exc:
+            if _status_code(exc)[0] != 404:
+                raise _translate_bucket(exc, "HeadBucket", where, self._where) from exc
+        except BotoCoreError as exc:
+            raise _translate_bucket(exc, "HeadBucket", where, self._where) from exc
+        try:
+            self.client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _status_code(exc)[1] in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                return False  # another process created it meanwhile
+            raise _translate_bucket(exc, "CreateBucket", where, self._where) from exc
+        except BotoCoreError as exc:
+            raise _translate_bucket(exc, "CreateBucket", where, self._where) from exc
+        return True
 
     def close(self) -> None:
         self.client.close()
@@ -514,6 +523,29 @@ def _translate(
             "after the allowed retries; is the server up? (locally: bash deploy/local/up.sh s3)"
         )
     return AttachmentReadFailed(attachment_id, f"{op} {where}: {name}")
+
+
+def _translate_bucket(exc: ClientError | BotoCoreError, op: str, where: str, endpoint: str) -> FoldlineError:
+    """A bucket operation's botocore exception as a foldline error (no attachment involved)."""
+    if isinstance(exc, ClientError):
+        status, code = _status_code(exc)
+        said = f"{op} {where}: HTTP {status} {code}"
+        if status in (401, 403):
+            return ConfigError(
+                f"{said}; access denied — check the credentials and permissions that boto3's configuration chain "
+                "supplies, or create the bucket beforehand"
+            )
+        return StoreUnavailable(f"{said} ({endpoint}); check FOLDLINE_S3_ENDPOINT and FOLDLINE_S3_BUCKET")
+    name = type(exc).__name__
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return ConfigError(
+            f"{op} {where}: no usable AWS credentials ({name}); configure them through the standard chain "
+            "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
+        )
+    return StoreUnavailable(
+        f"{op} {where}: S3 endpoint {endpoint} did not answer ({name}) after the allowed retries; is the server up? "
+        "(locally: bash deploy/local/up.sh s3)"
+    )
 
 
 def _status_code(exc: ClientError) -> tuple[int, str]:

@@ -1,10 +1,10 @@
-"""``foldline <verb>``: one typer app; each module registers its commands."""
+"""``foldline <verb>``: one typer app; each module registers the commands of its role."""
 
 from __future__ import annotations
 
 import typer
 
-from . import dispatcher_commands, log_commands, ops_commands, projector_commands, run_commands, session_commands
+from . import audit_commands, config_commands, demo_commands, session_commands, worker_commands
 
 app = typer.Typer(
     name="foldline",
@@ -13,12 +13,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-log_commands.register(app)
-run_commands.register(app)
-ops_commands.register(app)
+demo_commands.register(app)
 session_commands.register(app)
-dispatcher_commands.register(app)
-projector_commands.register(app)
+audit_commands.register(app)
+worker_commands.register(app)
+config_commands.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from ..ports.step_dispatch import DispatchOutcome, StepDispatcher, StepHandoff
 from .dispatcher import Dispatcher, DispatchResult, request_from_fold
-from .redis_steps import DEFAULT_GROUP, DEFAULT_STREAM, RedisStepClient, serve_steps
+from .redis_steps import RedisStepClient, serve_steps
 
 __all__ = [
-    "DEFAULT_GROUP",
-    "DEFAULT_STREAM",
     "DispatchOutcome",
     "DispatchResult",
     "Dispatcher",

@@ -29,16 +29,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 from redis.typing import EncodableT, FieldT
 
+from ..config import RedisConfig
 from ..core import codec
-from ..errors import DispatchFailed, DispatchTimeout, FoldlineError, FormatError, StoreUnavailable
+from ..errors import ConfigError, DispatchFailed, DispatchTimeout, FoldlineError, FormatError, StoreUnavailable
 from ..ports.step_dispatch import DispatchOutcome, StepHandoff
 from .dispatcher import Dispatcher
 
-__all__ = ["DEFAULT_GROUP", "DEFAULT_STREAM", "RedisStepClient", "serve_steps"]
+__all__ = ["RedisStepClient", "serve_steps"]
 
 _LOG = logging.getLogger("foldline.dispatcher")
-DEFAULT_STREAM = "foldline:dispatch:steps"
-DEFAULT_GROUP = "foldline-dispatchers"
 _REPLY_TTL_S = 300
 _STREAM_MAXLEN = 100_000
 
@@ -48,17 +47,23 @@ def _reply_json(value: dict[str, Any]) -> bytes:
 
 
 class RedisStepClient:
-    """A :class:`~foldline.ports.step_dispatch.StepDispatcher` served by ``foldline dispatcher`` processes."""
+    """A :class:`~foldline.ports.step_dispatch.StepDispatcher` served by ``foldline dispatcher`` processes.
 
-    def __init__(self, redis_url: str, *, stream: str = DEFAULT_STREAM, timeout_s: float = 120.0) -> None:
-        self.redis_url = redis_url
+    ``timeout_s`` is how long a handoff waits for its answer (the configuration's
+    ``dispatch.handover_timeout_s``). The reply wait is one blocking ``BLPOP``, so this client's socket
+    timeout is that wait plus ``redis.socket_timeout_s``: the connection never times out under a wait it
+    asked for.
+    """
+
+    def __init__(self, redis: RedisConfig, *, stream: str, timeout_s: float) -> None:
+        self.redis = redis
         self.stream = stream
         self.timeout_s = timeout_s
         self._redis: aioredis.Redis | None = None
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = aioredis.Redis.from_url(self.redis_url)
+            self._redis = _connect(self.redis, blocking_s=self.timeout_s)
         return self._redis
 
     async def dispatch(self, handoff: StepHandoff) -> DispatchOutcome:
@@ -99,15 +104,28 @@ class RedisStepClient:
             self._redis = None
 
 
+def _connect(redis: RedisConfig, *, blocking_s: float) -> aioredis.Redis:
+    """An asyncio client whose socket timeout outlasts its longest blocking command by ``socket_timeout_s``."""
+    try:
+        return aioredis.Redis.from_url(
+            redis.url,
+            socket_timeout=blocking_s + redis.socket_timeout_s,
+            socket_connect_timeout=redis.connect_timeout_s,
+            max_connections=redis.max_connections,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL (FOLDLINE_REDIS_URL): {exc}") from exc
+
+
 async def serve_steps(
     dispatcher: Dispatcher,
-    redis_url: str,
+    redis: RedisConfig,
     *,
-    stream: str = DEFAULT_STREAM,
-    group: str = DEFAULT_GROUP,
+    stream: str,
+    group: str,
+    max_in_flight: int,
     consumer: str | None = None,
     stop: asyncio.Event | None = None,
-    max_in_flight: int = 64,
     block_ms: int = 200,
 ) -> int:
     """Serve handoffs from ``stream`` until ``stop`` is set; returns how many steps were answered.
@@ -117,7 +135,7 @@ async def serve_steps(
     """
     stop = stop or asyncio.Event()
     consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-    r = aioredis.Redis.from_url(redis_url)
+    r = _connect(redis, blocking_s=block_ms / 1000)
     in_flight: set[asyncio.Task[None]] = set()
     answered = 0
 

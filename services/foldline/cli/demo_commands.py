@@ -1,0 +1,109 @@
+"""Commands that run loops against the provider emulator: ``foldline demo`` and ``foldline emulator``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import orjson
+import typer
+
+from ..config import MetricsConfig
+from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
+from .output import console, err_console, fail_on_errors
+
+if TYPE_CHECKING:
+    from ..metrics import LoopMetrics
+
+__all__ = ["metrics_endpoint", "register"]
+
+MetricsLingerOpt = Annotated[
+    float,
+    typer.Option("--metrics-linger", min=0, help="Keep serving metrics this many seconds after the run ends."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(fail_on_errors(demo))
+    app.command("emulator")(fail_on_errors(emulator))
+
+
+@contextmanager
+def metrics_endpoint(metrics: MetricsConfig, linger: float = 0.0) -> Iterator[LoopMetrics | None]:
+    """Yield loop metrics served on ``metrics.host:metrics.port`` for the duration (``None`` without a port).
+
+    The endpoint's address goes to stderr. After the body, it keeps serving ``linger`` seconds so a
+    scraper can read the final counters, then stops.
+    """
+    if metrics.port is None:
+        yield None
+        return
+    from ..metrics import LoopMetrics, new_registry
+    from ..metrics_server import serve
+
+    registry = new_registry()
+    loop_metrics = LoopMetrics(registry)
+    server = serve(metrics.port, registry, host=metrics.host)
+    err_console.print(f"metrics: {server.url}/metrics")
+    try:
+        yield loop_metrics
+        if linger:
+            sys.stdout.flush()
+            time.sleep(linger)
+    finally:
+        server.close()
+
+
+def demo(
+    sessions: Annotated[int, typer.Option("--sessions", min=1, help="Concurrent agent sessions.")] = 4,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Loop steps (model requests) per session.")] = 24,
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = None,
+    json: JsonOpt = False,
+    fresh: Annotated[bool, typer.Option("--fresh/--keep", help="Start from an empty data directory.")] = True,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
+    metrics_linger: MetricsLingerOpt = 0.0,
+    projectors: Annotated[
+        int, typer.Option("--projectors", min=1, help="Backend distributed: projector processes to start.")
+    ] = 1,
+    dispatchers: Annotated[
+        int,
+        typer.Option("--dispatchers", min=0, help="Backend distributed: dispatcher processes (0 = one in-process)."),
+    ] = 0,
+) -> None:
+    """The main job: N concurrent scripted agent sessions with tools against the local emulator."""
+    from ..demo import print_demo, run_demo_cli
+
+    config = config_for(data_dir, backend, metrics__port=metrics_port, metrics__host=metrics_host)
+    with metrics_endpoint(config.metrics, metrics_linger) as metrics:
+        result = run_demo_cli(
+            config,
+            sessions=sessions,
+            steps=steps,
+            fresh=fresh,
+            quiet=json,
+            metrics=metrics,
+            projectors=projectors,
+            dispatchers=dispatchers,
+        )
+        if json:
+            sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")
+        else:
+            print_demo(result, console)
+    if not result.verified_ok:
+        raise typer.Exit(1)
+
+
+def emulator(
+    port: Annotated[int, typer.Option("--port", help="TCP port on 127.0.0.1.")] = 8089,
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+) -> None:
+    """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions)."""
+    from ..providers.emulator import serve
+
+    console.print(f"emulator listening on http://{host}:{port} (POST /v1/messages, /v1/chat/completions)")
+    serve(host, port)

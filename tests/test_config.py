@@ -1,0 +1,268 @@
+"""Configuration: every setting in one place, read from the environment, documented, with secrets masked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import ssl
+from pathlib import Path
+from typing import Any
+
+import certifi
+import pytest
+from typer.testing import CliRunner
+
+from foldline.adapters.fs_attachments import FilesystemAttachmentStore
+from foldline.adapters.memory_folds import MemoryFoldStore
+from foldline.adapters.memory_log import MemoryEventLog
+from foldline.cli.main import app
+from foldline.config import (
+    KAFKA_SECURITY_VARIABLES,
+    SETTINGS,
+    Config,
+    DispatchConfig,
+    KafkaConfig,
+    RedisConfig,
+    read_client_properties,
+)
+from foldline.errors import ConfigError
+from foldline.factories import Stores, aiokafka_credentials, emulated_providers, open_dispatcher, projector_settings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+# a value for every setting that differs from its default
+SAMPLES: dict[str, str] = {
+    "FOLDLINE_BACKEND": "distributed",
+    "FOLDLINE_DATA_DIR": "/srv/foldline",
+    "FOLDLINE_KAFKA_BOOTSTRAP": "kafka-1:9092,kafka-2:9092",
+    "FOLDLINE_KAFKA_TOPIC": "prod.events",
+    "FOLDLINE_KAFKA_PARTITIONS": "6",
+    "FOLDLINE_KAFKA_REPLICATION_FACTOR": "3",
+    "FOLDLINE_KAFKA_REGISTRY_URL": "http://registry:8081",
+    "FOLDLINE_PROJECTOR_GROUP": "prod-projectors",
+    "FOLDLINE_KAFKA_TIMEOUT": "20",
+    "FOLDLINE_KAFKA_TRANSACTION_TIMEOUT": "7.5",
+    "FOLDLINE_REDIS_URL": "redis://:hunter2@redis:6379/1",
+    "FOLDLINE_REDIS_SOCKET_TIMEOUT": "3",
+    "FOLDLINE_REDIS_CONNECT_TIMEOUT": "1.5",
+    "FOLDLINE_REDIS_MAX_CONNECTIONS": "300",
+    "FOLDLINE_FOLD_PREFIX": "prod:fold:",
+    "FOLDLINE_S3_BUCKET": "prod-attachments",
+    "FOLDLINE_S3_PREFIX": "",
+    "FOLDLINE_S3_ENDPOINT": "http://minio:9000",
+    "FOLDLINE_S3_REGION": "eu-west-1",
+    "FOLDLINE_S3_CONNECT_TIMEOUT": "4",
+    "FOLDLINE_S3_READ_TIMEOUT": "60",
+    "FOLDLINE_S3_MAX_ATTEMPTS": "2",
+    "FOLDLINE_S3_MAX_CONNECTIONS": "16",
+    "FOLDLINE_DISPATCH_STREAM": "prod:steps",
+    "FOLDLINE_DISPATCH_GROUP": "prod-dispatchers",
+    "FOLDLINE_DISPATCH_CONCURRENCY": "200",
+    "FOLDLINE_DISPATCH_FOLD_TIMEOUT": "2.5",
+    "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT": "300",
+    "FOLDLINE_DISPATCH_INVARIANT": "false",
+    "FOLDLINE_PROJECTOR_RUNTIME": "faust",
+    "FOLDLINE_PROJECTOR_MAX_BATCH": "100",
+    "FOLDLINE_ANTHROPIC_URL": "https://api.anthropic.com",
+    "FOLDLINE_OPENAI_URL": "https://api.openai.com",
+    "ANTHROPIC_API_KEY": "sk-ant-secret-value",
+    "OPENAI_API_KEY": "sk-openai-secret-value",
+    "FOLDLINE_METRICS_PORT": "9464",
+    "FOLDLINE_METRICS_HOST": "0.0.0.0",
+}
+SECRETS = ("hunter2", "sk-ant-secret-value", "sk-openai-secret-value", "kafka-secret-pw", "key-secret-pw")
+SASL = {
+    "FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    "FOLDLINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+    "FOLDLINE_KAFKA_SASL_USERNAME": "foldline",
+    "FOLDLINE_KAFKA_SASL_PASSWORD": "kafka-secret-pw",
+}
+
+
+def _fields(config: Config) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            for g in dataclasses.fields(value):
+                out[f"{f.name}.{g.name}"] = getattr(value, g.name)
+        else:
+            out[f.name] = value
+    return out
+
+
+def test_every_field_has_exactly_one_variable() -> None:
+    paths = [s.path for s in SETTINGS]
+    assert len(paths) == len(set(paths))
+    assert len({s.env for s in SETTINGS}) == len(SETTINGS)
+    assert set(paths) | {"kafka.client_properties"} == set(_fields(Config()))
+    assert set(SAMPLES) == {s.env for s in SETTINGS}
+
+
+def test_every_variable_reaches_its_field_and_round_trips() -> None:
+    config = Config.from_env(SAMPLES)
+    defaults = _fields(Config())
+    for s in SETTINGS:
+        value = config._get(s.path)
+        assert value != defaults[s.path], s.env
+        assert str(value).lower() == SAMPLES[s.env].lower() or float(value) == float(SAMPLES[s.env]), s.env
+    assert config.kafka.partitions == 6  # FOLDLINE_KAFKA_PARTITIONS reaches the configuration (it did not)
+    assert Config.from_env(config.to_env()) == config
+
+
+def test_an_empty_environment_is_the_defaults_and_empty_values_count_as_unset() -> None:
+    assert Config.from_env({}) == Config()
+    assert Config.from_env({"FOLDLINE_KAFKA_BOOTSTRAP": "", "FOLDLINE_METRICS_PORT": ""}) == Config()
+    assert Config.from_env({"FOLDLINE_S3_PREFIX": ""}).s3.prefix == ""  # the bucket's root
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"FOLDLINE_KAFKA_PARTITIONS": "six"}, "FOLDLINE_KAFKA_PARTITIONS='six' is not valid"),
+        ({"FOLDLINE_KAFKA_PARTITIONS": "0"}, "at least 1"),
+        ({"FOLDLINE_BACKEND": "cloud"}, "choose one of embedded, kafka, distributed"),
+        ({"FOLDLINE_DISPATCH_FOLD_TIMEOUT": "-1"}, "positive"),
+        ({"FOLDLINE_DISPATCH_INVARIANT": "maybe"}, "true or false"),
+        ({"FOLDLINE_METRICS_PORT": "70000"}, "0..65535"),
+        ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "security.protocol 'TLS' is unknown"),
+        ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "needs sasl.mechanism"),
+        (
+            {"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FOLDLINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512"},
+            "FOLDLINE_KAFKA_SASL_USERNAME and FOLDLINE_KAFKA_SASL_PASSWORD",
+        ),
+    ],
+)
+def test_bad_values_are_one_line_config_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        Config.from_env(env)
+    assert "\n" not in str(info.value)
+
+
+def test_client_properties_file_then_variables(tmp_path: Path) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "# a managed cluster\n"
+        "security.protocol = SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.username=from-file\n"
+        "sasl.password=pa=ss=word\n"
+        "\n"
+        "! java-style comment\n"
+        "socket.keepalive.enable=true\n"
+    )
+    kafka = Config.from_env(
+        {"FOLDLINE_KAFKA_CLIENT_PROPERTIES": str(path), "FOLDLINE_KAFKA_SASL_USERNAME": "from-env"}
+    ).kafka
+    assert kafka.librdkafka() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "from-env",  # the variable overrides the file
+        "sasl.password": "pa=ss=word",
+        "socket.keepalive.enable": "true",
+    }
+    assert kafka.security_protocol == "SASL_SSL"
+    path.write_text("security.protocol=SASL_SSL\nthis line has no equals sign\n")
+    with pytest.raises(ConfigError, match=r"client.properties:2: expected a key=value line"):
+        read_client_properties(path)
+    with pytest.raises(ConfigError, match="cannot read the Kafka client-properties file"):
+        Config.from_env({"FOLDLINE_KAFKA_CLIENT_PROPERTIES": str(tmp_path / "missing.properties")})
+
+
+@pytest.mark.parametrize("key", ["bootstrap.servers", "group.id", "isolation.level", "enable.idempotence"])
+def test_properties_foldline_sets_itself_are_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(repr(key))):
+        Config(kafka=KafkaConfig(client_properties={key: "x"}))
+
+
+def test_secrets_are_never_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {**SAMPLES, **SASL, "FOLDLINE_KAFKA_SSL_KEY_PASSWORD": "key-secret-pw"}
+    config = Config.from_env(env)
+    assert config.kafka.librdkafka()["sasl.password"] == "kafka-secret-pw"
+    assert config.providers.anthropic_api_key == "sk-ant-secret-value"
+    shown = repr(config) + str(config) + repr(config.describe())
+    for secret in SECRETS:
+        assert secret not in shown
+    assert "redis://:***@redis:6379/1" in repr(config)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    runner = CliRunner()
+    for args in (["config"], ["config", "--json"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        for secret in SECRETS:
+            assert secret not in res.output
+    described = json.loads(runner.invoke(app, ["config", "--json"]).stdout)
+    assert described["kafka.partitions"] == {"env": "FOLDLINE_KAFKA_PARTITIONS", "value": "6"}
+    assert described["providers.anthropic_api_key"]["value"] == "***"
+    assert "sasl.password=***" in described["kafka.client_properties"]["value"]
+
+
+def test_options_override_single_fields_and_none_keeps_them() -> None:
+    config = Config.from_env(SAMPLES)
+    changed = config.overridden(kafka__bootstrap="other:9092", dispatch__concurrency=None, data_dir="/tmp/x")
+    assert changed.kafka.bootstrap == "other:9092"
+    assert changed.dispatch.concurrency == 200
+    assert changed.data_dir == Path("/tmp/x")
+    assert changed.kafka.topic == config.kafka.topic
+    with pytest.raises(ConfigError, match=re.escape("no configuration field 'kafka.bootstrp'")):
+        config.overridden(kafka__bootstrp="x")
+
+
+def test_one_projector_group_per_topic_unless_named() -> None:
+    config = Config.from_env({"FOLDLINE_KAFKA_TOPIC": "t1"})
+    assert config.kafka.group == "t1.projectors"
+    assert projector_settings(config).group == "t1.projectors"
+    assert "FOLDLINE_PROJECTOR_GROUP" not in config.to_env()  # a child process derives the same group
+    named = Config.from_env({"FOLDLINE_KAFKA_TOPIC": "t1", "FOLDLINE_PROJECTOR_GROUP": "g"})
+    assert projector_settings(named).group == "g"
+
+
+def test_projector_settings_carry_partitions_and_security() -> None:
+    config = Config.from_env({**SAMPLES, **SASL})
+    settings = projector_settings(config)
+    assert (settings.partitions, settings.max_batch, settings.topic) == (6, 100, "prod.events")
+    assert settings.client_config["sasl.password"] == "kafka-secret-pw"
+
+
+def test_a_dispatcher_needs_more_redis_connections_than_steps_in_flight(tmp_path: Path) -> None:
+    config = Config(redis=RedisConfig(max_connections=64), dispatch=DispatchConfig(concurrency=64))
+    stores = Stores(MemoryEventLog(), FilesystemAttachmentStore(tmp_path), MemoryFoldStore())
+    with pytest.raises(ConfigError, match=r"FOLDLINE_REDIS_MAX_CONNECTIONS \(64\) must exceed"):
+        open_dispatcher(config, stores, providers_by_name=emulated_providers())
+
+
+def test_faust_gets_the_same_security_settings(tmp_path: Path) -> None:
+    assert aiokafka_credentials(Config().kafka) is None
+    ca = certifi.where()  # any PEM file of CA certificates
+    kafka = Config.from_env({**SASL, "FOLDLINE_KAFKA_SSL_CA_LOCATION": ca}).kafka
+    creds = aiokafka_credentials(kafka)
+    assert (creds.username, creds.password, creds.mechanism.value) == ("foldline", "kafka-secret-pw", "SCRAM-SHA-512")
+    assert creds.protocol.value == "SASL_SSL"
+    assert creds.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert creds.ssl_context.check_hostname
+    tuned = dataclasses.replace(kafka, client_properties={**kafka.client_properties, "socket.keepalive.enable": "true"})
+    with pytest.raises(
+        ConfigError, match=re.escape("cannot apply the librdkafka client properties socket.keepalive.enable")
+    ):
+        aiokafka_credentials(tuned)
+    missing = Config.from_env({**SASL, "FOLDLINE_KAFKA_SSL_CA_LOCATION": str(tmp_path / "no.pem")}).kafka
+    with pytest.raises(ConfigError, match="cannot load the Kafka TLS files"):
+        aiokafka_credentials(missing)
+
+
+def test_the_readme_lists_every_variable_with_its_default() -> None:
+    rows = {}
+    for line in README.read_text().splitlines():
+        m = re.match(r"\| `([A-Z0-9_]+)`(?: \(else [^)]*\))? \| `([a-z0-9_.]+)` \| ([^|]+) \|", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3).strip())
+    defaults = _fields(Config())
+    for s in SETTINGS:
+        value = defaults[s.path]
+        shown = "unset" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
+        assert rows.get(s.env) == (s.path, shown), s.env
+    text = README.read_text()
+    for name in (*KAFKA_SECURITY_VARIABLES, "FOLDLINE_KAFKA_CLIENT_PROPERTIES"):
+        assert f"`{name}`" in text, name
