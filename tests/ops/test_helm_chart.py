@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from foldline.config import Config
+
 from .conftest import KUBE_VERSION, REPO, DeployTools, run
 
 CHART = REPO / "helm" / "foldline"
@@ -29,6 +31,17 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "dispatcher.invariant=false",
         "--set", "config.s3Endpoint=http://minio:9000",
         "--set", "config.extraEnv.FOLDLINE_FOLD_PREFIX=prod:fold:",
+    ],
+    "SASL_SSL with a CA, client properties, a named group": [
+        "--set", "config.kafkaSecurityProtocol=SASL_SSL",
+        "--set", "config.kafkaSaslMechanism=SCRAM-SHA-512",
+        "--set", "config.kafkaPartitions=6",
+        "--set-string", "config.kafkaClientProperties.socket\\.keepalive\\.enable=true",
+        "--set-string", "config.kafkaClientProperties.ssl\\.endpoint\\.identification\\.algorithm=https",
+        "--set", "secret.kafkaSaslUsername=foldline",
+        "--set", "secret.kafkaSaslPassword=s3cr3t-pw",
+        "--set-file", f"secret.kafkaCaPem={REPO / 'tests' / 'ops' / 'fixtures' / 'kafka-ca.pem'}",
+        "--set", "projector.group=prod-projectors",
     ],
     "no operator objects, no PDBs, dispatcher only": [
         "--set", "serviceMonitor.enabled=false",
@@ -106,6 +119,10 @@ def test_values_schema_rejects_bad_values(deploy_tools: DeployTools) -> None:
         (["--set", "dispatcher.replicaz=2"], "replicaz"),
         (["--set", "config.backend=embedded"], "/config/backend"),
         (["--set", "secret.redisUrl=localhost:6379"], "/secret/redisUrl"),
+        (["--set", "config.kafkaSecurityProtocol=TLS"], "/config/kafkaSecurityProtocol"),
+        (["--set", "config.kafkaSecurityProtocol=SASL_SSL"], "/config/kafkaSaslMechanism"),
+        (["--set", "secret.kafkaCaPem=not a certificate"], "/secret/kafkaCaPem"),
+        (["--set-string", "config.kafkaClientProperties.sasl\\.password=x"], "sasl.password"),
     ):
         done = run(deploy_tools.helm, "template", "fl", CHART, "--kube-version", KUBE_VERSION, *bad)
         assert done.returncode != 0, bad
@@ -214,3 +231,41 @@ def test_the_default_image_tag_is_the_package_version() -> None:
     assert 'ENTRYPOINT ["foldline"]' in dockerfile
     copied = {part for line in dockerfile.splitlines() if line.startswith("COPY ") for part in line.split()[1:-1]}
     assert {"pyproject.toml", "README.md", "services", "schemas"} <= copied  # everything the wheel build reads
+
+
+def test_the_rendered_environment_is_the_configuration_foldline_reads(
+    deploy_tools: DeployTools, tmp_path: Path
+) -> None:
+    """ConfigMap + Secret + the mounted client-properties file, read by Config.from_env as a pod would."""
+    docs = render(deploy_tools, *VARIANTS["SASL_SSL with a CA, client properties, a named group"])
+    configmaps = {d["metadata"]["name"]: d for d in by_kind(docs, "ConfigMap")}
+    [secret] = by_kind(docs, "Secret")
+    env = {**configmaps["fl-foldline"]["data"], **secret["stringData"]}
+    mounted = env["FOLDLINE_KAFKA_CLIENT_PROPERTIES"]
+    properties = tmp_path / "client.properties"
+    properties.write_text(configmaps["fl-foldline-kafka"]["data"]["client.properties"])
+    config = Config.from_env({**env, "FOLDLINE_KAFKA_CLIENT_PROPERTIES": str(properties)})
+    assert config.kafka.partitions == 6
+    assert config.kafka.librdkafka() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "foldline",
+        "sasl.password": "s3cr3t-pw",
+        "ssl.ca.pem": (REPO / "tests" / "ops" / "fixtures" / "kafka-ca.pem").read_text(),
+        "socket.keepalive.enable": "true",
+        "ssl.endpoint.identification.algorithm": "https",
+    }
+    for d in by_kind(docs, "Deployment"):
+        pod = d["spec"]["template"]["spec"]
+        [c] = pod["containers"]
+        [mount] = [m for m in c["volumeMounts"] if m["name"] == "kafka-properties"]
+        assert Path(mount["mountPath"]) / "client.properties" == Path(mounted)
+        [volume] = [v for v in pod["volumes"] if v["name"] == "kafka-properties"]
+        assert volume["configMap"]["name"] == "fl-foldline-kafka"
+        if c["args"][0] == "projector":
+            assert c["args"][c["args"].index("--group") + 1] == "prod-projectors"
+    assert "s3cr3t-pw" not in json.dumps([configmaps, [d for d in docs if d["kind"] != "Secret"]])
+    [projector] = [
+        d for d in by_kind(render(deploy_tools), "Deployment") if d["metadata"]["name"].endswith("projector")
+    ]
+    assert "--group" not in projector["spec"]["template"]["spec"]["containers"][0]["args"]  # foldline's default group

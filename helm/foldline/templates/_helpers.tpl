@@ -65,8 +65,10 @@ app.kubernetes.io/component: {{ index . 1 }}
 - --metrics-host
 - "0.0.0.0"
 {{- if eq $name "projector" }}
+{{- with $c.group }}
 - --group
-- {{ $c.group | quote }}
+- {{ . | quote }}
+{{- end }}
 - --max-batch
 - {{ $c.maxBatch | quote }}
 {{- end }}
@@ -88,4 +90,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* Where the Kafka client-properties file is mounted (config.kafkaClientProperties). */}}
+{{- define "foldline.kafkaPropertiesPath" -}}
+/etc/foldline/kafka/client.properties
 {{- end }}
