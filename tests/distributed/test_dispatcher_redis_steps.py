@@ -117,3 +117,25 @@ def test_a_failed_step_comes_back_typed_and_a_missing_dispatcher_times_out() -> 
 
     with_server(failing)
     with_server(no_server, serve=False)
+
+
+def test_a_handoff_waits_its_whole_timeout_even_past_the_redis_socket_timeout() -> None:
+    """The reply wait is one blocking BLPOP: the client's socket must outlast it, or a slow answer (a long
+    provider call) would surface as a lost Redis connection instead of waiting."""
+
+    async def main() -> None:
+        settings = RedisConfig(redis_url(), socket_timeout_s=0.2, connect_timeout_s=1.0)
+        client = RedisStepClient(settings, stream=f"test:dispatch:{uuid.uuid4().hex[:10]}", timeout_s=1.5)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(DispatchTimeout, match="no dispatcher answered within"):
+                await client.dispatch(StepHandoff("nobody", 3, 0, 0, 1))
+        finally:
+            await client.aclose()
+            r = redis.Redis.from_url(settings.url)
+            r.delete(client.stream)
+            r.close()
+        assert loop.time() - started >= 1.5
+
+    asyncio.run(main())
