@@ -375,3 +375,29 @@ def test_invalid_id_is_not_found(store: S3AttachmentStore) -> None:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def test_ensure_bucket_creates_a_missing_bucket_once(s3_endpoint: str, s3_admin: S3Client) -> None:
+    bucket = f"foldline-ensure-{uuid.uuid4().hex[:8]}"
+    store = S3AttachmentStore(S3Config(bucket, endpoint=s3_endpoint))
+    try:
+        assert store.ensure_bucket() is True
+        assert store.ensure_bucket() is False  # already there
+        meta = store.put(b"in a new bucket", "text/plain")
+        assert store.get(meta.attachment_id, meta) == b"in a new bucket"
+    finally:
+        store.close()
+        for page in s3_admin.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                s3_admin.delete_object(Bucket=bucket, Key=obj["Key"])
+        s3_admin.delete_bucket(Bucket=bucket)
+
+
+def test_ensure_bucket_on_a_dead_endpoint_is_store_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = S3AttachmentStore(S3Config("any-bucket", endpoint=f"http://127.0.0.1:{port}", max_attempts=2))
+    with pytest.raises(StoreUnavailable, match=f"HeadBucket s3://any-bucket: S3 endpoint http://127.0.0.1:{port}"):
+        store.ensure_bucket()
+    store.close()
