@@ -27,8 +27,8 @@ import time
 import uuid
 from typing import Any
 
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.core.fold import FoldState, encode_header, encode_message
 from foldline.dispatcher import request_from_fold
 from foldline.dispatcher.decode import MessageCache
@@ -49,7 +49,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def measure(redis_url: str, *, warm: bool = False) -> dict[str, Any]:
     request = realistic_request()
     prefix = f"bench:fold:{uuid.uuid4().hex[:10]}:"
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     session = "bench-session"
     messages = tuple(encode_message(m) for m in request.messages)
     state = FoldState(session, 2 * len(messages), 1, 0, encode_header(request.header), 0, messages)

@@ -26,7 +26,8 @@ from typing import Any
 from tests.distributed.projector_harness import drop_prefix, kafka_topic, session_log, write_sessions
 
 from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.projector import BatchReport, WorkerSettings, start_worker
 
 THROUGHPUT_TARGET = 20_000.0
@@ -93,7 +94,7 @@ def _fold_once(bootstrap: str, topic: str, redis_url: str, total: int) -> tuple[
     return (
         counted / (marks[1] - marks[0]),
         counted / (cpu[1] - cpu[0]),
-        RedisFoldStore(RedisConfig(redis_url), prefix=prefix),
+        fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix))),
         prefix,
     )
 
@@ -148,7 +149,7 @@ def bench_latency(bootstrap: str, redis_url: str, seconds: float = 8.0) -> list[
         log = topic.log()
         for sid in sessions:  # sessions exist before the clock starts (writer set-up is not the figure)
             log.append(sid, 0, logs[sid][:1])
-        store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+        store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
         handle = start_worker(
             WorkerSettings(
                 bootstrap=bootstrap,

@@ -30,8 +30,8 @@ from tests.distributed.projector_harness import (
     write_sessions,
 )
 
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 
 THROUGHPUT_TARGET = 20_000.0
 SESSIONS = 500
@@ -76,7 +76,7 @@ def _fold_once(runtime: str, topic: str, redis_url: str, heads: dict[str, int]) 
         "--fold-prefix",
         prefix,
     ]
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     ids = sorted(heads)
     total = sum(heads.values())
     worker = WorkerProcess(args, worker_env({"FOLDLINE_REDIS_URL": redis_url}))

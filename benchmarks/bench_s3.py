@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from foldline.adapters.s3_attachments import MIB, S3AttachmentStore
-from foldline.config import S3Config
+from foldline.adapters.s3_attachments import MIB
+from foldline.config import Config, S3Config
+from foldline.config.factories import attachment_store
 
 __all__ = ["run"]
 
@@ -36,7 +37,7 @@ def _bucket() -> Iterator[tuple[str, str]]:
     endpoint = os.environ.get("FOLDLINE_S3_ENDPOINT")
     if not endpoint:
         raise SystemExit("FOLDLINE_S3_ENDPOINT is unset: run `bash deploy/local/up.sh s3 && source .local/env.sh`")
-    admin = S3AttachmentStore(S3Config("unused", endpoint=endpoint)).client
+    admin = attachment_store(Config(s3=S3Config("unused", endpoint=endpoint))).client
     bucket = f"foldline-bench-{uuid.uuid4().hex[:10]}"
     admin.create_bucket(Bucket=bucket)
     try:
@@ -55,7 +56,7 @@ def _payload(i: int, size: int) -> bytes:
 
 
 def _throughput(bucket: str, endpoint: str) -> tuple[float, float, float]:
-    store = S3AttachmentStore(S3Config(bucket, prefix="bench-1mib/", endpoint=endpoint))
+    store = attachment_store(Config(s3=S3Config(bucket, prefix="bench-1mib/", endpoint=endpoint)))
     blobs = [_payload(i, MIB) for i in range(OBJECTS_1MIB)]
     t0 = time.perf_counter()
     metas = [store.put(b, "application/octet-stream") for b in blobs]
@@ -71,7 +72,7 @@ def _throughput(bucket: str, endpoint: str) -> tuple[float, float, float]:
 
 def _dedupe(bucket: str, endpoint: str) -> tuple[int, int, float]:
     prefix = "bench-dedupe/"
-    store = S3AttachmentStore(S3Config(bucket, prefix=prefix, endpoint=endpoint, max_connections=THREADS))
+    store = attachment_store(Config(s3=S3Config(bucket, prefix=prefix, endpoint=endpoint, max_connections=THREADS)))
     payloads = [_payload(1_000_000 + i, 1024) for i in range(DISTINCT)]
     order = [payloads[(i * 7919) % DISTINCT] for i in range(PUTS)]  # every object 50 times, interleaved
 

@@ -24,10 +24,13 @@ from foldline.config import (
     DispatchConfig,
     KafkaConfig,
     RedisConfig,
+    Stores,
     read_client_properties,
 )
+from foldline.config.factories import aiokafka_credentials, emulated_providers
+from foldline.dispatcher.factory import open_dispatcher
 from foldline.errors import ConfigError
-from foldline.factories import Stores, aiokafka_credentials, emulated_providers, open_dispatcher, projector_settings
+from foldline.projector.factory import projector_settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

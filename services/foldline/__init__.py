@@ -5,10 +5,9 @@ The public API for people writing agents::
     from foldline import Agent, AgentOptions, CallConfig, Config, Toolset, open_stores
 """
 
-from .config import Config
+from .config import Config, Stores, open_stores
 from .core import CallConfig, EpochHeader, ImageBlock, TextBlock, ToolSpec
 from .errors import FoldlineError
-from .factories import Stores, open_stores
 from .loop import Agent, AgentOptions, Enter, Reject, ToolOutput, Toolset, TurnResult
 from .replay import is_loop_request
 

@@ -23,11 +23,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import Config
+from .config import Config, Stores, open_stores
 from .core.content import ContentBlock, ImageBlock, TextBlock
 from .core.events import StepEnd
 from .core.header import CallConfig
-from .factories import Stores, open_stores
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy

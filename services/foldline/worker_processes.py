@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .config import Config
+from .config import Config, Stores
+from .config.factories import emulated_providers
+from .dispatcher.factory import open_dispatcher, step_client
 from .errors import ConfigError, StoreUnavailable
-from .factories import Stores, emulated_providers, open_dispatcher, step_client
 from .ports.event_log import EventLog
 from .ports.step_dispatch import StepDispatcher
 

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import KafkaEventLog
-from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.core.content import ImageBlock
 from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
 from foldline.core.fold import fold_state
@@ -38,7 +38,9 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
     assert "projector ready" in (tmp_path / "logs" / "projector-0.log").read_text()
 
     log = KafkaEventLog(distributed_env["bootstrap"], topic=distributed_env["FOLDLINE_KAFKA_TOPIC"])
-    folds = RedisFoldStore(RedisConfig(distributed_env["redis"]), prefix=distributed_env["FOLDLINE_FOLD_PREFIX"])
+    folds = fold_store(
+        Config(redis=RedisConfig(distributed_env["redis"]), folds=FoldsConfig(distributed_env["FOLDLINE_FOLD_PREFIX"]))
+    )
     s3 = boto3.session.Session().client("s3", endpoint_url=distributed_env["s3"])
     try:
         checked = 0

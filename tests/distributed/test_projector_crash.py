@@ -34,8 +34,8 @@ from foldline.adapters.kafka import (
     SessionEventConsumer,
     partition_for,
 )
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import FoldsConfig, RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.errors import FencedError
 from foldline.projector import WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
@@ -90,7 +90,7 @@ def test_kill_9_projectors_during_50000_events_across_500_sessions(prefix: str) 
         )
         writer.start()
         kills = 0
-        store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
+        store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)), journal=True)
         try:
             while writer.is_alive() or kills < 5:
                 time.sleep(rng.uniform(0.5, 2.0))
@@ -151,7 +151,7 @@ def test_crash_between_apply_and_commit_redelivers_only_duplicates(
     applied_before_crash = first.worker.totals.applied  # totals are merged after the commit, so...
     monkeypatch.undo()
     second = start_worker(settings)
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)), journal=True)
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the second worker to fold everything")
     finally:
@@ -197,7 +197,11 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        store = RedisFoldStore(RedisConfig(self.url, socket_timeout_s=0.5, connect_timeout_s=0.5), prefix="probe:")
+        store = fold_store(
+            Config(
+                redis=RedisConfig(self.url, socket_timeout_s=0.5, connect_timeout_s=0.5), folds=FoldsConfig("probe:")
+            )
+        )
         try:
             wait_until(store.ping, 15, f"private redis on port {self.port}")
         finally:
@@ -255,9 +259,11 @@ def test_redis_restarted_mid_run_folds_are_rebuilt_from_the_log(topic: Topic, pr
         )
     )
     writer.start()
-    store = RedisFoldStore(
-        RedisConfig(private_redis.url, socket_timeout_s=1.0, connect_timeout_s=1.0),
-        prefix=FoldsConfig().prefix,
+    store = fold_store(
+        Config(
+            redis=RedisConfig(private_redis.url, socket_timeout_s=1.0, connect_timeout_s=1.0),
+            folds=FoldsConfig(),
+        ),
         journal=True,
     )
     try:
@@ -303,7 +309,7 @@ def test_a_writer_fenced_mid_run_never_reaches_the_fold(topic: Topic, prefix: st
     events = session_log(1, 60)
     sid = f"fenced-{uuid.uuid4().hex[:6]}"
     old_writer, new_writer = topic.log(), topic.log()
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
         old = old_writer.acquire(sid)
         old_writer.append(sid, 0, events[:20], lease=old)

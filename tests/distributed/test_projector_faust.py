@@ -32,8 +32,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from foldline.adapters.avro import AvroCodec
 from foldline.adapters.kafka import HEADER_EPOCH, HEADER_KIND, KIND_EVENT, partition_for
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.projector import WorkerSettings
 from foldline.projector.faust_runtime import READ_COMMITTED, projector_app
 from tests.distributed.projector_harness import (
@@ -184,7 +184,9 @@ def test_faust_runtime_reads_committed_only_and_never_folds_an_aborted_transacti
 
     group = _group()
     worker = WorkerProcess(_args(group, topic, prefix, "--metrics-port", "0"), _env(topic)).start()
-    store = RedisFoldStore(RedisConfig(env_or_fail("FOLDLINE_REDIS_URL")), prefix=prefix, journal=True)
+    store = fold_store(
+        Config(redis=RedisConfig(env_or_fail("FOLDLINE_REDIS_URL")), folds=FoldsConfig(prefix)), journal=True
+    )
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the faust projector to fold every session")
         ready = next(line for line in worker.lines if line.startswith("projector ready"))
@@ -239,7 +241,7 @@ def test_kill_9_faust_projectors_during_10000_events_across_100_sessions(topic: 
     )
     writer.start()
     kills = kills_while_writing = 0
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)), journal=True)
     try:
         while writer.is_alive() or kills < 3:
             time.sleep(rng.uniform(0.5, 1.5))
@@ -271,8 +273,8 @@ import asyncio, json, sys
 from faust.types import TP
 from foldline.adapters.kafka import ConsumedEvent
 from foldline.adapters.kafka import KafkaEventLog
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.projector import BatchProjector, WorkerSettings
 from foldline.projector.faust_runtime import FaustProjector
 
@@ -308,7 +310,8 @@ class LingersAfterTheFailure(FaustProjector):
         await super()._fail(exc, size)
 
 settings = WorkerSettings(**json.loads(sys.argv[2]))
-store = RedisFoldStore(RedisConfig(settings.redis_url), prefix=settings.redis_prefix, journal=True)
+config = Config(redis=RedisConfig(settings.redis_url), folds=FoldsConfig(settings.redis_prefix))
+store = fold_store(config, journal=True)
 log = KafkaEventLog(settings.bootstrap, topic=settings.topic, partitions=settings.partitions)
 LingersAfterTheFailure(settings, projector=ApplyFailsHalfWay(store, log)).run()
 """
@@ -364,7 +367,7 @@ def test_an_apply_that_raises_mid_batch_acknowledges_nothing_of_the_batch(
     for part, first in first_failed.items():
         assert by_part[part] <= first, (part, by_part[part], first)
 
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)), journal=True)
     worker = WorkerProcess(_args(group, topic, prefix), _env(topic)).start()
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the restarted projector to fold every session")

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.projector import WorkerHandle, WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
     Topic,
@@ -78,7 +78,7 @@ def test_three_workers_with_rebalances_mid_stream_apply_every_event_once(topic: 
             workers[-1].wait_ready(60)
             rebalances += 2
         writer.join()
-        store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix, journal=True)
+        store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)), journal=True)
         wait_until(lambda: all_applied(store, heads), 90, "every session folded")
     finally:
         for w in workers:

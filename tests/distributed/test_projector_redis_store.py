@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.core.fold import fold_delta, fold_state
 from foldline.core.projection import Session
 from foldline.errors import StoreUnavailable
@@ -51,11 +51,11 @@ class TestRedisFoldStore(FoldStoreContract):
         self.prefix = prefix
 
     def make_store(self) -> FoldStore:
-        return RedisFoldStore(RedisConfig(redis_url()), prefix=self.prefix)
+        return fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(self.prefix)))
 
 
 def test_journal_records_every_change(prefix: str) -> None:
-    store = RedisFoldStore(RedisConfig(redis_url()), prefix=prefix, journal=True)
+    store = fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix)), journal=True)
     log = simple_log(turns=2, steps=2)
     for part in (log[:4], log[:4], log[2:7], log[9:], log[7:]):
         delta = fold_delta(part, 1)
@@ -68,7 +68,7 @@ def test_journal_records_every_change(prefix: str) -> None:
 
 
 def test_memory_per_session_is_close_to_the_serialized_fold(prefix: str) -> None:
-    store = RedisFoldStore(RedisConfig(redis_url()), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix)))
     b = LogBuilder().header()
     for i in range(200):
         b.user(f"message {i} " + "lorem ipsum " * 15)
@@ -84,8 +84,11 @@ def test_memory_per_session_is_close_to_the_serialized_fold(prefix: str) -> None
 
 
 def test_unreachable_redis_is_a_typed_error() -> None:
-    store = RedisFoldStore(
-        RedisConfig("redis://127.0.0.1:1/0", socket_timeout_s=0.5, connect_timeout_s=0.5), prefix="never:"
+    store = fold_store(
+        Config(
+            redis=RedisConfig("redis://127.0.0.1:1/0", socket_timeout_s=0.5, connect_timeout_s=0.5),
+            folds=FoldsConfig("never:"),
+        )
     )
     with pytest.raises(StoreUnavailable, match="check that Redis is running"):
         store.applied_seq("s")
@@ -94,7 +97,7 @@ def test_unreachable_redis_is_a_typed_error() -> None:
 
 
 def test_session_ids_lists_folds_under_the_prefix(prefix: str) -> None:
-    store = RedisFoldStore(RedisConfig(redis_url()), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix)))
     log = simple_log(turns=1)
     for sid in ("a", "b:c", "d{e}"):
         delta = fold_delta(log, 1)
@@ -105,7 +108,7 @@ def test_session_ids_lists_folds_under_the_prefix(prefix: str) -> None:
 
 
 def test_a_fold_that_lost_a_key_is_treated_as_missing(prefix: str) -> None:
-    store = RedisFoldStore(RedisConfig(redis_url()), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix)))
     log = simple_log(turns=2)
     first, rest = fold_delta(log[:6], 1), fold_delta(log[6:], 1)
     assert first is not None
@@ -124,7 +127,7 @@ def test_a_fold_that_lost_a_key_is_treated_as_missing(prefix: str) -> None:
 
 
 def test_small_meta_hash_stays_compact(prefix: str) -> None:
-    store = RedisFoldStore(RedisConfig(redis_url()), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix)))
     delta = fold_delta(simple_log(), 1)
     assert delta is not None
     store.apply("s", delta)

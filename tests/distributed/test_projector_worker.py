@@ -17,9 +17,9 @@ from confluent_kafka import Producer
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import partition_for
-from foldline.adapters.redis_folds import RedisFoldStore
 from foldline.cli.main import app
-from foldline.config import RedisConfig
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.core import TextBlock
 from foldline.core.events import Envelope, ReplaceOp, ToolResult
 from foldline.core.projection import Session
@@ -84,7 +84,7 @@ def test_cli_worker_folds_reports_ready_serves_metrics_and_stops_on_sigterm(topi
         assert _get(metrics_url + "/healthz")[0] == 200
         for sid, events in logs.items():
             log.append(sid, 25, events[25:])
-        store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+        store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
         heads = {sid: len(events) for sid, events in logs.items()}
         wait_until(lambda: all_applied(store, heads), 60, "the CLI worker to fold every session")
         assert fold_mismatches(log, store, heads, epoch=0) == []
@@ -129,7 +129,7 @@ def test_rebuild_command_restores_flushed_folds(topic: Topic, prefix: str, monke
     result = runner.invoke(app, [*base, "--rebuild", "b0", "b2"])
     assert result.exit_code == 0, result.output
     assert "rebuilt 2 session fold(s)" in result.output
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     assert store.get("b1") is None
     assert fold_mismatches(log, store, {"b0": 30, "b2": 30}, epoch=0) == []
     drop_prefix(redis_url, prefix)  # Redis is a cache: lose every fold...
@@ -156,7 +156,7 @@ def test_undecodable_records_are_dead_lettered_and_the_rest_folds(topic: Topic, 
     assert garbage.flush(10) == 0
     log.append("d", 10, events[10:])
     handle = _start_in_process(topic, redis_url, prefix)
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
         store.wait_for("d", len(events) - 1, 60)
     finally:
@@ -187,7 +187,7 @@ def test_a_surface_replace_on_the_log_rebuilds_the_fold(topic: Topic, prefix: st
     log = topic.log()
     log.append("t", 0, events)
     handle = _start_in_process(topic, redis_url, prefix)
-    store = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
         store.wait_for("t", len(events) - 1, 60)
         log.append("t", len(events), [trim])

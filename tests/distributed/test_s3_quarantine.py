@@ -18,10 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import KafkaEventLog
-from foldline.adapters.redis_folds import RedisFoldStore
-from foldline.adapters.s3_attachments import S3AttachmentStore
 from foldline.cli.main import app
-from foldline.config import RedisConfig, S3Config
+from foldline.config import Config, FoldsConfig, RedisConfig, S3Config
+from foldline.config.factories import attachment_store, fold_store
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, TextBlock
 from foldline.core.events import AttachmentQuarantine, RequestDispatch, StepStart, TurnEnd
@@ -46,8 +45,8 @@ def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
     bootstrap, redis_url = names["bootstrap"], names["redis"]
     topic, prefix, bucket = names["FOLDLINE_KAFKA_TOPIC"], names["FOLDLINE_FOLD_PREFIX"], names["FOLDLINE_S3_BUCKET"]
     log = KafkaEventLog(bootstrap, topic=topic)
-    folds = RedisFoldStore(RedisConfig(redis_url), prefix=prefix)
-    attachments = S3AttachmentStore(S3Config(bucket, endpoint=names["s3"]))
+    folds = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
+    attachments = attachment_store(Config(s3=S3Config(bucket, endpoint=names["s3"])))
     attachments.client.create_bucket(Bucket=bucket)
     log.sessions()  # creates the topics the projector subscribes to
     projector = start_worker(

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from foldline.config import Config
+from foldline.config import Config, open_stores
 from foldline.core.drops import DROP_CAUSES, classify_session, session_drops
 from foldline.core.events import Envelope, RequestHeader
-from foldline.factories import open_stores
 
 FOLDLINE = Path(sys.executable).with_name("foldline")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

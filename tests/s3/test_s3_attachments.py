@@ -21,6 +21,7 @@ from botocore.config import Config
 from foldline.adapters.s3_attachments import MIB, S3AttachmentStore
 from foldline.config import Config as FoldlineConfig
 from foldline.config import S3Config
+from foldline.config.factories import attachment_store
 from foldline.core.codec import digest_bytes
 from foldline.errors import (
     AttachmentCorrupt,
@@ -31,7 +32,6 @@ from foldline.errors import (
     FoldlineError,
     StoreUnavailable,
 )
-from foldline.factories import attachment_store
 from foldline.ports.attachments import AttachmentMeta, AttachmentStore
 from tests.contracts.attachments import AttachmentStoreContract, png
 
@@ -58,7 +58,7 @@ class TestS3AttachmentStore(AttachmentStoreContract):
         self.admin = s3_admin
 
     def make_store(self) -> AttachmentStore:
-        return S3AttachmentStore(S3Config(self.bucket, prefix=_prefix(), endpoint=self.endpoint))
+        return attachment_store(FoldlineConfig(s3=S3Config(self.bucket, prefix=_prefix(), endpoint=self.endpoint)))
 
     def corrupt(self, store: AttachmentStore, attachment_id: str, data: bytes) -> None:
         """Overwrite the object's bytes directly, keeping its metadata: only the re-hash can notice."""
@@ -72,7 +72,7 @@ class TestS3AttachmentStore(AttachmentStoreContract):
 
 @pytest.fixture
 def store(s3_endpoint: str, s3_bucket: str) -> Iterator[S3AttachmentStore]:
-    s = S3AttachmentStore(S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint))
+    s = attachment_store(FoldlineConfig(s3=S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint)))
     yield s
     s.close()
 
@@ -97,8 +97,8 @@ def test_racing_stores_never_clobber(s3_endpoint: str, s3_bucket: str) -> None:
     """Two stores (separate clients) race the same bytes under two media types: exactly one type wins,
     every put of that type returns the stored metadata, every put of the other is refused (412 path)."""
     prefix = _prefix()
-    a = S3AttachmentStore(S3Config(s3_bucket, prefix=prefix, endpoint=s3_endpoint))
-    b = S3AttachmentStore(S3Config(s3_bucket, prefix=prefix, endpoint=s3_endpoint))
+    a = attachment_store(FoldlineConfig(s3=S3Config(s3_bucket, prefix=prefix, endpoint=s3_endpoint)))
+    b = attachment_store(FoldlineConfig(s3=S3Config(s3_bucket, prefix=prefix, endpoint=s3_endpoint)))
     data = b"raced bytes " * 1000
     start = threading.Barrier(16)
     outcomes: list[tuple[str, AttachmentMeta | AttachmentError]] = []
@@ -226,8 +226,8 @@ def _digest_of(source: _Source) -> str:
 def test_large_object_streams_within_the_threshold(s3_endpoint: str, s3_bucket: str, s3_admin: S3Client) -> None:
     size, threshold = 64 * MIB, 8 * MIB
     expected_id = _digest_of(_Source(size, b"big"))
-    store = S3AttachmentStore(
-        S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint), multipart_threshold=threshold
+    store = attachment_store(
+        FoldlineConfig(s3=S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint)), multipart_threshold=threshold
     )
     gc.collect()
     tracemalloc.start()
@@ -258,7 +258,9 @@ def test_large_object_streams_within_the_threshold(s3_endpoint: str, s3_bucket: 
 
 
 def test_large_corrupt_object_never_reaches_the_output(s3_endpoint: str, s3_bucket: str, s3_admin: S3Client) -> None:
-    store = S3AttachmentStore(S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint), multipart_threshold=5 * MIB)
+    store = attachment_store(
+        FoldlineConfig(s3=S3Config(s3_bucket, prefix=_prefix(), endpoint=s3_endpoint)), multipart_threshold=5 * MIB
+    )
     data = _Source(11 * MIB, b"c").read(11 * MIB)
     meta = store.put_stream(io.BytesIO(data), "application/octet-stream")
     key = _key(store, meta.attachment_id)
@@ -278,7 +280,7 @@ def test_credentials_never_appear_in_errors(s3_endpoint: str, s3_bucket: str) ->
     client = boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret).client(
         "s3", endpoint_url=s3_endpoint, config=Config(retries={"max_attempts": 2, "mode": "standard"})
     )
-    store = S3AttachmentStore(S3Config(s3_bucket, prefix=_prefix()), client=client)
+    store = S3AttachmentStore(s3_bucket, prefix=_prefix(), client=client, max_attempts=2)
     some_id = digest_bytes(b"x")
     attempts: list[Callable[[], object]] = [
         lambda: store.put(b"x", "text/plain"),
@@ -339,7 +341,9 @@ def test_from_env_round_trip(s3_endpoint: str, s3_bucket: str) -> None:
 def test_missing_bucket_is_a_typed_read_failure(s3_endpoint: str) -> None:
     """GetObject names the missing bucket. (SeaweedFS creates a missing bucket on PutObject for an admin
     identity, and HEAD has no body to say which is missing, so only the read is checked here.)"""
-    store = S3AttachmentStore(S3Config(f"foldline-absent-{uuid.uuid4().hex[:8]}", endpoint=s3_endpoint))
+    store = attachment_store(
+        FoldlineConfig(s3=S3Config(f"foldline-absent-{uuid.uuid4().hex[:8]}", endpoint=s3_endpoint))
+    )
     with pytest.raises(AttachmentReadFailed, match="bucket does not exist"):
         store.get(digest_bytes(b"x"))
     store.close()
@@ -350,7 +354,9 @@ def test_endpoint_down_is_store_unavailable_quickly() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # nothing listens on the port now: every connection is refused
-    store = S3AttachmentStore(S3Config("any-bucket", endpoint=f"http://127.0.0.1:{port}", max_attempts=3))
+    store = attachment_store(
+        FoldlineConfig(s3=S3Config("any-bucket", endpoint=f"http://127.0.0.1:{port}", max_attempts=3))
+    )
     for op in (lambda: store.get(digest_bytes(b"x")), lambda: store.put(b"x", "text/plain")):
         t0 = time.monotonic()
         with pytest.raises(StoreUnavailable, match=f"127.0.0.1:{port} did not answer") as info:
@@ -362,9 +368,9 @@ def test_endpoint_down_is_store_unavailable_quickly() -> None:
 
 def test_invalid_configuration_is_rejected() -> None:
     with pytest.raises(ConfigError):
-        S3AttachmentStore(S3Config("b", endpoint="http://127.0.0.1:1"), multipart_threshold=MIB)
+        attachment_store(FoldlineConfig(s3=S3Config("b", endpoint="http://127.0.0.1:1")), multipart_threshold=MIB)
     with pytest.raises(ConfigError):
-        S3AttachmentStore(S3Config("", endpoint="http://127.0.0.1:1"))
+        attachment_store(FoldlineConfig(s3=S3Config("", endpoint="http://127.0.0.1:1")))
 
 
 def test_invalid_id_is_not_found(store: S3AttachmentStore) -> None:
@@ -379,7 +385,7 @@ def _b64(data: bytes) -> str:
 
 def test_ensure_bucket_creates_a_missing_bucket_once(s3_endpoint: str, s3_admin: S3Client) -> None:
     bucket = f"foldline-ensure-{uuid.uuid4().hex[:8]}"
-    store = S3AttachmentStore(S3Config(bucket, endpoint=s3_endpoint))
+    store = attachment_store(FoldlineConfig(s3=S3Config(bucket, endpoint=s3_endpoint)))
     try:
         assert store.ensure_bucket() is True
         assert store.ensure_bucket() is False  # already there
@@ -397,7 +403,9 @@ def test_ensure_bucket_on_a_dead_endpoint_is_store_unavailable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = S3AttachmentStore(S3Config("any-bucket", endpoint=f"http://127.0.0.1:{port}", max_attempts=2))
+    store = attachment_store(
+        FoldlineConfig(s3=S3Config("any-bucket", endpoint=f"http://127.0.0.1:{port}", max_attempts=2))
+    )
     with pytest.raises(StoreUnavailable, match=f"HeadBucket s3://any-bucket: S3 endpoint http://127.0.0.1:{port}"):
         store.ensure_bucket()
     store.close()

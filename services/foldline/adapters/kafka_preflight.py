@@ -7,7 +7,7 @@ and serves the callback between them, so wrong credentials or a wrong CA surface
 as one typed error (:class:`~foldline.errors.AuthenticationFailed`), and librdkafka's log lines of the
 attempt are kept out of the process's log (the first one is quoted in the error).
 
-The factories (:mod:`foldline.factories`) run it for every process kind whose Kafka connection is secured
+The adapter factories (:mod:`foldline.config.factories`) run it for every process kind whose Kafka connection is secured
 (``security.protocol`` other than ``PLAINTEXT``).
 """
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ..config import RedisConfig, masked_url
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
 from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore, FoldTail
@@ -158,32 +158,36 @@ def _int(raw: Any) -> int:
 class RedisFoldStore(FoldStore):
     """:class:`~foldline.ports.fold_store.FoldStore` on Redis; see the module docstring.
 
-    ``settings.url`` is a redis-py URL (``redis://host:port/db``); ``settings.socket_timeout_s`` bounds each
-    command and ``settings.connect_timeout_s`` each connect, after which the call raises
-    :class:`~foldline.errors.StoreUnavailable`; the pool holds at most ``settings.max_connections``
-    connections (more concurrent callers fail fast with StoreUnavailable rather than queue). ``prefix`` is
-    the key prefix of the folds (projectors and dispatchers must agree).
+    ``url`` is a redis-py URL (``redis://host:port/db``); ``socket_timeout_s`` bounds each command and
+    ``connect_timeout_s`` each connect, after which the call raises :class:`~foldline.errors.StoreUnavailable`;
+    the pool holds at most ``max_connections`` connections (a caller beyond them fails fast with
+    StoreUnavailable). ``prefix`` is the key prefix of the folds (projectors and dispatchers must agree).
+    Processes build the store from their configuration (:func:`foldline.config.factories.fold_store`),
+    which holds the defaults of all of these.
     """
 
     def __init__(
         self,
-        settings: RedisConfig,
+        url: str,
         *,
         prefix: str,
+        socket_timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int,
         journal: bool = False,
         client: redis.Redis | None = None,
     ) -> None:
         if not prefix:
             raise ConfigError("the Redis fold store needs a non-empty key prefix (e.g. 'foldline:fold:')")
-        self.url = masked_url(settings.url)  # as it appears in messages: without a password
+        self.url = _without_password(url)  # as it appears in messages
         self.prefix = prefix
         self.journal = journal
         try:
             self._redis: redis.Redis = client or redis.Redis.from_url(
-                settings.url,
-                socket_timeout=settings.socket_timeout_s,
-                socket_connect_timeout=settings.connect_timeout_s,
-                max_connections=settings.max_connections,
+                url,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=connect_timeout_s,
+                max_connections=max_connections,
                 health_check_interval=30,
             )
         except ValueError as exc:
@@ -379,6 +383,15 @@ def _result(reply: Any) -> ApplyResult:
     expected = _int(reply[2]) if len(reply) > 2 and _int(reply[2]) >= 0 else None
     previous = _int(reply[3]) if len(reply) > 3 else None
     return ApplyResult(status, _int(reply[1]), expected, previous)
+
+
+def _without_password(url: str) -> str:
+    """The URL as messages may show it: ``redis://user:***@host:port/db``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _unavailable(url: str, what: str, exc: Exception) -> StoreUnavailable:

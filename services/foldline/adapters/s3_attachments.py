@@ -50,7 +50,6 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from ..config import S3Config
 from ..core import codec
 from ..core.content import ATTACHMENT_ID_RE, ImageRef
 from ..errors import (
@@ -68,7 +67,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
-__all__ = ["MIB", "S3AttachmentStore", "meta_from_s3", "meta_to_s3"]
+__all__ = ["MIB", "S3AttachmentStore", "meta_from_s3", "meta_to_s3", "s3_client"]
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every part but the last
@@ -125,46 +124,65 @@ def _id_to_b64(attachment_id: str) -> str:
     return _b64_sha256(bytes.fromhex(attachment_id.removeprefix(codec.DIGEST_PREFIX)))
 
 
-class S3AttachmentStore(AttachmentStore):
-    """Content-addressed attachments in one S3 bucket (any S3-compatible server).
+def s3_client(
+    *,
+    endpoint_url: str | None,
+    region: str | None,
+    max_attempts: int,
+    connect_timeout_s: float,
+    read_timeout_s: float,
+    max_connections: int,
+) -> S3Client:
+    """A boto3 S3 client: ``endpoint_url`` ``None`` = AWS (or ``AWS_ENDPOINT_URL_S3``), ``region`` ``None`` =
+    boto3's chain; botocore's ``standard`` retry mode with ``max_attempts`` tries in total; the connect and
+    read timeouts; an HTTP pool of ``max_connections``. Credentials come only from boto3's standard chain
+    (environment, shared config/credentials files, container/instance roles), never from here."""
+    if max_attempts < 1:
+        raise ConfigError("max_attempts must be at least 1")
+    config = Config(
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+        max_pool_connections=max_connections,
+    )
+    try:
+        return boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+    except (BotoCoreError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot configure an S3 client for endpoint {endpoint_url or 'AWS'} ({type(exc).__name__}); "
+            "check FOLDLINE_S3_ENDPOINT and FOLDLINE_S3_REGION"
+        ) from exc
 
-    ``settings`` names the bucket, key prefix, endpoint (``None`` = AWS or ``AWS_ENDPOINT_URL_S3``) and
-    region (``None`` = boto3's chain), and bounds each request: ``max_attempts`` tries in botocore's
-    ``standard`` retry mode, the connect and read timeouts, the HTTP pool size. ``client`` may be given
-    instead (its retry, timeout and endpoint configuration is then the caller's). Credentials come from
-    boto3's standard chain (environment, shared config/credentials files, container/instance roles) and are
-    never passed to or stored by this class.
+
+class S3AttachmentStore(AttachmentStore):
+    """Content-addressed attachments in one S3 bucket (any S3-compatible server), through ``client``
+    (:func:`s3_client`; its retry, timeout and endpoint settings are the bounds of every request).
+
+    ``max_attempts`` also bounds the retries of a conditional write that meets a concurrent one (409).
+    Processes build the store from their configuration (:func:`foldline.config.factories.attachment_store`).
     """
 
     def __init__(
         self,
-        settings: S3Config,
+        bucket: str,
         *,
-        client: S3Client | None = None,
+        prefix: str,
+        client: S3Client,
+        max_attempts: int,
         multipart_threshold: int = 8 * MIB,
         spool_dir: str | None = None,
     ) -> None:
-        if not settings.bucket:
+        if not bucket:
             raise ConfigError("S3 attachment store needs a bucket name (FOLDLINE_S3_BUCKET)")
         if multipart_threshold < MIN_PART_SIZE:
             raise ConfigError(f"multipart_threshold must be at least {MIN_PART_SIZE} bytes (S3's minimum part)")
-        if settings.max_attempts < 1:
+        if max_attempts < 1:
             raise ConfigError("max_attempts must be at least 1")
-        self.bucket = settings.bucket
-        self.prefix = settings.prefix
+        self.bucket = bucket
+        self.prefix = prefix
         self.multipart_threshold = multipart_threshold
-        self.max_attempts = settings.max_attempts
+        self.max_attempts = max_attempts
         self.spool_dir = spool_dir
-        if client is None:
-            config = Config(
-                retries={"max_attempts": settings.max_attempts, "mode": "standard"},
-                connect_timeout=settings.connect_timeout_s,
-                read_timeout=settings.read_timeout_s,
-                max_pool_connections=settings.max_connections,
-            )
-            client = boto3.session.Session().client(
-                "s3", endpoint_url=settings.endpoint, region_name=settings.region, config=config
-            )
         self.client: S3Client = client
         self._where = _describe_endpoint(self.client.meta.endpoint_url)
 

@@ -14,10 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import Config
+from ..config import Config, Stores, open_stores
 from ..core.events import Envelope
 from ..errors import SessionNotFound
-from ..factories import Stores, open_stores
 from ..ports.event_log import EventLog
 
 __all__ = [

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
 from ..errors import ConfigError
-from ..factories import ProjectorParts, open_dispatcher, open_dispatcher_stores, open_projector
+from ..projector.factory import ProjectorParts, open_projector
 from .options import BackendOpt, DataDirOpt, MetricsHostOpt, MetricsPortOpt, config_for
 from .output import console, err_console, fail_on_errors
 

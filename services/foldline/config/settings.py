@@ -5,7 +5,7 @@
 :meth:`Config.from_env` reads the ``FOLDLINE_*`` variables listed in :data:`SETTINGS` (and, for Kafka, an
 optional librdkafka client-properties file); an unset variable leaves the field's default, which is
 written only here. Command-line options override single fields (:meth:`Config.overridden`); they carry no
-defaults of their own. :mod:`foldline.factories` turns a Config into each process's adapters.
+defaults of their own. :mod:`foldline.config.factories` turns a Config into adapters.
 
 Secrets never show: ``repr()`` of any section masks the Kafka client's passwords and keys, the Redis URL's
 password and the provider API keys (:func:`masked`).
@@ -14,7 +14,7 @@ Kafka security (SASL and TLS) lives in ``kafka.client_properties``, librdkafka's
 values: read first from the file named by ``FOLDLINE_KAFKA_CLIENT_PROPERTIES`` (``key=value`` lines,
 ``#`` comments), then overridden by the dedicated variables (``FOLDLINE_KAFKA_SECURITY_PROTOCOL``,
 ``FOLDLINE_KAFKA_SASL_USERNAME``, ...). The same properties reach every librdkafka client and are
-translated for the faust runtime's aiokafka client (:mod:`foldline.factories`).
+translated for the faust runtime's aiokafka client (:func:`foldline.config.factories.aiokafka_credentials`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "BACKENDS",

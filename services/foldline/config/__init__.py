@@ -1,0 +1,51 @@
+"""Configuration: every setting and its one default (:mod:`.settings`), and the adapters it names (:mod:`.factories`).
+
+``Config.from_env()`` reads the environment; ``open_stores(config)`` opens the stores of a loop or a
+command. The worker processes build theirs with :func:`foldline.projector.factory.open_projector` and
+:func:`foldline.dispatcher.factory.open_dispatcher`, from the same single adapter factories.
+"""
+
+from __future__ import annotations
+
+from .factories import Stores, open_stores
+from .settings import (
+    BACKENDS,
+    KAFKA_SECURITY_VARIABLES,
+    SETTINGS,
+    Backend,
+    Config,
+    DispatchConfig,
+    FoldsConfig,
+    KafkaConfig,
+    MetricsConfig,
+    ProjectorConfig,
+    ProvidersConfig,
+    RedisConfig,
+    S3Config,
+    Setting,
+    masked,
+    masked_url,
+    read_client_properties,
+)
+
+__all__ = [
+    "BACKENDS",
+    "KAFKA_SECURITY_VARIABLES",
+    "SETTINGS",
+    "Backend",
+    "Config",
+    "DispatchConfig",
+    "FoldsConfig",
+    "KafkaConfig",
+    "MetricsConfig",
+    "ProjectorConfig",
+    "ProvidersConfig",
+    "RedisConfig",
+    "S3Config",
+    "Setting",
+    "Stores",
+    "masked",
+    "masked_url",
+    "open_stores",
+    "read_client_properties",
+]

@@ -1,0 +1,233 @@
+"""The adapters a :class:`~foldline.config.Config` names, built here and nowhere else.
+
+* :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
+  ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
+* :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`providers` — one adapter each,
+  for the factories of the worker processes (:func:`foldline.projector.factory.open_projector`,
+  :func:`foldline.dispatcher.factory.open_dispatcher`) and for tests.
+
+A secured Kafka connection (``security.protocol`` other than ``PLAINTEXT``) is checked before any client
+starts (:func:`~foldline.adapters.kafka_preflight.check_kafka_access`): wrong credentials or an untrusted
+certificate fail at once with :class:`~foldline.errors.AuthenticationFailed`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from .settings import Config, KafkaConfig
+
+if TYPE_CHECKING:
+    from ..adapters.kafka import KafkaEventLog
+    from ..adapters.redis_folds import RedisFoldStore
+    from ..adapters.s3_attachments import S3AttachmentStore
+    from ..ports.attachments import AttachmentStore
+    from ..ports.event_log import EventLog
+    from ..ports.fold_store import FoldStore
+    from ..providers.base import Provider
+
+__all__ = [
+    "Stores",
+    "aiokafka_credentials",
+    "attachment_store",
+    "check_kafka",
+    "emulated_providers",
+    "fold_store",
+    "kafka_log",
+    "open_stores",
+    "providers",
+]
+
+
+@dataclass(slots=True)
+class Stores:
+    log: EventLog
+    attachments: AttachmentStore
+    folds: FoldStore | None = None  # the distributed backend's fold store (Redis), fed by projectors
+
+    def close(self) -> None:
+        self.log.close()
+        self.attachments.close()
+        if self.folds is not None:
+            self.folds.close()
+
+
+# ------------------------------------------------------------------ one adapter each
+
+
+def kafka_log(config: Config, **tuning: Any) -> KafkaEventLog:
+    """The Kafka event log of ``config.kafka`` (``tuning``: the adapter's own knobs, e.g. ``max_writers``)."""
+    from ..adapters.kafka import KafkaEventLog
+
+    k = config.kafka
+    check_kafka(k)
+    return KafkaEventLog(
+        k.bootstrap,
+        topic=k.topic,
+        partitions=k.partitions,
+        replication_factor=k.replication_factor,
+        timeout_s=k.timeout_s,
+        registry_url=k.registry_url,
+        transaction_timeout_ms=int(k.transaction_timeout_s * 1000),
+        client_config=k.librdkafka(),
+        **tuning,
+    )
+
+
+def check_kafka(kafka: KafkaConfig) -> None:
+    """Fail now, with a typed error, if a secured Kafka connection would be refused (a no-op on PLAINTEXT)."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return
+    from ..adapters.kafka_preflight import check_kafka_access
+
+    check_kafka_access(kafka.bootstrap, kafka.librdkafka(), kafka.timeout_s)
+
+
+def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
+    """The Redis fold store (``journal``: keep its per-session change journal, for audits and tests)."""
+    from ..adapters.redis_folds import RedisFoldStore
+
+    r = config.redis
+    return RedisFoldStore(
+        r.url,
+        prefix=config.folds.prefix,
+        socket_timeout_s=r.socket_timeout_s,
+        connect_timeout_s=r.connect_timeout_s,
+        max_connections=r.max_connections,
+        journal=journal,
+    )
+
+
+def attachment_store(config: Config, **tuning: Any) -> S3AttachmentStore:
+    """The S3 attachment store of ``config.s3`` (``tuning``: ``multipart_threshold``, ``spool_dir``)."""
+    from ..adapters.s3_attachments import S3AttachmentStore, s3_client
+
+    s = config.s3
+    client = s3_client(
+        endpoint_url=s.endpoint,
+        region=s.region,
+        max_attempts=s.max_attempts,
+        connect_timeout_s=s.connect_timeout_s,
+        read_timeout_s=s.read_timeout_s,
+        max_connections=s.max_connections,
+    )
+    return S3AttachmentStore(s.bucket, prefix=s.prefix, client=client, max_attempts=s.max_attempts, **tuning)
+
+
+def emulated_providers() -> dict[str, Provider]:
+    """Both wire formats answered by one in-process emulator (one prompt cache, like one provider account)."""
+    from ..providers.emulated import emulated_provider
+    from ..providers.emulator import Emulator
+
+    emulator = Emulator()
+    return {
+        "anthropic": emulated_provider("anthropic", emulator=emulator),
+        "openai": emulated_provider("openai", emulator=emulator),
+    }
+
+
+def providers(config: Config) -> dict[str, Provider]:
+    """Real adapters for the providers with a base URL (keys from the configuration), the in-process
+    emulator for the others (one shared prompt cache)."""
+    import httpx
+
+    from ..providers.anthropic import AnthropicProvider
+    from ..providers.openai import OpenAIProvider
+
+    p = config.providers
+    chosen = emulated_providers()
+    if p.anthropic_url:
+        chosen["anthropic"] = AnthropicProvider(httpx.AsyncHTTPTransport(), p.anthropic_api_key, p.anthropic_url)
+    if p.openai_url:
+        chosen["openai"] = OpenAIProvider(httpx.AsyncHTTPTransport(), p.openai_api_key, p.openai_url)
+    return chosen
+
+
+# ------------------------------------------------------------------ loops and CLI commands
+
+
+def open_stores(config: Config) -> Stores:
+    """The event log and attachment store the configuration names (and the folds, on ``distributed``)."""
+    from ..adapters.fs_attachments import FilesystemAttachmentStore
+    from ..adapters.sqlite_log import SqliteEventLog
+
+    if config.backend == "embedded":
+        return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
+    if config.backend == "kafka":
+        return Stores(kafka_log(config), FilesystemAttachmentStore(config.data_dir / "attachments"))
+    if config.backend == "distributed":
+        log = kafka_log(config)
+        try:
+            return Stores(log, attachment_store(config), fold_store(config))
+        except BaseException:
+            log.close()
+            raise
+    raise ConfigError(f"backend {config.backend!r} is not available in this build")
+
+
+# ------------------------------------------------------------------ the faust runtime's Kafka client
+
+_AIOKAFKA_TRANSLATED = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.ca.pem",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+
+
+def aiokafka_credentials(kafka: KafkaConfig) -> Any:
+    """faust's (aiokafka's) credentials for the security settings of ``kafka.client_properties`` (``None``
+    on PLAINTEXT). Other librdkafka properties have no aiokafka equivalent here: ConfigError."""
+    from faust.auth import SASLCredentials, SSLCredentials
+
+    props = dict(kafka.client_properties)
+    other = sorted(set(props) - _AIOKAFKA_TRANSLATED)
+    if other:
+        raise ConfigError(
+            f"the faust projector runtime cannot apply the librdkafka client properties {', '.join(other)}; "
+            "remove them or use the confluent runtime (FOLDLINE_PROJECTOR_RUNTIME=confluent)"
+        )
+    protocol = kafka.security_protocol
+    if protocol == "PLAINTEXT":
+        return None
+    context = _ssl_context(props) if protocol in ("SSL", "SASL_SSL") else None
+    if protocol == "SSL":
+        return SSLCredentials(context)
+    mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "").upper()
+    return SASLCredentials(
+        username=props.get("sasl.username"),
+        password=props.get("sasl.password"),
+        ssl_context=context,
+        mechanism=mechanism,
+    )
+
+
+def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
+    """The TLS context librdkafka's ``ssl.*`` properties describe, for a Python (aiokafka) client."""
+    try:
+        context = ssl.create_default_context(
+            cafile=props.get("ssl.ca.location") or None, cadata=props.get("ssl.ca.pem") or None
+        )
+        if props.get("ssl.certificate.location"):
+            context.load_cert_chain(
+                props["ssl.certificate.location"], props.get("ssl.key.location"), props.get("ssl.key.password")
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot load the Kafka TLS files (ssl.ca.location / ssl.certificate.location): {exc}"
+        ) from exc
+    if props.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        context.check_hostname = False
+    return context
