@@ -76,12 +76,14 @@ def _fold_once(bootstrap: str, topic: str, redis_url: str, total: int) -> tuple[
             done.set()
 
     settings = WorkerSettings(
-        bootstrap=bootstrap,
-        topic=topic,
-        group=f"bench-{uuid.uuid4().hex[:8]}",
-        redis_url=redis_url,
-        redis_prefix=prefix,
-        partitions=PARTITIONS,
+        Config().overridden(
+            kafka__bootstrap=bootstrap,
+            kafka__topic=topic,
+            kafka__projector_group=f"bench-{uuid.uuid4().hex[:8]}",
+            redis__url=redis_url,
+            folds__prefix=prefix,
+            kafka__partitions=PARTITIONS,
+        )
     )
     handle = start_worker(settings, on_batch=on_batch)
     try:
@@ -152,12 +154,14 @@ def bench_latency(bootstrap: str, redis_url: str, seconds: float = 8.0) -> list[
         store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
         handle = start_worker(
             WorkerSettings(
-                bootstrap=bootstrap,
-                topic=topic.name,
-                group=f"bench-{uuid.uuid4().hex[:8]}",
-                redis_url=redis_url,
-                redis_prefix=prefix,
-                partitions=PARTITIONS,
+                Config().overridden(
+                    kafka__bootstrap=bootstrap,
+                    kafka__topic=topic.name,
+                    kafka__projector_group=f"bench-{uuid.uuid4().hex[:8]}",
+                    redis__url=redis_url,
+                    folds__prefix=prefix,
+                    kafka__partitions=PARTITIONS,
+                )
             )
         )
         pending: dict[str, list[tuple[int, float, float]]] = {sid: [] for sid in sessions}

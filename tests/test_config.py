@@ -30,7 +30,7 @@ from foldline.config import (
 from foldline.config.factories import aiokafka_credentials, emulated_providers
 from foldline.dispatcher.factory import open_dispatcher
 from foldline.errors import ConfigError
-from foldline.projector.factory import projector_settings
+from foldline.projector import WorkerSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -216,15 +216,15 @@ def test_options_override_single_fields_and_none_keeps_them() -> None:
 def test_one_projector_group_per_topic_unless_named() -> None:
     config = Config.from_env({"FOLDLINE_KAFKA_TOPIC": "t1"})
     assert config.kafka.group == "t1.projectors"
-    assert projector_settings(config).group == "t1.projectors"
+    assert WorkerSettings(config).group == "t1.projectors"
     assert "FOLDLINE_PROJECTOR_GROUP" not in config.to_env()  # a child process derives the same group
     named = Config.from_env({"FOLDLINE_KAFKA_TOPIC": "t1", "FOLDLINE_PROJECTOR_GROUP": "g"})
-    assert projector_settings(named).group == "g"
+    assert WorkerSettings(named).group == "g"
 
 
 def test_projector_settings_carry_partitions_and_security() -> None:
     config = Config.from_env({**SAMPLES, **SASL})
-    settings = projector_settings(config)
+    settings = WorkerSettings(config)
     assert (settings.partitions, settings.max_batch, settings.topic) == (6, 100, "prod.events")
     assert settings.client_config["sasl.password"] == "kafka-secret-pw"
 

@@ -15,10 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from foldline.adapters.kafka import KafkaEventLog
 from foldline.cli.main import app
 from foldline.config import Config, FoldsConfig, RedisConfig
-from foldline.config.factories import fold_store
+from foldline.config.factories import fold_store, kafka_log
 from foldline.core.content import ImageBlock
 from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
 from foldline.core.fold import fold_state
@@ -37,7 +36,7 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
     assert all(len(s["steps"]) == 8 and s["verified"] for s in out["sessions"])
     assert "projector ready" in (tmp_path / "logs" / "projector-0.log").read_text()
 
-    log = KafkaEventLog(distributed_env["bootstrap"], topic=distributed_env["FOLDLINE_KAFKA_TOPIC"])
+    log = kafka_log(Config.from_env())  # the demo's topic, from the environment the fixture set
     folds = fold_store(
         Config(redis=RedisConfig(distributed_env["redis"]), folds=FoldsConfig(distributed_env["FOLDLINE_FOLD_PREFIX"]))
     )

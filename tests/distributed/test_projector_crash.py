@@ -126,13 +126,15 @@ def test_crash_between_apply_and_commit_redelivers_only_duplicates(
     heads = {sid: len(events) for sid, events in logs.items()}
     write_sessions(topic.bootstrap, topic.name, logs, batch=30, partitions=topic.partitions, threads=2)
     settings = WorkerSettings(
-        bootstrap=topic.bootstrap,
-        topic=topic.name,
-        group=f"test-projector-{uuid.uuid4().hex[:8]}",
-        redis_url=redis_url,
-        redis_prefix=prefix,
-        partitions=topic.partitions,
-        max_batch=40,
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
+            redis__url=redis_url,
+            folds__prefix=prefix,
+            kafka__partitions=topic.partitions,
+            projector__max_batch=40,
+        ),
         journal=True,
     )
     commit = SessionEventConsumer.commit
@@ -231,12 +233,14 @@ def test_redis_restarted_mid_run_folds_are_rebuilt_from_the_log(topic: Topic, pr
     logs = {f"r{i:02d}": session_log(i, 80) for i in range(40)}
     heads = {sid: len(events) for sid, events in logs.items()}
     settings = WorkerSettings(
-        bootstrap=topic.bootstrap,
-        topic=topic.name,
-        group=f"test-projector-{uuid.uuid4().hex[:8]}",
-        redis_url=private_redis.url,
-        partitions=topic.partitions,
-        max_batch=200,
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
+            redis__url=private_redis.url,
+            kafka__partitions=topic.partitions,
+            projector__max_batch=200,
+        ),
         journal=True,
     )
     handle = start_worker(settings)
@@ -297,12 +301,14 @@ def test_redis_restarted_mid_run_folds_are_rebuilt_from_the_log(topic: Topic, pr
 def test_a_writer_fenced_mid_run_never_reaches_the_fold(topic: Topic, prefix: str) -> None:
     redis_url = env_or_fail("FOLDLINE_REDIS_URL")
     settings = WorkerSettings(
-        bootstrap=topic.bootstrap,
-        topic=topic.name,
-        group=f"test-projector-{uuid.uuid4().hex[:8]}",
-        redis_url=redis_url,
-        redis_prefix=prefix,
-        partitions=topic.partitions,
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
+            redis__url=redis_url,
+            folds__prefix=prefix,
+            kafka__partitions=topic.partitions,
+        )
     )
     handle = start_worker(settings)
     handle.wait_ready(60)

@@ -28,7 +28,8 @@ from foldline.adapters.kafka import (
     DLQ_HEADER_TOPIC,
     partition_for,
 )
-from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
 from foldline.errors import FencedError
 from foldline.projector import WorkerSettings, start_worker
 from tests.distributed.projector_harness import (
@@ -99,18 +100,22 @@ def test_both_runtimes_dead_letter_the_same_records_byte_for_byte(topic: Topic, 
     prefixes = {"confluent": prefix + "confluent:", "faust": prefix + "faust:"}
     confluent = start_worker(
         WorkerSettings(
-            bootstrap=topic.bootstrap,
-            topic=topic.name,
-            group=f"test-dlq-confluent-{uuid.uuid4().hex[:8]}",
-            redis_url=redis_url,
-            redis_prefix=prefixes["confluent"],
-            partitions=topic.partitions,
+            Config().overridden(
+                kafka__bootstrap=topic.bootstrap,
+                kafka__topic=topic.name,
+                kafka__projector_group=f"test-dlq-confluent-{uuid.uuid4().hex[:8]}",
+                redis__url=redis_url,
+                folds__prefix=prefixes["confluent"],
+                kafka__partitions=topic.partitions,
+            )
         )
     )
     faust_args = ["--runtime", "faust", "--group", f"test-dlq-faust-{uuid.uuid4().hex[:8]}", "--topic", topic.name]
     faust_args += ["--partitions", str(topic.partitions), "--fold-prefix", prefixes["faust"]]
     faust = WorkerProcess(faust_args, worker_env({"FOLDLINE_REDIS_URL": redis_url})).start()
-    stores = {name: RedisFoldStore(redis_url, prefix=p) for name, p in prefixes.items()}
+    stores = {
+        name: fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(p))) for name, p in prefixes.items()
+    }
     try:
         for name, store in stores.items():
             store.wait_for(sid, 3, 60)  # each runtime folded the session so far (epoch 1)

@@ -170,7 +170,14 @@ def test_faust_runtime_reads_committed_only_and_never_folds_an_aborted_transacti
     write_sessions(topic.bootstrap, topic.name, logs, batch=10, partitions=topic.partitions, threads=2)
 
     # the probes read by manual assignment in groups of their own
-    settings = WorkerSettings(bootstrap=topic.bootstrap, topic=topic.name, group=_group(), partitions=topic.partitions)
+    settings = WorkerSettings(
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=_group(),
+            kafka__partitions=topic.partitions,
+        )
+    )
     part = partition_for(sid, topic.partitions)
     ours_level, ours = asyncio.run(_read_partition(settings, part, vanilla=False))
     stock_level, stock = asyncio.run(_read_partition(settings, part, vanilla=True))
@@ -273,7 +280,7 @@ import asyncio, json, sys
 from faust.types import TP
 from foldline.adapters.kafka import ConsumedEvent
 from foldline.adapters.kafka import KafkaEventLog
-from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config import Config
 from foldline.config.factories import fold_store
 from foldline.projector import BatchProjector, WorkerSettings
 from foldline.projector.faust_runtime import FaustProjector
@@ -309,9 +316,8 @@ class LingersAfterTheFailure(FaustProjector):
             json.dump({"acked": acked}, out)
         await super()._fail(exc, size)
 
-settings = WorkerSettings(**json.loads(sys.argv[2]))
-config = Config(redis=RedisConfig(settings.redis_url), folds=FoldsConfig(settings.redis_prefix))
-store = fold_store(config, journal=True)
+settings = WorkerSettings(Config().overridden(**json.loads(sys.argv[2])), journal=True)
+store = fold_store(settings.config, journal=True)
 log = KafkaEventLog(settings.bootstrap, topic=settings.topic, partitions=settings.partitions)
 LingersAfterTheFailure(settings, projector=ApplyFailsHalfWay(store, log)).run()
 """
@@ -325,15 +331,14 @@ def test_an_apply_that_raises_mid_batch_acknowledges_nothing_of_the_batch(
     heads = {sid: len(events) for sid, events in logs.items()}
     write_sessions(topic.bootstrap, topic.name, logs, batch=20, partitions=topic.partitions, threads=2)
     group = _group()
-    settings = {
-        "bootstrap": topic.bootstrap,
-        "topic": topic.name,
-        "group": group,
-        "redis_url": redis_url,
-        "redis_prefix": prefix,
-        "partitions": topic.partitions,
-        "max_batch": 100,
-        "journal": True,
+    settings = {  # the child's configuration: Config.overridden(**settings)
+        "kafka__bootstrap": topic.bootstrap,
+        "kafka__topic": topic.name,
+        "kafka__projector_group": group,
+        "redis__url": redis_url,
+        "folds__prefix": prefix,
+        "kafka__partitions": topic.partitions,
+        "projector__max_batch": 100,
     }
     failed_path = tmp_path / "failed-batch.json"
     acks_path = tmp_path / "acks.json"

@@ -44,13 +44,15 @@ def topic() -> Iterator[Topic]:
 def test_three_workers_with_rebalances_mid_stream_apply_every_event_once(topic: Topic, prefix: str) -> None:
     redis_url = env_or_fail("FOLDLINE_REDIS_URL")
     settings = WorkerSettings(
-        bootstrap=topic.bootstrap,
-        topic=topic.name,
-        group=f"test-projector-{uuid.uuid4().hex[:8]}",
-        redis_url=redis_url,
-        redis_prefix=prefix,
-        partitions=PARTITIONS,
-        max_batch=200,  # small batches: many commits, so rebalances land between them
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
+            redis__url=redis_url,
+            folds__prefix=prefix,
+            kafka__partitions=PARTITIONS,
+            projector__max_batch=200,  # small batches: many commits, so rebalances land between them
+        ),
         journal=True,
     )
     logs = {f"r{i:03d}": session_log(i, 60) for i in range(60)}

@@ -50,12 +50,14 @@ def _start_in_process(topic: Topic, redis_url: str, prefix: str) -> WorkerHandle
     """A projector worker thread in this process, in a group of its own."""
     return start_worker(
         WorkerSettings(
-            bootstrap=topic.bootstrap,
-            topic=topic.name,
-            group=f"g-{uuid.uuid4().hex[:8]}",
-            redis_url=redis_url,
-            redis_prefix=prefix,
-            partitions=topic.partitions,
+            Config().overridden(
+                kafka__bootstrap=topic.bootstrap,
+                kafka__topic=topic.name,
+                kafka__projector_group=f"g-{uuid.uuid4().hex[:8]}",
+                redis__url=redis_url,
+                folds__prefix=prefix,
+                kafka__partitions=topic.partitions,
+            )
         )
     )
 

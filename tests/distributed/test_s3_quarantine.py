@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foldline.adapters.kafka import KafkaEventLog
 from foldline.cli.main import app
 from foldline.config import Config, FoldsConfig, RedisConfig, S3Config
-from foldline.config.factories import attachment_store, fold_store
+from foldline.config.factories import attachment_store, fold_store, kafka_log
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, TextBlock
 from foldline.core.events import AttachmentQuarantine, RequestDispatch, StepStart, TurnEnd
@@ -44,13 +43,21 @@ def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
     names = distributed_env
     bootstrap, redis_url = names["bootstrap"], names["redis"]
     topic, prefix, bucket = names["FOLDLINE_KAFKA_TOPIC"], names["FOLDLINE_FOLD_PREFIX"], names["FOLDLINE_S3_BUCKET"]
-    log = KafkaEventLog(bootstrap, topic=topic)
+    log = kafka_log(Config.from_env())  # the topic the fixture set in the environment
     folds = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     attachments = attachment_store(Config(s3=S3Config(bucket, endpoint=names["s3"])))
     attachments.client.create_bucket(Bucket=bucket)
     log.sessions()  # creates the topics the projector subscribes to
     projector = start_worker(
-        WorkerSettings(bootstrap=bootstrap, topic=topic, group=f"{topic}.p", redis_url=redis_url, redis_prefix=prefix)
+        WorkerSettings(
+            Config().overridden(
+                kafka__bootstrap=bootstrap,
+                kafka__topic=topic,
+                kafka__projector_group=f"{topic}.p",
+                redis__url=redis_url,
+                folds__prefix=prefix,
+            )
+        )
     )
     emulator = Emulator(ToolLoopScript(tool_steps=0))
     try:

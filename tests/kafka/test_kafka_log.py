@@ -157,7 +157,7 @@ def test_paused_writer_records_are_never_visible(make_log: MakeLog, kafka_bootst
 
 
 def test_broker_down_fails_fast_with_store_unavailable() -> None:
-    log = KafkaEventLog("127.0.0.1:1", timeout_s=2.0)
+    log = KafkaEventLog("127.0.0.1:1", topic="unreachable.session-events", partitions=1, timeout_s=2.0)
     for call in (lambda: log.append("s", 0, simple_log()[:1]), lambda: log.head("s"), lambda: log.acquire("s")):
         start = time.monotonic()
         with pytest.raises(StoreUnavailable, match="did not answer"):

@@ -7,7 +7,7 @@
   :func:`foldline.dispatcher.factory.open_dispatcher`) and for tests.
 
 A secured Kafka connection (``security.protocol`` other than ``PLAINTEXT``) is checked before any client
-starts (:func:`~foldline.adapters.kafka_preflight.check_kafka_access`): wrong credentials or an untrusted
+starts (:func:`~foldline.adapters.kafka.check_kafka_access`): wrong credentials or an untrusted
 certificate fail at once with :class:`~foldline.errors.AuthenticationFailed`.
 """
 
@@ -81,7 +81,7 @@ def check_kafka(kafka: KafkaConfig) -> None:
     """Fail now, with a typed error, if a secured Kafka connection would be refused (a no-op on PLAINTEXT)."""
     if kafka.security_protocol == "PLAINTEXT":
         return
-    from ..adapters.kafka_preflight import check_kafka_access
+    from ..adapters.kafka import check_kafka_access
 
     check_kafka_access(kafka.bootstrap, kafka.librdkafka(), kafka.timeout_s)
 

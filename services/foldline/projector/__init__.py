@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from .confluent_runtime import ProjectorWorker, WorkerHandle, start_worker
 from .fold_apply import BatchProjector, BatchReport, SeqGap
-from .runtime import DEFAULT_GROUP, ProjectorRuntime, WorkerSettings
+from .runtime import ProjectorRuntime, WorkerSettings
 
 __all__ = [
-    "DEFAULT_GROUP",
     "BatchProjector",
     "BatchReport",
     "ProjectorRuntime",

@@ -1,7 +1,8 @@
 """The projector process's factory: its settings, the log it reads and the folds it writes, from a Config.
 
-``foldline projector`` (either runtime) is built here; the adapters come from
-:mod:`foldline.config.factories`, the Kafka client properties (security included) from ``config.kafka``.
+``foldline projector`` (either runtime) is built here. The adapters come from :mod:`foldline.config.factories`
+— the same functions a runtime uses when it is started without them (:func:`~.start_worker`) — and every Kafka
+client, faust's included, gets the client properties (security included) of ``config.kafka``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..config import Config
 from ..config.factories import fold_store, kafka_log
 from .runtime import WorkerSettings
 
-__all__ = ["ProjectorParts", "open_projector", "projector_settings"]
+__all__ = ["ProjectorParts", "open_projector"]
 
 
 @dataclass(slots=True)
@@ -30,24 +31,6 @@ class ProjectorParts:
         self.log.close()
 
 
-def projector_settings(config: Config, *, journal: bool = False) -> WorkerSettings:
-    k = config.kafka
-    return WorkerSettings(
-        bootstrap=k.bootstrap,
-        topic=k.topic,
-        group=k.group,
-        redis_url=config.redis.url,
-        redis_prefix=config.folds.prefix,
-        partitions=k.partitions,
-        max_batch=config.projector.max_batch,
-        registry_url=k.registry_url,
-        metrics_port=config.metrics.port,
-        metrics_host=config.metrics.host,
-        journal=journal,
-        client_config=k.librdkafka(),
-    )
-
-
 def open_projector(config: Config, *, journal: bool = False) -> ProjectorParts:
     """A projector's settings, event log and fold store (``journal``: keep the store's change journal)."""
     log = kafka_log(config)
@@ -56,4 +39,4 @@ def open_projector(config: Config, *, journal: bool = False) -> ProjectorParts:
     except BaseException:
         log.close()
         raise
-    return ProjectorParts(projector_settings(config, journal=journal), log, store)
+    return ProjectorParts(WorkerSettings(config, journal=journal), log, store)

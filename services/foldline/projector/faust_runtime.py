@@ -53,6 +53,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..adapters.kafka import RecordChecker, consumed_record
+from ..config.factories import aiokafka_credentials
 from ..errors import ConfigError, FoldlineError, StoreUnavailable
 from .fold_apply import BatchReport
 from .runtime import ProjectorRuntime, RuntimeOptions, WorkerSettings
@@ -115,15 +116,12 @@ def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = Fal
     ``vanilla=True`` builds the same app on faust's stock transport (which reads uncommitted records
     outside exactly-once mode); tests use it to show what the read_committed transport prevents.
     """
-    if settings.client_config:
-        raise ConfigError(
-            "the faust projector runtime does not take librdkafka client settings (client_config); "
-            "use --runtime confluent for a broker that needs them"
-        )
     cls = faust.App if vanilla else _ProjectorApp
     return cls(
         settings.group,  # faust's app id is the consumer group id
         broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",") if host.strip()],
+        # the security settings of every librdkafka client, as aiokafka's SASL credentials / TLS context
+        broker_credentials=aiokafka_credentials(settings.config.kafka),
         autodiscover=False,
         web_enabled=False,
         datadir=datadir,

@@ -1,7 +1,8 @@
 """The projector runtime base: what both consumer runtimes (confluent-kafka and faust) do, written once.
 
 :class:`ProjectorRuntime` builds the adapters a projector works with unless they are given (the fold
-store, the event log, the :class:`~.fold_apply.BatchProjector`, the dead-letter writer) and owns:
+store and the event log through :mod:`foldline.config.factories`, the :class:`~.fold_apply.BatchProjector`,
+the dead-letter writer) and owns:
 
 * **the apply-retry loop** — a checked batch is applied with :meth:`BatchProjector.project`; a fold-store
   outage (:class:`~foldline.errors.StoreUnavailable`) keeps the batch and retries it with backoff (50 ms
@@ -30,20 +31,20 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypedDict, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Generic, Self, TypedDict, TypeVar
 
 from ..adapters.kafka import (
-    DEFAULT_TOPIC,
     ConsumedEvent,
     ConsumedItem,
     DeadLetterWriter,
     KafkaClients,
-    KafkaEventLog,
     dlq_topic,
     fetch_records,
     wait_for_topic,
 )
+from ..config import Config
+from ..config.factories import fold_store, kafka_log
 from ..errors import FencedError, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
@@ -53,31 +54,57 @@ if TYPE_CHECKING:
     from ..metrics import ProjectorMetrics
     from ..metrics_server import HealthServer
 
-__all__ = ["DEFAULT_GROUP", "ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
+__all__ = ["ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
 
 _LOG = logging.getLogger("foldline.projector")
-DEFAULT_GROUP = "foldline-projector"
 _FIRST_PAUSE_S = 0.05
 _MAX_PAUSE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    """Where a projector reads from and writes to, and how it batches."""
+    """A projector's configuration — where it reads from and writes to, how it batches, its metrics
+    endpoint, all in ``config`` (:class:`~foldline.config.Config`) — and two knobs of its own."""
 
-    bootstrap: str = "127.0.0.1:19092"
-    topic: str = DEFAULT_TOPIC
-    group: str = DEFAULT_GROUP
-    redis_url: str = "redis://127.0.0.1:16379/0"
-    redis_prefix: str = "foldline:fold:"
-    partitions: int = 12  # the topic's partition count (checked by the event log)
-    max_batch: int = 5000  # records per poll and per apply
+    config: Config
+    journal: bool = False  # keep the fold store's change journal (audits, crash tests)
     poll_timeout_s: float = 0.01
-    registry_url: str | None = None
-    metrics_port: int | None = None  # serve /metrics, /healthz, /readyz (0 picks a free port)
-    metrics_host: str = "127.0.0.1"
-    journal: bool = False  # keep the fold store's change journal (tests)
-    client_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config.kafka.bootstrap
+
+    @property
+    def topic(self) -> str:
+        return self.config.kafka.topic
+
+    @property
+    def group(self) -> str:
+        return self.config.kafka.group
+
+    @property
+    def partitions(self) -> int:
+        return self.config.kafka.partitions  # the topic's partition count (checked by the event log)
+
+    @property
+    def max_batch(self) -> int:
+        return self.config.projector.max_batch  # records per poll and per apply
+
+    @property
+    def registry_url(self) -> str | None:
+        return self.config.kafka.registry_url
+
+    @property
+    def client_config(self) -> Mapping[str, str]:
+        return self.config.kafka.librdkafka()  # librdkafka properties of every client, security included
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.config.metrics.port  # serve /metrics, /healthz, /readyz (0 picks a free port)
+
+    @property
+    def metrics_host(self) -> str:
+        return self.config.metrics.host
 
 
 _R = TypeVar("_R", bound="ProjectorRuntime")
@@ -97,9 +124,10 @@ class RuntimeOptions(TypedDict, Generic[_R], total=False):
 class ProjectorRuntime(ABC):
     """One projector: a consumer-group member folding the topic into the fold store; see the module docstring.
 
-    ``store`` and ``log`` (or a ready ``projector``, which brings both) are built from ``settings`` when not
-    given, and then closed by the runtime. ``on_batch`` sees every applied batch's report; ``on_ready``
-    is called once, the first time the runtime is ready.
+    ``store`` and ``log`` (or a ready ``projector``, which brings both) are built from ``settings.config`` by
+    the adapter factories (:mod:`foldline.config.factories`) when not given, and then closed by the runtime.
+    ``on_batch`` sees every applied batch's report; ``on_ready`` is called once, the first time the runtime
+    is ready.
     """
 
     runtime_name: ClassVar[str]
@@ -121,17 +149,9 @@ class ProjectorRuntime(ABC):
         self._owns_log = log is None and projector is None
         if projector is None:
             if store is None:
-                from ..adapters.redis_folds import RedisFoldStore
-
-                store = RedisFoldStore(settings.redis_url, prefix=settings.redis_prefix, journal=settings.journal)
+                store = fold_store(settings.config, journal=settings.journal)
             if log is None:
-                log = KafkaEventLog(
-                    settings.bootstrap,
-                    topic=settings.topic,
-                    partitions=settings.partitions,
-                    registry_url=settings.registry_url,
-                    client_config=settings.client_config,
-                )
+                log = kafka_log(settings.config)
             projector = BatchProjector(store, log, metrics=metrics)
         self.projector = projector
         self.store = projector.store

@@ -16,6 +16,7 @@ module             holds
 ``log``            :class:`KafkaEventLog`, the ``EventLog`` port on Kafka
 ``dead_letters``   the record checks and the one dead-letter writer every consumer runtime uses
 ``consumer``       :class:`SessionEventConsumer`, a consumer-group member reading typed items
+``preflight``      :func:`check_kafka_access`: is a client with these security settings let in?
 =================  ===========================================================================
 """
 
@@ -35,9 +36,9 @@ from .dead_letters import (
 )
 from .log import KafkaEventLog
 from .partitioning import partition_for
+from .preflight import check_kafka_access
 from .reader import Watermarks, fetch_records
 from .records import (
-    DEFAULT_TOPIC,
     HEADER_BATCH,
     HEADER_EPOCH,
     HEADER_KIND,
@@ -55,7 +56,6 @@ from .records import (
 from .topics import wait_for_topic
 
 __all__ = [
-    "DEFAULT_TOPIC",
     "DLQ_HEADER_ERROR",
     "DLQ_HEADER_OFFSET",
     "DLQ_HEADER_PARTITION",
@@ -78,6 +78,7 @@ __all__ = [
     "RecordChecker",
     "SessionEventConsumer",
     "Watermarks",
+    "check_kafka_access",
     "consumed_record",
     "dlq_topic",
     "fetch_records",

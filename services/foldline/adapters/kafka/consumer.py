@@ -26,7 +26,7 @@ from ...ports.event_log import EventLog
 from ..avro import AvroCodec
 from .clients import client_settings
 from .dead_letters import DeadLetterWriter, RecordChecker
-from .records import DEFAULT_TOPIC, ConsumedItem, dlq_topic
+from .records import ConsumedItem, dlq_topic
 
 __all__ = ["SessionEventConsumer"]
 
@@ -44,7 +44,7 @@ class SessionEventConsumer:
         bootstrap: str,
         group_id: str,
         *,
-        topic: str = DEFAULT_TOPIC,
+        topic: str,
         codec: AvroCodec | None = None,
         registry_url: str | None = None,
         log: EventLog | None = None,

@@ -33,7 +33,6 @@ from ...ports.event_log import EventLog
 from ..avro import AvroCodec
 from .clients import client_settings, flush
 from .records import (
-    DEFAULT_TOPIC,
     HEADER_EPOCH,
     HEADER_KIND,
     KIND_EVENT,
@@ -159,7 +158,7 @@ class RecordChecker:
         self,
         dead_letters: DeadLetterWriter,
         *,
-        topic: str = DEFAULT_TOPIC,
+        topic: str,
         codec: AvroCodec | None = None,
         registry_url: str | None = None,
         log: EventLog | None = None,

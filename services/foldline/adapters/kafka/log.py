@@ -50,7 +50,6 @@ from .index import SessionState, encode_index
 from .partitioning import partition_for
 from .reader import SessionReader
 from .records import (
-    DEFAULT_TOPIC,
     HEADER_BATCH,
     HEADER_EPOCH,
     HEADER_KIND,
@@ -133,10 +132,10 @@ class KafkaEventLog(EventLog):
 
     def __init__(
         self,
-        bootstrap: str = "127.0.0.1:19092",
+        bootstrap: str,
         *,
-        topic: str = DEFAULT_TOPIC,
-        partitions: int = 12,
+        topic: str,
+        partitions: int,
         replication_factor: int = 1,
         timeout_s: float = 10.0,
         registry_url: str | None = None,

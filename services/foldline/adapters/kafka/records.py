@@ -16,7 +16,6 @@ from ...core.events import Envelope
 from ...errors import FoldlineError
 
 __all__ = [
-    "DEFAULT_TOPIC",
     "HEADER_BATCH",
     "HEADER_EPOCH",
     "HEADER_KIND",
@@ -37,7 +36,6 @@ __all__ = [
     "index_topic",
 ]
 
-DEFAULT_TOPIC = "foldline.session-events"
 HEADER_KIND = "fl-kind"
 HEADER_EPOCH = "fl-epoch"
 HEADER_BATCH = "fl-batch"

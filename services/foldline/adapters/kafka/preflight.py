@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ..errors import AuthenticationFailed, ConfigError, StoreUnavailable
+from ...errors import AuthenticationFailed, ConfigError, StoreUnavailable
 
 __all__ = ["check_kafka_access"]
 
