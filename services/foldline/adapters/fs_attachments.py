@@ -56,10 +56,7 @@ class FilesystemAttachmentStore(AttachmentStore):
     def put(
         self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
     ) -> AttachmentMeta:
-        try:
-            meta = describe(data, media_type, width, height)
-        except ValueError as exc:
-            raise AttachmentError("(new)", f"cannot store: {exc}") from exc
+        meta = describe(data, media_type, width, height)
         obj, meta_path = self._paths(meta.attachment_id)
         if obj.exists():
             existing = self.meta(meta.attachment_id)

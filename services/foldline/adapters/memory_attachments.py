@@ -27,10 +27,7 @@ class MemoryAttachmentStore(AttachmentStore):
     def put(
         self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
     ) -> AttachmentMeta:
-        try:
-            meta = describe(data, media_type, width, height)
-        except ValueError as exc:
-            raise AttachmentError("(new)", f"cannot store: {exc}") from exc
+        meta = describe(data, media_type, width, height)
         with self._lock:
             stored = self._objects.setdefault(meta.attachment_id, (bytes(data), meta))[1]
         if stored.media_type != meta.media_type:

@@ -228,10 +228,7 @@ class S3AttachmentStore(AttachmentStore):
     def put(
         self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
     ) -> AttachmentMeta:
-        try:
-            meta = describe(data, media_type, width, height)
-        except ValueError as exc:
-            raise AttachmentError("(new)", f"cannot store: {exc}") from exc
+        meta = describe(data, media_type, width, height)
         _check_header_safe(media_type)
         key = self.key_of(meta.attachment_id)
         if len(data) > self.multipart_threshold:
@@ -276,10 +273,7 @@ class S3AttachmentStore(AttachmentStore):
             spool.seek(0)
             if size <= self.multipart_threshold:
                 return self.put(spool.read(), media_type)
-            try:
-                meta = describe(head, media_type, None, None)
-            except ValueError as exc:
-                raise AttachmentError("(new)", f"cannot store: {exc}") from exc
+            meta = describe(head, media_type, None, None)
             meta = AttachmentMeta(codec.DIGEST_PREFIX + hasher.hexdigest(), media_type, size, meta.width, meta.height)
             if self._existing(meta) is not None:
                 return self._same_content(meta)

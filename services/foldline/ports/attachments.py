@@ -89,16 +89,26 @@ class AttachmentStore(abc.ABC):
 
 
 def describe(data: bytes, media_type: str, width: int | None, height: int | None) -> AttachmentMeta:
-    """Metadata for new content: digest, length and (for images) dimensions read from the bytes."""
+    """Metadata for new content: digest, length and (for images) dimensions read from the bytes.
+
+    Content a store must refuse (a malformed media type, bytes that are not the image they claim to be, a
+    size that disagrees with the image) raises :class:`~foldline.errors.AttachmentError` for ``(new)``.
+    """
     from ..core.codec import digest_bytes
     from ..core.images import image_dimensions
+    from ..errors import AttachmentError
 
     if not media_type or "/" not in media_type:
-        raise ValueError(f"media type must look like 'type/subtype', got {media_type!r}")
+        raise AttachmentError("(new)", f"cannot store: media type must look like 'type/subtype', got {media_type!r}")
     if media_type.startswith("image/"):
-        w, h = image_dimensions(data, media_type)
+        try:
+            w, h = image_dimensions(data, media_type)
+        except ValueError as exc:
+            raise AttachmentError("(new)", f"cannot store: {exc}") from exc
         if (width is not None and width != w) or (height is not None and height != h):
-            raise ValueError(f"given size {width}x{height} does not match the image's {w}x{h}")
+            raise AttachmentError(
+                "(new)", f"cannot store: given size {width}x{height} does not match the image's {w}x{h}"
+            )
         width, height = w, h
     return AttachmentMeta(digest_bytes(data), media_type, len(data), width, height)
 
