@@ -118,3 +118,30 @@ def test_fork_bad_input_is_a_clear_error(data: Path) -> None:
     res = runner.invoke(app, ["resume", "nope", "--data-dir", str(data)])
     assert res.exit_code == 2
     assert "SessionNotFound" in res.stderr
+
+
+def test_a_session_locked_by_another_writer_is_one_typed_line_and_nothing_is_written(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the embedded log's write lock: resume and fork give StoreBusy, no traceback."""
+    import sqlite3
+
+    monkeypatch.setenv("FOLDLINE_SQLITE_BUSY_TIMEOUT", "0.2")
+    with SqliteEventLog(data) as log:
+        before = {sid: log.head(sid) for sid in log.sessions()}
+    holder = sqlite3.connect(str(data / "log.sqlite3"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        for args in (["resume", "demo-001", "--steps", "1"], ["fork", "demo-001", "--at", "0", "--as", "locked-fork"]):
+            res = runner.invoke(app, [*args, "--data-dir", str(data)])
+            assert res.exit_code == 2, res.output
+            lines = [line for line in res.output.splitlines() if line.strip()]
+            assert len(lines) == 1, res.output
+            assert lines[0].startswith("error: StoreBusy:")
+            assert "locked by another writer" in lines[0]
+            assert "Traceback" not in res.output
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with SqliteEventLog(data) as log:
+        assert {sid: log.head(sid) for sid in log.sessions()} == before

@@ -155,7 +155,8 @@ def open_stores(config: Config) -> Stores:
     from ..adapters.sqlite_log import SqliteEventLog
 
     if config.backend == "embedded":
-        return Stores(SqliteEventLog(config.data_dir), FilesystemAttachmentStore(config.data_dir / "attachments"))
+        embedded = SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
+        return Stores(embedded, FilesystemAttachmentStore(config.data_dir / "attachments"))
     if config.backend == "kafka":
         return Stores(kafka_log(config), FilesystemAttachmentStore(config.data_dir / "attachments"))
     if config.backend == "distributed":

@@ -36,6 +36,7 @@ __all__ = [
     "Backend",
     "Config",
     "DispatchConfig",
+    "EmbeddedConfig",
     "FoldsConfig",
     "KafkaConfig",
     "MetricsConfig",
@@ -212,11 +213,19 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddedConfig:
+    """The embedded backend's SQLite log."""
+
+    busy_timeout_s: float = 10.0  # another writer's lock: wait this long, then StoreBusy (nothing written)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Everything a foldline process is configured with; see the module docstring."""
 
     data_dir: Path = Path("foldline-data")  # the embedded backend's log and attachments; demo logs
     backend: Backend = "embedded"
+    embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     folds: FoldsConfig = field(default_factory=FoldsConfig)
@@ -372,6 +381,12 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
 SETTINGS: tuple[Setting, ...] = (
     Setting("FOLDLINE_BACKEND", "backend", _choice(BACKENDS), "embedded, kafka or distributed"),
     Setting("FOLDLINE_DATA_DIR", "data_dir", Path, "the embedded log and attachments; the demo's process logs"),
+    Setting(
+        "FOLDLINE_SQLITE_BUSY_TIMEOUT",
+        "embedded.busy_timeout_s",
+        _seconds,
+        "seconds to wait for another writer's lock on the embedded log",
+    ),
     Setting("FOLDLINE_KAFKA_BOOTSTRAP", "kafka.bootstrap", _text, "Kafka bootstrap servers"),
     Setting("FOLDLINE_KAFKA_TOPIC", "kafka.topic", _text, "session-event topic (also <topic>.index, <topic>.dlq)"),
     Setting("FOLDLINE_KAFKA_PARTITIONS", "kafka.partitions", _positive_int, "the topic's partition count"),
