@@ -12,13 +12,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foldline.core import GenerateOptions, TextBlock, ToolCallBlock, ToolResultBlock
+from foldline.core import (
+    EncryptedReasoningBlock,
+    GenerateOptions,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from foldline.core.projection import Message
 from foldline.ports.attachments import AttachmentStore
 
 from .helpers import PNG_3X2, image_block, request, user
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
+
+#: The cases a serializer version refuses (it raises ProviderError, so there is no fixture): v2 of
+#: anthropic-messages requires maxTokens, the Responses API has no stop sequences.
+REFUSED: dict[tuple[str, int], frozenset[str]] = {
+    ("anthropic-messages", 2): frozenset({"minimal"}),
+    ("openai-responses", 1): frozenset({"tools_and_config"}),
+}
+
+#: A reasoning session as each provider returns it: thinking with signatures and redacted thinking
+#: (Anthropic), encrypted reasoning items (Responses), plain reasoning text (reasoning_content chat).
+THINKING = (
+    ReasoningBlock("The user wants the listing. I should call list_dir.", "c2lnbmF0dXJlLTE="),
+    RedactedReasoningBlock("RURBQ1RFRA=="),
+)
+ITEM = EncryptedReasoningBlock("rs_0001", ("Listing the directory first.", "Then reading."), "ZW5jcnlwdGVk")
+PLAIN = ReasoningBlock("I need the directory listing; list_dir gives it.")
 
 
 def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
@@ -64,5 +88,32 @@ def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
                 user("And now?"),
             ],
             max_tokens=300,
+        ),
+        # A thinking tool loop: every kind of reasoning block in the assistant turns, an effort and a cache TTL.
+        "reasoning": request(
+            [
+                user("List src, then tell me what is there."),
+                Message("assistant", (*THINKING, ITEM, PLAIN, ToolCallBlock("call_1", "list_dir", '{"path":"src"}'))),
+                Message("tool", (ToolResultBlock("call_1", (TextBlock("a.py"), TextBlock("b.py"))),)),
+                Message(
+                    "assistant",
+                    (ReasoningBlock("Two files.", "c2lnbmF0dXJlLTI="), ReasoningBlock(" Done."), TextBlock("a.py, b.py")),
+                ),
+                user("Thanks."),
+            ],
+            max_tokens=4096,
+            reasoning_effort="high",
+            cache_ttl="5m",
+            prompt_cache_key="foldline-0123456789abcdef",
+        ),
+        # A fixed thinking budget and the 1-hour TTL (Anthropic); effort off (Responses: none; chat: thinking off).
+        "reasoning_budget": request(
+            [user("Think briefly."), Message("assistant", (THINKING[0], TextBlock("Done."))), user("Again.")],
+            max_tokens=8000,
+            thinking_budget=2048,
+            reasoning_effort="max",
+        ),
+        "reasoning_off": request(
+            [user("No thinking, please.")], system=None, tools=None, max_tokens=100, reasoning_effort="off"
         ),
     }

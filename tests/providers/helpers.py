@@ -11,6 +11,7 @@ from typing import Any
 import pydantic
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
 from foldline.core import (
     CallConfig,
@@ -79,6 +80,29 @@ def anthropic_request_type() -> pydantic.TypeAdapter[Any]:
 @functools.cache
 def openai_request_type() -> pydantic.TypeAdapter[Any]:
     return pydantic.TypeAdapter(CompletionCreateParamsNonStreaming)
+
+
+@functools.cache
+def responses_request_type() -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(ResponseCreateParamsNonStreaming)
+
+
+#: DeepSeek's Chat Completions extensions (api-docs.deepseek.com/guides/thinking_mode): ``thinking`` at the top
+#: level (the OpenAI SDK sends it via ``extra_body``) and ``reasoning_content`` on assistant messages.
+REASONING_CHAT_EXTRA_BODY: dict[str, type] = {"thinking": dict}
+
+
+def reasoning_chat_validate(body: bytes) -> None:
+    """A ``reasoning-chat`` body is a Chat Completions body plus DeepSeek's two documented extensions."""
+    data = json.loads(body)
+    for message in data.get("messages", []):
+        if "reasoning_content" in message:
+            if message.get("role") != "assistant" or not isinstance(message.pop("reasoning_content"), str):
+                raise NotAValidRequest("reasoning_content must be a string on an assistant message")
+    thinking = data.get("thinking")
+    if thinking is not None and thinking not in ({"type": "enabled"}, {"type": "disabled"}):
+        raise NotAValidRequest(f"thinking must be {{type: enabled|disabled}}, got {thinking!r}")
+    strict_validate(openai_request_type(), json.dumps(data).encode(), REASONING_CHAT_EXTRA_BODY)
 
 
 def _materialize(value: Any) -> Any:

@@ -34,7 +34,18 @@ import fastavro
 import fastavro.schema
 
 from ..core import codec
-from ..core.content import ContentBlock, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolResultPart
+from ..core.content import (
+    REASONING_KINDS,
+    ContentBlock,
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultPart,
+)
 from ..core.events import (
     AssistantMessage,
     AttachmentQuarantine,
@@ -183,12 +194,29 @@ def _block_to_avro(block: ContentBlock) -> tuple[str, dict[str, Any]]:
                 _NS + "ToolResultBlock",
                 {"toolCallId": tcid, "content": [_part_to_avro(p) for p in parts], "isError": is_error},
             )
+        case ReasoningBlock(text=text, signature=signature):
+            return (_NS + "ReasoningBlock", {"text": text, "signature": signature})
+        case RedactedReasoningBlock(data=data):
+            return (_NS + "RedactedReasoningBlock", {"data": data})
+        case EncryptedReasoningBlock(id=id_, summary=summary, encrypted_content=encrypted):
+            return (_NS + "EncryptedReasoningBlock", {"id": id_, "summary": list(summary), "encryptedContent": encrypted})
         case _:
             assert_never(block)
 
 
 def _surface_to_avro(d: dict[str, Any], content: Sequence[ContentBlock]) -> dict[str, Any]:
-    d["content"] = [_block_to_avro(b) for b in content]
+    # Reasoning blocks travel in the ``reasoning`` field with their position, so a reader of a schema from before
+    # they existed (FULL_TRANSITIVE) still reads the record; the rest keeps its order in ``content``.
+    blocks: list[tuple[str, dict[str, Any]]] = []
+    reasoning: list[dict[str, Any]] = []
+    for at, b in enumerate(content):
+        if b.kind in REASONING_KINDS:
+            reasoning.append({"at": at, "block": _block_to_avro(b)})
+        else:
+            blocks.append(_block_to_avro(b))
+    d["content"] = blocks
+    if "role" in d:  # user and assistant messages carry reasoning; a tool result cannot
+        d["reasoning"] = reasoning or None
     d.pop("role", None)
     op = d["surfaceOp"]
     d["surfaceOp"] = "append" if op == "append" else (_NS + "ReplaceOp", {"start": op["start"], "end": op["end"]})
@@ -282,7 +310,40 @@ def _block_from_avro(value: Any) -> dict[str, Any]:
             if d.get("isError"):
                 out["isError"] = True
             return out
+        case "foldline.ReasoningBlock":
+            out = {"type": "reasoning", "text": d["text"]}
+            if d.get("signature") is not None:
+                out["signature"] = d["signature"]
+            return out
+        case "foldline.RedactedReasoningBlock":
+            return {"type": "redacted-reasoning", "data": d["data"]}
+        case "foldline.EncryptedReasoningBlock":
+            return {"type": "encrypted-reasoning", **d}
     raise ValueError(f"unknown content block record {name!r}")
+
+
+def _content_from_avro(content: list[Any], reasoning: list[Any] | None) -> list[dict[str, Any]]:
+    """``content`` with the ``reasoning`` entries put back at their positions."""
+    out = [_block_from_avro(b) for b in content]
+    if not reasoning:
+        return out
+    merged: list[dict[str, Any]] = []
+    rest = iter(out)
+    total = len(out) + len(reasoning)
+    entries = iter(reasoning)
+    entry = next(entries, None)
+    for at in range(total):
+        if entry is not None and entry["at"] == at:
+            merged.append(_block_from_avro(entry["block"]))
+            entry = next(entries, None)
+        else:
+            block = next(rest, None)
+            if block is None:
+                raise ValueError(f"reasoning entries out of order at content position {at}")
+            merged.append(block)
+    if entry is not None:
+        raise ValueError(f"reasoning entry at {entry['at']} is outside the {total} content blocks or out of order")
+    return merged
 
 
 def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
@@ -302,7 +363,7 @@ def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
                     seq=seq if isinstance(seq, int) else None,
                 )
             if "content" in data:
-                data["content"] = [_block_from_avro(b) for b in data["content"]]
+                data["content"] = _content_from_avro(data["content"], data.pop("reasoning", None))
             if "surfaceOp" in data:
                 op = data["surfaceOp"]
                 if isinstance(op, tuple):  # (record name, value): the union also holds the named enum

@@ -4,7 +4,17 @@ Nothing in this package performs I/O, reads a clock, draws randomness or imports
 ``tests/test_core_purity.py`` enforces it. Time and ids arrive as values.
 """
 
-from .content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
+from .content import (
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
 from .events import (
     SESSION_FORMAT_VERSION,
     AssistantMessage,
@@ -49,6 +59,7 @@ __all__ = [
     "CompactionStart",
     "CompactionSummary",
     "Envelope",
+    "EncryptedReasoningBlock",
     "EpochHeader",
     "EventData",
     "GenerateOptions",
@@ -57,6 +68,8 @@ __all__ = [
     "LogRules",
     "Message",
     "MessageSequence",
+    "ReasoningBlock",
+    "RedactedReasoningBlock",
     "ReplaceOp",
     "RequestDispatch",
     "RequestHeader",

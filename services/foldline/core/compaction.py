@@ -22,13 +22,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
-from .content import ContentBlock, ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock, ToolResultPart
+from .content import (
+    ContentBlock,
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultPart,
+)
 from .header import CallConfig, EpochHeader
 from .projection import Message
 from .request import GenerateOptions, build_request
 from .validation import SurfaceNode
 
 __all__ = [
+    "SUMMARIZE_PROMPTS",
+    "SUMMARIZE_PROMPT_VERSION",
     "SUMMARIZE_SYSTEM",
     "SUMMARY_HEADING",
     "TRIM_MARKER",
@@ -37,7 +49,9 @@ __all__ = [
     "message_tokens",
     "plan_compaction",
     "plan_trims",
+    "SummarizePrompt",
     "recent_start",
+    "summarize_prompt",
     "summarize_request",
     "summary_content",
     "trimmed_parts",
@@ -58,6 +72,20 @@ SUMMARIZE_SYSTEM = (
 SUMMARIZE_INSTRUCTION = "Summarize the conversation above as instructed."
 
 
+@dataclass(frozen=True, slots=True)
+class SummarizePrompt:
+    """One version of the summarize one-shot's wording: its system prompt and the transcript's closing line."""
+
+    system: str
+    instruction: str
+
+
+#: Every summarize prompt version, by the number ``compaction/summary.promptVersion`` logs (absent: 1). Changing
+#: the wording or the transcript syntax is a new version here; old versions stay, so old logs keep verifying.
+SUMMARIZE_PROMPTS: dict[int, SummarizePrompt] = {1: SummarizePrompt(SUMMARIZE_SYSTEM, SUMMARIZE_INSTRUCTION)}
+SUMMARIZE_PROMPT_VERSION = 1
+
+
 def _text_tokens(text: str) -> int:
     return -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN)
 
@@ -72,6 +100,12 @@ def _block_tokens(block: ContentBlock) -> int:
             return _text_tokens(name) + _text_tokens(arguments) + 2
         case ToolResultBlock(content=parts):
             return 2 + sum(_block_tokens(p) for p in parts)
+        case ReasoningBlock(text=text, signature=signature):
+            return _text_tokens(text) + _text_tokens(signature or "")
+        case RedactedReasoningBlock(data=data):
+            return _text_tokens(data)
+        case EncryptedReasoningBlock(summary=summary, encrypted_content=encrypted):
+            return sum(_text_tokens(s) for s in summary) + _text_tokens(encrypted)
         case _:
             assert_never(block)
 
@@ -188,7 +222,7 @@ def plan_compaction(
     return (0, cut - 1)
 
 
-def _transcript(messages: Sequence[Message]) -> list[ContentBlock]:
+def _transcript(messages: Sequence[Message], instruction: str) -> list[ContentBlock]:
     out: list[ContentBlock] = []
     lines: list[str] = []
 
@@ -221,20 +255,36 @@ def _transcript(messages: Sequence[Message]) -> list[ContentBlock]:
                                 out.append(part)
                             case _:
                                 assert_never(part)
+                case ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
+                    pass  # reasoning is not part of the transcript (every prompt version so far)
                 case _:
                     assert_never(block)
     lines.append("")
-    lines.append(SUMMARIZE_INSTRUCTION)
+    lines.append(instruction)
     flush()
     return out
 
 
-def summarize_request(region: Sequence[Message], config: CallConfig) -> GenerateOptions:
+def summarize_prompt(version: int) -> SummarizePrompt:
+    """The summarize prompt of ``version``; an unknown version is a ValueError naming the known ones."""
+    prompt = SUMMARIZE_PROMPTS.get(version)
+    if prompt is None:
+        raise ValueError(
+            f"summarize prompt version {version} is unknown to this build (known: {sorted(SUMMARIZE_PROMPTS)}); "
+            "verify with the foldline version that wrote the log"
+        )
+    return prompt
+
+
+def summarize_request(
+    region: Sequence[Message], config: CallConfig, version: int = SUMMARIZE_PROMPT_VERSION
+) -> GenerateOptions:
     """The summarize one-shot for a region of derived messages (deterministic; never a loop request)."""
     if not region:
         raise ValueError("a compaction region must hold at least one message")
-    transcript = tuple(_transcript(region))
-    return build_request((Message("user", transcript),), EpochHeader(config, SUMMARIZE_SYSTEM, None))
+    prompt = summarize_prompt(version)
+    transcript = tuple(_transcript(region, prompt.instruction))
+    return build_request((Message("user", transcript),), EpochHeader(config, prompt.system, None))
 
 
 def summary_content(summary: str) -> tuple[ContentBlock, ...]:

@@ -8,9 +8,14 @@ from typing import Literal, TypeAlias
 
 __all__ = [
     "ATTACHMENT_ID_RE",
+    "REASONING_KINDS",
     "ContentBlock",
+    "EncryptedReasoningBlock",
     "ImageBlock",
     "ImageRef",
+    "ReasoningBlock",
+    "ReasoningContent",
+    "RedactedReasoningBlock",
     "TextBlock",
     "ToolCallBlock",
     "ToolResultBlock",
@@ -72,7 +77,52 @@ class ToolResultBlock:
     kind: Literal["tool-result"] = "tool-result"
 
 
-ContentBlock: TypeAlias = TextBlock | ImageBlock | ToolCallBlock | ToolResultBlock
+@dataclass(frozen=True, slots=True)
+class ReasoningBlock:
+    """The model's reasoning text, and the provider's signature over it when the provider signs it.
+
+    Anthropic ``thinking {thinking, signature}``; a ``reasoning_content`` string (DeepSeek, vLLM, SGLang);
+    dsh's ``reasoning {text}``. ``signature`` is opaque, kept byte for byte, absent when there is none.
+    """
+
+    text: str
+    signature: str | None = None
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedReasoningBlock:
+    """Reasoning the provider returned encrypted, with no text: Anthropic ``redacted_thinking {data}``."""
+
+    data: str
+    kind: Literal["redacted-reasoning"] = "redacted-reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptedReasoningBlock:
+    """An OpenAI Responses reasoning item: its id, its summary texts and its ``encrypted_content``.
+
+    The summary parts are kept as separate strings (in order) so the item goes back exactly as it came.
+    """
+
+    id: str
+    summary: tuple[str, ...]
+    encrypted_content: str
+    kind: Literal["encrypted-reasoning"] = "encrypted-reasoning"
+
+
+ReasoningContent: TypeAlias = ReasoningBlock | RedactedReasoningBlock | EncryptedReasoningBlock
+REASONING_KINDS: frozenset[str] = frozenset({"reasoning", "redacted-reasoning", "encrypted-reasoning"})
+
+ContentBlock: TypeAlias = (
+    TextBlock
+    | ImageBlock
+    | ToolCallBlock
+    | ToolResultBlock
+    | ReasoningBlock
+    | RedactedReasoningBlock
+    | EncryptedReasoningBlock
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,7 +170,8 @@ class CompactionStart:
 class CompactionSummary:
     """The summarize one-shot's answer. ``serializer``/``serializer_version``/``input_digest`` name the exact
     body that was sent (sha256 of its bytes), so ``foldline verify`` proves the rebuilt input byte for byte;
-    logs written before these fields existed are rechecked without that proof."""
+    logs written before these fields existed are rechecked without that proof. ``prompt_version`` names the
+    summarize prompt and transcript syntax the input was built with; absent means version 1."""
 
     TYPE: ClassVar[str] = "compaction/summary"
     summary: str
@@ -181,6 +182,7 @@ class CompactionSummary:
     serializer: str | None = None
     serializer_version: int | None = None
     input_digest: str | None = None
+    prompt_version: int | None = None  # the summarize prompt version (docs/COMPACTION.md); absent means 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from .frozen import FrozenDict, freeze_json
 
 __all__ = [
+    "CACHE_TTLS",
+    "REASONING_EFFORTS",
     "CallConfig",
     "EpochHeader",
     "HeaderReason",
@@ -19,7 +22,12 @@ __all__ = [
 
 HeaderReason = Literal["initial", "resume", "change"]
 HEADER_REASONS: frozenset[str] = frozenset({"initial", "resume", "change"})
-REASONING_EFFORTS: frozenset[str] = frozenset({"minimal", "low", "medium", "high"})
+#: Logged reasoning-effort words. ``off`` (dsh's word) asks for no reasoning; each serializer maps a word to its
+#: provider's vocabulary or refuses it with a ProviderError (docs/FORMAT.md §9).
+REASONING_EFFORTS: frozenset[str] = frozenset({"off", "minimal", "low", "medium", "high", "xhigh", "max"})
+#: Logged prompt-cache lifetimes: Anthropic's ``5m`` | ``1h`` and OpenAI's extended ``24h`` retention.
+CACHE_TTLS: Mapping[str, float] = MappingProxyType({"5m": 300.0, "1h": 3600.0, "24h": 86400.0})
+MIN_THINKING_BUDGET = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,9 @@ class CallConfig:
     max_tokens: int | None = None
     stop: tuple[str, ...] | None = None
     reasoning_effort: str | None = None
+    cache_ttl: str | None = None
+    prompt_cache_key: str | None = None
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not self.provider or not self.model:
@@ -44,6 +55,12 @@ class CallConfig:
             raise ValueError(
                 f"config.reasoningEffort must be one of {sorted(REASONING_EFFORTS)}, got {self.reasoning_effort!r}"
             )
+        if self.cache_ttl is not None and self.cache_ttl not in CACHE_TTLS:
+            raise ValueError(f"config.cacheTtl must be one of {sorted(CACHE_TTLS)}, got {self.cache_ttl!r}")
+        if self.prompt_cache_key is not None and not self.prompt_cache_key:
+            raise ValueError("config.promptCacheKey must be non-empty (omit it when unset)")
+        if self.thinking_budget is not None and self.thinking_budget < MIN_THINKING_BUDGET:
+            raise ValueError(f"config.thinkingBudget must be >= {MIN_THINKING_BUDGET}, got {self.thinking_budget}")
         if self.stop is not None and not self.stop:
             object.__setattr__(self, "stop", None)
 

@@ -14,8 +14,11 @@ from ..errors import FormatError, ValidationError
 from . import codec
 from .content import (
     ContentBlock,
+    EncryptedReasoningBlock,
     ImageBlock,
     ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -103,6 +106,15 @@ def block_to_json(block: ContentBlock) -> dict[str, Any]:
             if is_error:
                 out["isError"] = True
             return out
+        case ReasoningBlock(text=text, signature=signature):
+            out = {"type": "reasoning", "text": text}
+            if signature is not None:
+                out["signature"] = signature
+            return out
+        case RedactedReasoningBlock(data=data):
+            return {"type": "redacted-reasoning", "data": data}
+        case EncryptedReasoningBlock(id=id_, summary=summary, encrypted_content=encrypted):
+            return {"type": "encrypted-reasoning", "id": id_, "summary": list(summary), "encryptedContent": encrypted}
         case _:
             assert_never(block)
 
@@ -117,6 +129,12 @@ def config_to_json(c: CallConfig) -> dict[str, Any]:
         out["stop"] = list(c.stop)
     if c.reasoning_effort is not None:
         out["reasoningEffort"] = c.reasoning_effort
+    if c.cache_ttl is not None:
+        out["cacheTtl"] = c.cache_ttl
+    if c.prompt_cache_key is not None:
+        out["promptCacheKey"] = c.prompt_cache_key
+    if c.thinking_budget is not None:
+        out["thinkingBudget"] = c.thinking_budget
     return out
 
 
@@ -218,6 +236,8 @@ def data_to_json(data: EventData) -> dict[str, Any]:
                 out["serializerVersion"] = data.serializer_version
             if data.input_digest is not None:
                 out["inputDigest"] = data.input_digest
+            if data.prompt_version is not None:
+                out["promptVersion"] = data.prompt_version
             return out
         case CompactionEnd():
             return {}
@@ -355,7 +375,22 @@ def block_from_json(r: _Reader, value: Any, path: str) -> ContentBlock:
             _parts(r, r.list_(d, "content", path), path + ".content"),
             r.bool_(d, "isError", path),
         )
-    r.fail(f"{path}.type must be one of text, image, tool-call, tool-result; got {kind!r}")
+    if kind == "reasoning":
+        r.only(d, path, frozenset({"type", "text", "signature"}))
+        return ReasoningBlock(r.str_(d, "text", path), r.opt_str(d, "signature", path))
+    if kind == "redacted-reasoning":
+        r.only(d, path, frozenset({"type", "data"}))
+        return RedactedReasoningBlock(r.str_(d, "data", path))
+    if kind == "encrypted-reasoning":
+        r.only(d, path, frozenset({"type", "id", "summary", "encryptedContent"}))
+        summary = r.list_(d, "summary", path)
+        if not all(isinstance(s, str) for s in summary):
+            r.fail(f"{path}.summary must be an array of strings")
+        return EncryptedReasoningBlock(r.str_(d, "id", path), tuple(summary), r.str_(d, "encryptedContent", path))
+    r.fail(
+        f"{path}.type must be one of text, image, tool-call, tool-result, reasoning, redacted-reasoning, "
+        f"encrypted-reasoning; got {kind!r}"
+    )
 
 
 def _blocks(r: _Reader, items: list[Any], path: str) -> tuple[ContentBlock, ...]:
@@ -395,7 +430,23 @@ def _surface_op(r: _Reader, d: Mapping[str, Any], path: str) -> tuple[SurfaceOp,
 
 def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
     d = r.obj(value, path)
-    r.only(d, path, frozenset({"provider", "model", "temperature", "maxTokens", "stop", "reasoningEffort"}))
+    r.only(
+        d,
+        path,
+        frozenset(
+            {
+                "provider",
+                "model",
+                "temperature",
+                "maxTokens",
+                "stop",
+                "reasoningEffort",
+                "cacheTtl",
+                "promptCacheKey",
+                "thinkingBudget",
+            }
+        ),
+    )
     temperature = d.get("temperature")
     if temperature is not None and (not isinstance(temperature, int | float) or isinstance(temperature, bool)):
         r.fail(f"{path}.temperature must be a number")
@@ -413,6 +464,9 @@ def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
             max_tokens=r.opt_int(d, "maxTokens", path, 1),
             stop=stop,
             reasoning_effort=r.opt_str(d, "reasoningEffort", path),
+            cache_ttl=r.opt_str(d, "cacheTtl", path),
+            prompt_cache_key=r.opt_str(d, "promptCacheKey", path),
+            thinking_budget=r.opt_int(d, "thinkingBudget", path),
         )
     except ValueError as exc:
         r.fail(f"{path}: {exc}")
@@ -461,7 +515,17 @@ _FIELDS: dict[str, frozenset[str]] = {
     "session/end-seed": frozenset({"parentId", "seedLength"}),
     "compaction/start": frozenset({"start", "end", "estimatedTokens"}),
     "compaction/summary": frozenset(
-        {"summary", "provider", "model", "maxTokens", "usage", "serializer", "serializerVersion", "inputDigest"}
+        {
+            "summary",
+            "provider",
+            "model",
+            "maxTokens",
+            "usage",
+            "serializer",
+            "serializerVersion",
+            "inputDigest",
+            "promptVersion",
+        }
     ),
     "compaction/end": frozenset(),
     "attachment/quarantine": frozenset({"attachmentId", "failure", "recovery"}),
@@ -599,6 +663,7 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
                 r.opt_str(d, "serializer", p),
                 version,
                 input_digest,
+                r.int_(d, "promptVersion", p, 1) if "promptVersion" in d else None,
             )
         case "compaction/end":
             return CompactionEnd()
@@ -644,6 +709,13 @@ def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
             if type(id_) is not str or type(name) is not str or type(arguments) is not str:
                 return None
             out.append(ToolCallBlock(id_, name, arguments))
+        elif kind == "reasoning" and not parts and 2 <= len(d) <= 3:
+            text, signature = d.get("text"), d.get("signature")
+            if type(text) is not str or (signature is not None and type(signature) is not str):
+                return None
+            if len(d) == 3 and signature is None:
+                return None
+            out.append(ReasoningBlock(text, signature))
         else:
             return None
     return tuple(out)

@@ -194,6 +194,7 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
             serializer.name,
             serializer.version,
             codec.digest_bytes(body),
+            cc.SUMMARIZE_PROMPT_VERSION,
         ),
         UserMessage(
             f"u{agent.session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden

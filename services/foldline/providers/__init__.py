@@ -4,7 +4,7 @@ Importing this package registers every serializer version (see :mod:`foldline.pr
 """
 
 from . import registry
-from .anthropic import AnthropicMessagesSerializer, AnthropicProvider
+from .anthropic import AnthropicMessagesSerializer, AnthropicMessagesV2Serializer, AnthropicProvider
 from .base import (
     SERIALIZERS,
     Provider,
@@ -14,15 +14,22 @@ from .base import (
     serializer_for,
 )
 from .openai import OpenAIChatSerializer, OpenAIProvider
+from .openai_responses import OpenAIResponsesProvider, OpenAIResponsesSerializer
+from .reasoning_chat import ReasoningChatProvider, ReasoningChatSerializer
 
 __all__ = [
     "SERIALIZERS",
     "AnthropicMessagesSerializer",
+    "AnthropicMessagesV2Serializer",
     "AnthropicProvider",
     "OpenAIChatSerializer",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
+    "OpenAIResponsesSerializer",
     "Provider",
     "ProviderResponse",
+    "ReasoningChatProvider",
+    "ReasoningChatSerializer",
     "Serializer",
     "register_serializer",
     "registry",

@@ -1,4 +1,7 @@
-"""Anthropic Messages adapter: the ``anthropic-messages`` serializer (v1) and :class:`AnthropicProvider`.
+"""Anthropic Messages adapter: the ``anthropic-messages`` serializers (v1, v2) and :class:`AnthropicProvider`.
+
+docs/FORMAT.md §9 specifies both byte for byte; v2 (the provider's default) is v1 plus reasoning pass-back,
+thinking and effort and the logged cache TTL (:class:`AnthropicMessagesV2Serializer`).
 
 Wire mapping of serializer v1 (``POST /v1/messages``; canonical JSON, so object keys are sorted — the
 prompt order the API caches on is tools → system → messages whatever the key order):
@@ -9,10 +12,8 @@ prompt order the API caches on is tools → system → messages whatever the key
   :class:`~foldline.errors.ProviderError`). It is deprecated: the ``anthropic`` SDK 1.x request types no
   longer declare it (SDK users send it via ``extra_body``) and recent models answer 400 to it, so leave it
   unset for those models.
-* ``config.reasoning_effort`` is **not sent**. The only Anthropic equivalents are extended thinking, which
-  would require sending back the model's thinking blocks on every tool-use continuation (foldline's
-  content model does not log them), and the model-specific ``output_config.effort``, which older models
-  reject. The value stays in the logged header, so a change still shows up as a header change.
+* ``config.reasoning_effort`` is **not sent** by v1, and v1 leaves every reasoning block out (it predates
+  them); v2 sends both. The value stays in the logged header, so a change still shows up as a header change.
 * ``system`` → one text block; ``tools`` → ``{name, description?, input_schema}`` (an empty schema becomes
   ``{"type": "object", "properties": {}}``; an empty description is omitted).
 * Messages: ``user`` → role user; ``assistant`` → role assistant; our ``tool`` messages become
@@ -45,13 +46,24 @@ normal flow (every request ends on the user side and is answered before anything
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Final, Literal, TypeVar, assert_never
+from typing import Any, ClassVar, Final, Literal, TypeVar, assert_never
 
 import httpx
 
 from ..core.codec import canonical_json
-from ..core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
-from ..core.header import ToolSpec
+from ..core.content import (
+    ContentBlock,
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
+from ..core.header import CallConfig, ToolSpec
 from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
@@ -63,10 +75,12 @@ from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
 
 __all__ = [
+    "ANTHROPIC_EFFORTS",
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
     "MESSAGES_PATH",
     "AnthropicMessagesSerializer",
+    "AnthropicMessagesV2Serializer",
     "AnthropicProvider",
     "parse_response",
 ]
@@ -75,7 +89,9 @@ PROVIDER: Final = "anthropic"
 API: Final = "Messages API"
 MESSAGES_PATH: Final = "/v1/messages"
 ANTHROPIC_VERSION: Final = "2023-06-01"
-DEFAULT_MAX_TOKENS: Final = 1024
+DEFAULT_MAX_TOKENS: Final = 1024  # serializer v1 only; v2 requires config.maxTokens
+#: ``output_config.effort`` values the Messages API documents (anthropic SDK ``OutputConfigParam``).
+ANTHROPIC_EFFORTS: Final = frozenset({"low", "medium", "high", "xhigh", "max"})
 _EPHEMERAL: Final = {"type": "ephemeral"}
 
 WireRole = Literal["user", "assistant"]
@@ -91,8 +107,28 @@ def _image(ref: ImageRef, attachments: AttachmentStore | None) -> dict[str, Any]
     return {"source": {"data": data, "media_type": ref.media_type, "type": "base64"}, "type": "image"}
 
 
-def _block(block: ContentBlock, index: int, role: str, attachments: AttachmentStore | None) -> dict[str, Any] | None:
-    """One content block as a plain JSON dict, or None when it is dropped (empty text)."""
+def _sent(block: ContentBlock, reasoning: bool) -> bool:
+    """Whether ``block`` appears on the wire at all (before role checks): empty texts and, in v1 or without a
+    signature, reasoning blocks are left out."""
+    match block:
+        case TextBlock(text=text):
+            return bool(text)
+        case ImageBlock() | ToolCallBlock() | ToolResultBlock():
+            return True
+        case ReasoningBlock(signature=signature):
+            return reasoning and signature is not None
+        case RedactedReasoningBlock():
+            return reasoning
+        case EncryptedReasoningBlock():
+            return False
+        case _:
+            assert_never(block)
+
+
+def _block(
+    block: ContentBlock, index: int, role: str, attachments: AttachmentStore | None, reasoning: bool
+) -> dict[str, Any] | None:
+    """One content block as a plain JSON dict, or None when it is dropped (see :func:`_sent`)."""
     match block:
         case TextBlock(text=text):
             return {"text": text, "type": "text"} if text else None
@@ -124,30 +160,25 @@ def _block(block: ContentBlock, index: int, role: str, attachments: AttachmentSt
             if is_error:
                 out["is_error"] = True
             return out
+        case ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
+            if reasoning and role != "assistant":
+                raise misplaced_block(PROVIDER, f"the {API}", block.kind, index, role)
+            if not _sent(block, reasoning):
+                return None
+            if isinstance(block, ReasoningBlock):
+                return {"signature": block.signature, "thinking": block.text, "type": "thinking"}
+            assert isinstance(block, RedactedReasoningBlock)
+            return {"data": block.data, "type": "redacted_thinking"}
         case _:
             assert_never(block)
 
 
-def _message_blocks(message: Message, index: int, attachments: AttachmentStore | None) -> list[dict[str, Any]]:
-    out = []
-    for block in message.content:
-        item = _block(block, index, message.role, attachments)
-        if item is not None:
-            out.append(item)
-    return out
-
-
-def _visible(message: Message) -> bool:
-    """False when every block of the message is dropped on the wire (only empty texts)."""
-    return any(not isinstance(b, TextBlock) or b.text for b in message.content)
-
-
-def _tool(spec: ToolSpec, last: bool) -> dict[str, Any]:
+def _tool(spec: ToolSpec, last: bool, marker: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"input_schema": tool_schema(spec.input_schema), "name": spec.name}
     if spec.description:
         out["description"] = spec.description
     if last:
-        out["cache_control"] = _EPHEMERAL
+        out["cache_control"] = marker
     return out
 
 
@@ -167,26 +198,51 @@ def _merge(items: Iterator[tuple[WireRole, T]]) -> Iterator[tuple[WireRole, list
         yield role, run
 
 
+def _temperature(config: CallConfig) -> float | None:
+    if config.temperature is not None and config.temperature > 1.0:
+        raise ProviderError(
+            f"{PROVIDER}: temperature {config.temperature} is outside the Messages API range 0..1; "
+            "change config.temperature (a header change)"
+        )
+    return config.temperature
+
+
 class AnthropicMessagesSerializer(JsonBodySerializer):
     """``anthropic-messages`` v1: GenerateOptions → exact Messages API body bytes.
 
     Written as frame + one chunk per wire message (:mod:`foldline.providers.json_body`), so
     :class:`~foldline.providers.framing.IncrementalBody` can reuse the chunks of a session's earlier messages.
+    v1 predates reasoning blocks: it leaves every one of them out.
     """
 
     name: str = "anthropic-messages"
     version: int = 1
+    reasoning: ClassVar[bool] = False  # whether thinking blocks are passed back
+
+    def _message_blocks(
+        self, message: Message, index: int, attachments: AttachmentStore | None
+    ) -> list[dict[str, Any]]:
+        out = []
+        for block in message.content:
+            item = _block(block, index, message.role, attachments, self.reasoning)
+            if item is not None:
+                out.append(item)
+        return out
 
     def wire_messages(
         self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None
     ) -> list[dict[str, Any]]:
-        items = ((_wire_role(m), _message_blocks(m, start + i, attachments)) for i, m in enumerate(messages))
+        items = ((_wire_role(m), self._message_blocks(m, start + i, attachments)) for i, m in enumerate(messages))
         runs = _merge((role, blocks) for role, blocks in items if blocks)
         return [{"content": [b for blocks in run for b in blocks], "role": role} for role, run in runs]
 
+    def _visible(self, message: Message) -> bool:
+        """False when every block of the message is dropped on the wire."""
+        return any(_sent(b, self.reasoning) for b in message.content)
+
     def boundary(self, prev: Message, nxt: Message) -> bool:
         """Consecutive messages of one wire role merge, and an empty message is dropped from between them."""
-        return _wire_role(prev) != _wire_role(nxt) and _visible(prev) and _visible(nxt)
+        return _wire_role(prev) != _wire_role(nxt) and self._visible(prev) and self._visible(nxt)
 
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
@@ -195,19 +251,82 @@ class AnthropicMessagesSerializer(JsonBodySerializer):
             "max_tokens": config.max_tokens if config.max_tokens is not None else DEFAULT_MAX_TOKENS,
             "model": config.model,
         }
-        if config.temperature is not None:
-            if config.temperature > 1.0:
-                raise ProviderError(
-                    f"{PROVIDER}: temperature {config.temperature} is outside the Messages API range 0..1; "
-                    "change config.temperature (a header change)"
-                )
-            out["temperature"] = config.temperature
+        temperature = _temperature(config)
+        if temperature is not None:
+            out["temperature"] = temperature
         if config.stop:
             out["stop_sequences"] = list(config.stop)
         if request.system:
             out["system"] = [{"cache_control": _EPHEMERAL, "text": request.system, "type": "text"}]
         if request.tools:
-            out["tools"] = [_tool(t, i == len(request.tools) - 1) for i, t in enumerate(request.tools)]
+            out["tools"] = [_tool(t, i == len(request.tools) - 1, _EPHEMERAL) for i, t in enumerate(request.tools)]
+        return out
+
+
+class AnthropicMessagesV2Serializer(AnthropicMessagesSerializer):
+    """``anthropic-messages`` v2: v1's message mapping plus reasoning, thinking and effort, and the logged cache TTL.
+
+    * every signed ``reasoning`` block → ``thinking {signature, thinking}`` and every ``redacted-reasoning`` →
+      ``redacted_thinking {data}``, unmodified and in their place in the assistant message, in every assistant
+      message of the request (the API keeps or strips earlier turns' thinking itself); an unsigned reasoning block
+      and an ``encrypted-reasoning`` block (another provider's state) are left out;
+    * ``config.maxTokens`` is required (no default): it caps thinking plus text;
+    * ``thinking``: ``{"budget_tokens": thinkingBudget, "type": "enabled"}`` when ``thinkingBudget`` is set (it must
+      be below ``maxTokens``); else ``{"type": "disabled"}`` for ``reasoningEffort`` ``off``; else
+      ``{"type": "adaptive"}`` when ``reasoningEffort`` is set; else absent (the model's default);
+    * ``output_config``: ``{"effort": reasoningEffort}`` for ``low`` | ``medium`` | ``high`` | ``xhigh`` | ``max``;
+      absent for ``off`` or no effort; ``minimal`` is refused (the API has no such level);
+    * every ``cache_control`` marker carries ``"ttl": cacheTtl`` when ``cacheTtl`` is logged (``5m`` | ``1h``;
+      ``24h`` is refused).
+    """
+
+    version: int = 2
+    reasoning: ClassVar[bool] = True
+
+    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
+        config = request.config
+        if config.max_tokens is None:
+            raise ProviderError(
+                f"{PROVIDER}: anthropic-messages v2 needs config.maxTokens (the API requires max_tokens, which caps "
+                "thinking plus text); set it in the request header"
+            )
+        marker: dict[str, str] = dict(_EPHEMERAL)
+        if config.cache_ttl is not None:
+            if config.cache_ttl not in ("5m", "1h"):
+                raise ProviderError(
+                    f"{PROVIDER}: cacheTtl {config.cache_ttl!r} is not a Messages API cache TTL (5m or 1h)"
+                )
+            marker["ttl"] = config.cache_ttl
+        out: dict[str, Any] = {"cache_control": marker, "max_tokens": config.max_tokens, "model": config.model}
+        temperature = _temperature(config)
+        if temperature is not None:
+            out["temperature"] = temperature
+        if config.stop:
+            out["stop_sequences"] = list(config.stop)
+        if request.system:
+            out["system"] = [{"cache_control": marker, "text": request.system, "type": "text"}]
+        if request.tools:
+            out["tools"] = [_tool(t, i == len(request.tools) - 1, marker) for i, t in enumerate(request.tools)]
+        effort = config.reasoning_effort
+        if config.thinking_budget is not None:
+            if effort == "off":
+                raise ProviderError(f"{PROVIDER}: thinkingBudget is set but reasoningEffort is 'off'; drop one")
+            if config.thinking_budget >= config.max_tokens:
+                raise ProviderError(
+                    f"{PROVIDER}: thinkingBudget {config.thinking_budget} must be below maxTokens {config.max_tokens}"
+                )
+            out["thinking"] = {"budget_tokens": config.thinking_budget, "type": "enabled"}
+        elif effort == "off":
+            out["thinking"] = {"type": "disabled"}
+        elif effort is not None:
+            out["thinking"] = {"type": "adaptive"}
+        if effort is not None and effort != "off":
+            if effort not in ANTHROPIC_EFFORTS:
+                raise ProviderError(
+                    f"{PROVIDER}: reasoningEffort {effort!r} has no Messages API equivalent "
+                    f"(output_config.effort takes {', '.join(sorted(ANTHROPIC_EFFORTS))}, or 'off' for no thinking)"
+                )
+            out["output_config"] = {"effort": effort}
         return out
 
 
@@ -218,8 +337,9 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     """A Messages API answer → content blocks, normalized usage and stop reason.
 
     ``text`` → TextBlock; ``tool_use`` → ToolCallBlock whose arguments are the compact canonical JSON of
-    ``input``; ``thinking`` / ``redacted_thinking`` are dropped (not model-visible history in foldline);
-    any other block type raises ProviderError. Usage: ``input_tokens`` is already the uncached input.
+    ``input``; ``thinking`` → ReasoningBlock(thinking, signature); ``redacted_thinking`` →
+    RedactedReasoningBlock(data) — kept byte for byte, in order; any other block type raises ProviderError.
+    Usage: ``input_tokens`` is already the uncached input.
     """
     with answer_shape(PROVIDER, API):
         content: list[ContentBlock] = []
@@ -230,8 +350,11 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
             elif kind == "tool_use":
                 arguments = canonical_json(item["input"]).decode("utf-8")
                 content.append(ToolCallBlock(str(item["id"]), str(item["name"]), arguments))
-            elif kind in ("thinking", "redacted_thinking"):
-                continue
+            elif kind == "thinking":
+                signature = item.get("signature")
+                content.append(ReasoningBlock(str(item["thinking"]), None if signature is None else str(signature)))
+            elif kind == "redacted_thinking":
+                content.append(RedactedReasoningBlock(str(item["data"])))
             else:
                 raise ProviderError(f"{PROVIDER}: the answer has a {kind!r} content block foldline cannot log")
         u = payload["usage"]
@@ -259,12 +382,12 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         base_url: str = "https://api.anthropic.com",
         *,
         anthropic_version: str = ANTHROPIC_VERSION,
-        serializer: AnthropicMessagesSerializer | None = None,
+        serializer: AnthropicMessagesSerializer | None = None,  # default: v2
         timeout: float = 600.0,
     ) -> None:
         from . import registry
 
-        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V1
+        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V2
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key

@@ -1,9 +1,9 @@
 """Wire bodies as frame + message chunks, and the per-session incremental body cache.
 
-A framed serializer writes a body as ``head`` (everything up to and including ``"messages":[``), the
-canonical bytes of each wire message joined by commas, then ``tail`` (from ``]`` to the end). Keys are
-sorted, so for both serializers every top-level key before ``"messages"`` holds scalars or fixed objects
-and the first ``"messages":[]`` in the frame's bytes is the top-level one.
+A framed serializer writes a body as ``head`` (everything up to and including ``"messages":[`` — ``"input":[``
+for the Responses API), the canonical bytes of each wire message joined by commas, then ``tail`` (from ``]`` to
+the end). Keys are sorted, so for every serializer each top-level key before the list holds scalars or fixed
+objects and the first ``"messages":[]`` (``"input":[]``) in the frame's bytes is the top-level one.
 
 A *boundary* between two consecutive messages is a place where serializing the two halves separately
 and concatenating their chunks gives the same bytes as serializing the whole list (no wire message
@@ -32,15 +32,13 @@ from .encoding import image_base64
 
 __all__ = ["FramedSerializer", "IncrementalBody", "assemble", "split_frame"]
 
-_MARKER = b'"messages":[]'
-
-
-def split_frame(frame: bytes) -> tuple[bytes, bytes]:
-    """``canonical_json`` of a body whose ``messages`` is ``[]`` → (head through ``[``, tail from ``]``)."""
-    at = frame.find(_MARKER)
+def split_frame(frame: bytes, key: str = "messages") -> tuple[bytes, bytes]:
+    """``canonical_json`` of a body whose list ``key`` is ``[]`` → (head through ``[``, tail from ``]``)."""
+    marker = b'"' + key.encode() + b'":[]'
+    at = frame.find(marker)
     if at < 0:
-        raise ValueError("a framed body must hold a top-level messages list")
-    cut = at + len(_MARKER) - 1
+        raise ValueError(f"a framed body must hold a top-level {key} list")
+    cut = at + len(marker) - 1
     return frame[:cut], frame[cut:]
 
 

@@ -1,4 +1,4 @@
-"""The plumbing both wire serializers share: a canonical JSON body with a top-level ``messages`` list.
+"""The plumbing every wire serializer shares: a canonical JSON body with a top-level message list.
 
 A :class:`JsonBodySerializer` says what goes around the messages (:meth:`~JsonBodySerializer.top_level`,
 :meth:`~JsonBodySerializer.lead_messages`) and how a run of session messages becomes wire messages
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.codec import canonical_json
 from ..core.projection import Message
@@ -28,6 +28,8 @@ class JsonBodySerializer(abc.ABC):
 
     name: str
     version: int
+    #: The top-level key of the wire message list (``input`` for the Responses API).
+    list_key: ClassVar[str] = "messages"
 
     @abc.abstractmethod
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
@@ -50,13 +52,13 @@ class JsonBodySerializer(abc.ABC):
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
         """The request body as plain JSON values."""
         out = self.top_level(request)
-        out["messages"] = [*self.lead_messages(request), *self.wire_messages(request.messages, 0, attachments)]
+        out[self.list_key] = [*self.lead_messages(request), *self.wire_messages(request.messages, 0, attachments)]
         return out
 
     def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
         out = self.top_level(request)
-        out["messages"] = []
-        head, tail = split_frame(canonical_json(out))
+        out[self.list_key] = []
+        head, tail = split_frame(canonical_json(out), self.list_key)
         return head, tail, tuple(canonical_json(m) for m in self.lead_messages(request))
 
     def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:

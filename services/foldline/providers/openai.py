@@ -3,7 +3,8 @@
 Wire mapping of serializer v1 (``POST /v1/chat/completions``; canonical JSON, keys sorted):
 
 * ``config.model`` → ``model``; ``max_tokens`` → ``max_completion_tokens`` (omitted when absent);
-  ``temperature``; ``stop`` → ``stop`` (a list); ``reasoning_effort`` → ``reasoning_effort`` as is.
+  ``temperature``; ``stop`` → ``stop`` (a list); ``reasoning_effort`` → ``reasoning_effort`` as is, except
+  ``off`` → ``none``. Reasoning blocks are left out (v1 predates them).
 * ``tools`` → ``{"type": "function", "function": {name, description?, parameters}}`` (an empty schema
   becomes ``{"type": "object", "properties": {}}``).
 * ``system`` → the first message, ``{"role": "system", "content": <text>}``.
@@ -32,11 +33,22 @@ its message list closes. OpenAI caches automatically; there are no markers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 import httpx
 
-from ..core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock, Usage
+from ..core.content import (
+    ContentBlock,
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
 from ..core.header import ToolSpec
 from ..core.projection import Message
 from ..core.request import GenerateOptions
@@ -48,7 +60,14 @@ from .encoding import image_base64, misplaced_block, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
 
-__all__ = ["CHAT_COMPLETIONS_PATH", "OpenAIChatSerializer", "OpenAIProvider", "parse_response"]
+__all__ = [
+    "CHAT_COMPLETIONS_PATH",
+    "OpenAIChatSerializer",
+    "OpenAIProvider",
+    "chat_usage",
+    "openai_effort",
+    "parse_response",
+]
 
 PROVIDER: Final = "openai"
 API: Final = "Chat Completions"
@@ -78,6 +97,8 @@ def _user(message: Message, index: int, attachments: AttachmentStore | None) -> 
                 raise misplaced_block(PROVIDER, API, "tool-call", index, message.role)
             case ToolResultBlock():
                 raise misplaced_block(PROVIDER, API, "tool-result", index, message.role)
+            case ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
+                pass  # v1 predates reasoning blocks and leaves them out
             case _:
                 assert_never(block)
     if not parts:
@@ -87,9 +108,11 @@ def _user(message: Message, index: int, attachments: AttachmentStore | None) -> 
     return {"content": parts, "role": "user"}
 
 
-def _assistant(message: Message, index: int) -> dict[str, Any] | None:
+def _assistant(message: Message, index: int, reasoning_content: bool = False) -> dict[str, Any] | None:
+    """An assistant message; with ``reasoning_content`` its reasoning texts go back concatenated in that field."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    thoughts: list[str] = []
     for block in message.content:
         match block:
             case TextBlock(text=text):
@@ -100,11 +123,17 @@ def _assistant(message: Message, index: int) -> dict[str, Any] | None:
                 raise misplaced_block(PROVIDER, API, "image", index, message.role)
             case ToolResultBlock():
                 raise misplaced_block(PROVIDER, API, "tool-result", index, message.role)
+            case ReasoningBlock(text=text):
+                thoughts.append(text)
+            case RedactedReasoningBlock() | EncryptedReasoningBlock():
+                pass  # another provider's opaque state: never sent in a chat message
             case _:
                 assert_never(block)
     if not texts and not calls:
         return None
     out: dict[str, Any] = {"role": "assistant"}
+    if reasoning_content and thoughts:
+        out["reasoning_content"] = "".join(thoughts)
     if texts:
         out["content"] = _text_content(texts)
     if calls:
@@ -137,14 +166,21 @@ def _tool(
                 if images:
                     image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
                     image_parts.extend(images)
-            case TextBlock() | ImageBlock() | ToolCallBlock():
+            case (
+                TextBlock()
+                | ImageBlock()
+                | ToolCallBlock()
+                | ReasoningBlock()
+                | RedactedReasoningBlock()
+                | EncryptedReasoningBlock()
+            ):
                 raise misplaced_block(PROVIDER, API, block.kind, index, message.role)
             case _:
                 assert_never(block)
     return tool_messages, image_parts
 
 
-def _function(spec: ToolSpec) -> dict[str, Any]:
+def function_tool(spec: ToolSpec) -> dict[str, Any]:
     function: dict[str, Any] = {"name": spec.name, "parameters": tool_schema(spec.input_schema)}
     if spec.description:
         function["description"] = spec.description
@@ -160,6 +196,7 @@ class OpenAIChatSerializer(JsonBodySerializer):
 
     name: str = "openai-chat"
     version: int = 1
+    reasoning_content: ClassVar[bool] = False  # v1 leaves reasoning out; the reasoning-chat serializer sends it
 
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
@@ -171,9 +208,9 @@ class OpenAIChatSerializer(JsonBodySerializer):
         if config.stop:
             out["stop"] = list(config.stop)
         if config.reasoning_effort is not None:
-            out["reasoning_effort"] = config.reasoning_effort
+            out["reasoning_effort"] = openai_effort(config.reasoning_effort)
         if request.tools:
-            out["tools"] = [_function(t) for t in request.tools]
+            out["tools"] = [function_tool(t) for t in request.tools]
         return out
 
     def lead_messages(self, request: GenerateOptions) -> list[dict[str, Any]]:
@@ -194,7 +231,7 @@ class OpenAIChatSerializer(JsonBodySerializer):
                     if item is not None:
                         out.append(item)
                 case "assistant":
-                    item = _assistant(message, i)
+                    item = _assistant(message, i, self.reasoning_content)
                     if item is not None:
                         out.append(item)
                 case "tool":
@@ -223,18 +260,41 @@ _FINISH: Final = {
 }
 
 
-def parse_response(payload: dict[str, Any]) -> ProviderResponse:
+def openai_effort(effort: str) -> str:
+    """A logged reasoning effort in OpenAI's words: ``off`` is ``none``; the others are OpenAI's own."""
+    return "none" if effort == "off" else effort
+
+
+def chat_usage(u: Any) -> Usage:
+    """Chat Completions usage. ``prompt_tokens`` *includes* the cached tokens and the tokens written to the
+    cache, so input = prompt - cached - written. Cache reads: ``prompt_tokens_details.cached_tokens`` or, from
+    DeepSeek, ``prompt_cache_hit_tokens``; cache writes: ``prompt_tokens_details.cache_write_tokens``."""
+    prompt = token_count(u["prompt_tokens"])
+    details = u.get("prompt_tokens_details") or {}
+    cached = token_count(details.get("cached_tokens"))
+    if "prompt_cache_hit_tokens" in u:
+        cached = token_count(u["prompt_cache_hit_tokens"])
+    written = token_count(details.get("cache_write_tokens"))
+    if cached + written > prompt:
+        raise TypeError(f"cached {cached} + written {written} tokens exceed prompt_tokens {prompt}")
+    return Usage(prompt - cached - written, token_count(u.get("completion_tokens")), cached, written)
+
+
+def parse_response(payload: dict[str, Any], provider: str = PROVIDER) -> ProviderResponse:
     """A Chat Completions answer → content blocks, normalized usage and stop reason.
 
-    ``message.content`` → one TextBlock (a ``refusal`` also becomes text, stop reason ``refusal``);
-    ``tool_calls`` → ToolCallBlocks with the raw ``arguments`` string as the model produced it.
-    Usage: ``prompt_tokens`` *includes* ``prompt_tokens_details.cached_tokens``, so input = prompt - cached,
-    cache_read = cached, cache_write = 0 (OpenAI does not bill cache writes).
+    ``message.reasoning_content`` (DeepSeek, SGLang, vLLM; vLLM >= 0.10 also ``reasoning``) → one
+    ReasoningBlock first; ``message.content`` → one TextBlock (a ``refusal`` also becomes text, stop reason
+    ``refusal``); ``tool_calls`` → ToolCallBlocks with the raw ``arguments`` string as the model produced it.
+    Usage: :func:`chat_usage`.
     """
-    with answer_shape(PROVIDER, API):
+    with answer_shape(provider, API):
         choice = payload["choices"][0]
         message = choice["message"]
         content: list[ContentBlock] = []
+        thought = message.get("reasoning_content", message.get("reasoning"))
+        if thought:
+            content.append(ReasoningBlock(str(thought)))
         text = message.get("content")
         if text:
             content.append(TextBlock(str(text)))
@@ -243,16 +303,10 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
             content.append(TextBlock(str(refusal)))
         for call in message.get("tool_calls") or ():
             if call.get("type", "function") != "function":
-                raise ProviderError(f"{PROVIDER}: the answer has a {call.get('type')!r} tool call foldline cannot log")
+                raise ProviderError(f"{provider}: the answer has a {call.get('type')!r} tool call foldline cannot log")
             function = call["function"]
             content.append(ToolCallBlock(str(call["id"]), str(function["name"]), str(function["arguments"])))
-        u = payload["usage"]
-        prompt = token_count(u["prompt_tokens"])
-        cached = token_count((u.get("prompt_tokens_details") or {}).get("cached_tokens"))
-        if cached > prompt:
-            raise TypeError(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
-        output = token_count(u.get("completion_tokens"))
-        usage = Usage(input=prompt - cached, output=output, cache_read=cached, cache_write=0)
+        usage = chat_usage(payload["usage"])
         finish = choice.get("finish_reason")
     stop = "refusal" if refusal else _FINISH.get(str(finish), "other")
     return ProviderResponse(tuple(content), usage, stop)

@@ -7,14 +7,25 @@ plus its golden fixtures under ``tests/fixtures/golden/<name>/v<version>/``.
 
 from __future__ import annotations
 
-from .anthropic import AnthropicMessagesSerializer
+from .anthropic import AnthropicMessagesSerializer, AnthropicMessagesV2Serializer
 from .base import register_serializer
 from .openai import OpenAIChatSerializer
+from .openai_responses import OpenAIResponsesSerializer
+from .reasoning_chat import ReasoningChatSerializer
 
-__all__ = ["ANTHROPIC_MESSAGES_V1", "OPENAI_CHAT_V1"]
+__all__ = [
+    "ANTHROPIC_MESSAGES_V1",
+    "ANTHROPIC_MESSAGES_V2",
+    "OPENAI_CHAT_V1",
+    "OPENAI_RESPONSES_V1",
+    "REASONING_CHAT_V1",
+]
 
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesSerializer()
+ANTHROPIC_MESSAGES_V2 = AnthropicMessagesV2Serializer()
 OPENAI_CHAT_V1 = OpenAIChatSerializer()
+OPENAI_RESPONSES_V1 = OpenAIResponsesSerializer()
+REASONING_CHAT_V1 = ReasoningChatSerializer()
 
-register_serializer(ANTHROPIC_MESSAGES_V1)
-register_serializer(OPENAI_CHAT_V1)
+for _serializer in (ANTHROPIC_MESSAGES_V1, ANTHROPIC_MESSAGES_V2, OPENAI_CHAT_V1, OPENAI_RESPONSES_V1, REASONING_CHAT_V1):
+    register_serializer(_serializer)

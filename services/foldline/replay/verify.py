@@ -191,8 +191,9 @@ def _first_diff(body: bytes, recorded: str, attachments: AttachmentStore | None)
 
 # ---------------------------------------------------------------------------- compaction recheck
 
-#: The wire serializer family the summarize one-shot of each provider is sent with (latest version).
-_PROVIDER_SERIALIZERS = {"anthropic": "anthropic-messages", "openai": "openai-chat"}
+#: The serializer a summarize one-shot was sent with when its ``compaction/summary`` predates the
+#: ``serializer`` field: those logs were written when these were the only versions, so they stay pinned.
+_PROVIDER_SERIALIZERS = {"anthropic": ("anthropic-messages", 1), "openai": ("openai-chat", 1)}
 
 
 @dataclass(slots=True)
@@ -205,12 +206,13 @@ class _Compaction:
 
 
 def summarize_serializer(provider: str) -> Serializer:
-    """The serializer a summarize one-shot for ``provider`` is rebuilt with (the newest registered version)."""
-    name = _PROVIDER_SERIALIZERS.get(provider)
-    versions = sorted(v for n, v in SERIALIZERS if n == name)
-    if not versions:
-        raise ReconstructionError(f"no serializer for provider {provider!r} in this foldline build")
-    return serializer_for(name or "", versions[-1])
+    """The serializer a summarize one-shot for ``provider`` is rebuilt with when the log does not name it."""
+    key = _PROVIDER_SERIALIZERS.get(provider)
+    if key is None or key not in SERIALIZERS:
+        raise ReconstructionError(
+            f"no serializer for provider {provider!r} in this foldline build, and the compaction/summary names none"
+        )
+    return serializer_for(*key)
 
 
 def _recheck_compaction(
@@ -240,7 +242,7 @@ def _recheck_compaction(
         pending.summary = data.summary
         try:
             config = CallConfig(data.provider, data.model, max_tokens=data.max_tokens)
-            request = cc.summarize_request(pending.region, config)
+            request = cc.summarize_request(pending.region, config, data.prompt_version or 1)
             if data.serializer is not None and data.serializer_version is not None:
                 serializer = serializer_for(data.serializer, data.serializer_version)
             else:

@@ -1,0 +1,84 @@
+"""Chat Completions with ``reasoning_content`` (DeepSeek; vLLM and SGLang serve the same shape): the
+``reasoning-chat`` serializer (v1) and :class:`ReasoningChatProvider`.
+
+Serializer v1 is ``openai-chat`` v1 (docs/FORMAT.md §9.3) with these differences (§9.5):
+
+* every assistant message that has text or tool calls carries ``reasoning_content``: the texts of its
+  ``reasoning`` blocks concatenated in order, present when it has at least one. DeepSeek's thinking-mode guide
+  says reasoning of a turn without tool calls is ignored when passed back and reasoning of a turn with tool
+  calls must be passed back in every later request, so passing back all of it is always right and keeps each
+  body an append-extension of the one before; redacted and encrypted reasoning (other providers' state) is
+  left out;
+* ``maxTokens`` → ``max_tokens`` (DeepSeek's name; vLLM and SGLang take it too);
+* ``reasoningEffort`` ``off`` → ``thinking: {"type": "disabled"}`` (DeepSeek's switch); any other effort →
+  ``reasoning_effort`` as logged (DeepSeek maps minimal/low → low, medium/high/xhigh → high, max → max).
+
+Answers: ``reasoning_content`` → a ReasoningBlock before the text; usage ``prompt_cache_hit_tokens`` →
+cache read (``prompt_cache_miss_tokens`` is the uncached input), or vLLM's ``prompt_tokens_details``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final
+
+import httpx
+
+from ..core.request import GenerateOptions
+from .base import ProviderResponse
+from .http import JsonHttpProvider
+from .openai import OpenAIChatSerializer, function_tool, parse_response
+
+__all__ = ["REASONING_CHAT_PATH", "ReasoningChatProvider", "ReasoningChatSerializer"]
+
+PROVIDER: Final = "deepseek"
+REASONING_CHAT_PATH: Final = "/chat/completions"
+
+
+class ReasoningChatSerializer(OpenAIChatSerializer):
+    """``reasoning-chat`` v1: ``openai-chat`` v1 plus ``reasoning_content`` pass-back and DeepSeek's knobs."""
+
+    name: str = "reasoning-chat"
+    version: int = 1
+    reasoning_content: ClassVar[bool] = True
+
+    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
+        config = request.config
+        out: dict[str, Any] = {"model": config.model}
+        if config.max_tokens is not None:
+            out["max_tokens"] = config.max_tokens
+        if config.temperature is not None:
+            out["temperature"] = config.temperature
+        if config.stop:
+            out["stop"] = list(config.stop)
+        if config.reasoning_effort == "off":
+            out["thinking"] = {"type": "disabled"}
+        elif config.reasoning_effort is not None:
+            out["reasoning_effort"] = config.reasoning_effort
+        if request.tools:
+            out["tools"] = [function_tool(t) for t in request.tools]
+        return out
+
+
+class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT_PATH):
+    """Posts to ``{base_url}/chat/completions`` (DeepSeek's path; give ``base_url=".../v1"`` for vLLM or SGLang).
+
+    ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        api_key: str | None = None,
+        base_url: str = "https://api.deepseek.com",
+        *,
+        serializer: ReasoningChatSerializer | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        from . import registry
+
+        self.serializer = serializer or registry.REASONING_CHAT_V1
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
+
+    def parse(self, payload: dict[str, Any]) -> ProviderResponse:
+        return parse_response(payload, PROVIDER)
