@@ -30,6 +30,7 @@ from foldline.providers.emulator import (
     ToolLoopScript,
     count_tokens,
 )
+from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
 
 from .helpers import LONG_SYSTEM, FakeClock, drive, image_block, request, user
 
@@ -41,7 +42,8 @@ def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def anthropic_on(emulator: Emulator) -> AnthropicProvider:
-    return AnthropicProvider(EmulatorTransport(emulator), base_url="http://emulator")
+    # v1: these requests leave maxTokens unset (v1's documented default is 1024; v2 requires it)
+    return AnthropicProvider(EmulatorTransport(emulator), base_url="http://emulator", serializer=ANTHROPIC_MESSAGES_V1)
 
 
 def openai_on(emulator: Emulator) -> OpenAIProvider:

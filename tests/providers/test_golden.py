@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
-from foldline.providers import SERIALIZERS
-
 from foldline.errors import ProviderError
+from foldline.providers import SERIALIZERS
 
 from .golden_cases import GOLDEN_DIR, REFUSED, cases
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from foldline.core import TextBlock, ToolCallBlock, Usage
+from foldline.core import ReasoningBlock, TextBlock, ToolCallBlock, Usage
 from foldline.core.codec import canonical_json
 from foldline.errors import ProviderError, ProviderStatusError
 from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse
@@ -74,7 +74,11 @@ OPENAI_ANSWER: dict[str, Any] = {
 def test_anthropic_answer_is_parsed_and_usage_is_taken_as_reported() -> None:
     response = parse_anthropic(ANTHROPIC_ANSWER)
     assert response == ProviderResponse(
-        (TextBlock("Let me check."), ToolCallBlock("toolu_1", "read_file", '{"limit":3,"path":"a"}')),
+        (
+            ReasoningBlock("hmm", "x"),  # the answer's thinking block, kept with its signature
+            TextBlock("Let me check."),
+            ToolCallBlock("toolu_1", "read_file", '{"limit":3,"path":"a"}'),
+        ),
         Usage(input=21, output=42, cache_read=1800, cache_write=188),
         "tool_use",
     )
@@ -154,7 +158,7 @@ def _capture(answer: dict[str, Any], seen: list[httpx.Request]) -> httpx.MockTra
 def test_anthropic_send_posts_the_exact_bytes_with_version_and_key_headers() -> None:
     seen: list[httpx.Request] = []
     provider = AnthropicProvider(_capture(ANTHROPIC_ANSWER, seen), KEY, "https://example.test")
-    body = provider.serializer.serialize(request([user("hi")]), None)
+    body = provider.serializer.serialize(request([user("hi")], max_tokens=64), None)
     assert _send(provider, body).stop_reason == "tool_use"
     (sent,) = seen
     assert (sent.method, str(sent.url)) == ("POST", "https://example.test/v1/messages")

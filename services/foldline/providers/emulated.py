@@ -13,18 +13,25 @@ from .anthropic import AnthropicProvider
 from .base import Provider
 from .emulator import Emulator, EmulatorTransport
 from .openai import OpenAIProvider
+from .openai_responses import OpenAIResponsesProvider
+from .reasoning_chat import ReasoningChatProvider
 
 __all__ = ["EMULATOR_BASE_URL", "emulated_provider", "emulated_provider_factory"]
 
 EMULATOR_BASE_URL = "http://emulator.invalid"
-WireFormat = Literal["anthropic", "openai"]
+WireFormat = Literal["anthropic", "openai", "openai-responses", "deepseek"]
 
 
 def emulated_provider(wire: WireFormat = "anthropic", *, emulator: Emulator | None = None) -> Provider:
-    """An Anthropic (default) or OpenAI adapter whose transport is an in-process emulator."""
+    """An adapter whose transport is an in-process emulator: Anthropic Messages (default), OpenAI Chat
+    Completions, the OpenAI Responses API or DeepSeek's ``reasoning_content`` chat."""
     transport = EmulatorTransport(emulator if emulator is not None else Emulator())
     if wire == "anthropic":
         return AnthropicProvider(transport, None, EMULATOR_BASE_URL)
+    if wire == "openai-responses":
+        return OpenAIResponsesProvider(transport, None, EMULATOR_BASE_URL)
+    if wire == "deepseek":
+        return ReasoningChatProvider(transport, None, EMULATOR_BASE_URL)
     return OpenAIProvider(transport, None, EMULATOR_BASE_URL)
 
 

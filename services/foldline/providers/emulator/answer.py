@@ -1,7 +1,8 @@
 """The model's answer, format-neutral: the script's reply checked against the tools and cut like a model's.
 
 A stop sequence in the text ends the answer there (its tool calls are dropped); an answer over
-``max_tokens`` is cut to the text that fits. Each API's module writes the :class:`Answer` in its wire form.
+``max_tokens`` is cut to the text that fits. When the request asks for thinking, the script's reasoning comes
+first (kept whole when the answer is cut: it was produced before the text). Each API's module writes the :class:`Answer` in its wire form.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from typing import Literal, TypeAlias
 
 from .checks import RequestRejected
 from .prompt import Prompt
-from .script import Script, TextPart, ToolCallPart
+from .script import ReasoningPart, Script, TextPart, ToolCallPart
 from .tokens import BYTES_PER_TOKEN, output_tokens
 
 __all__ = ["Answer", "AnswerPart", "StopReason", "answer"]
 
 StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence"]
-AnswerPart: TypeAlias = TextPart | ToolCallPart
+AnswerPart: TypeAlias = TextPart | ToolCallPart | ReasoningPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,13 @@ def answer(script: Script, prompt: Prompt) -> Answer:
         if hits:
             at, stop_sequence = min(hits)
             text, calls, stop_reason = text[:at], (), "stop_sequence"
-    parts: list[AnswerPart] = [TextPart(text)] if text else []
+    thought: list[AnswerPart] = [ReasoningPart(reply.reasoning)] if reply.reasoning and prompt.thinking else []
+    parts: list[AnswerPart] = [*thought, *([TextPart(text)] if text else [])]
     parts.extend(ToolCallPart("", c.name, dict(c.arguments)) for c in calls)
     output = sum(output_tokens(p) for p in parts)
     if prompt.max_tokens is not None and output > prompt.max_tokens:
         cut = (text or "")[: prompt.max_tokens * BYTES_PER_TOKEN // 2]
-        parts = [TextPart(cut)] if cut else []
+        parts = [*thought, *([TextPart(cut)] if cut else [])]
         output = min(prompt.max_tokens, sum(output_tokens(p) for p in parts))
         stop_reason, stop_sequence = "max_tokens", None
     ids = hashlib.sha256(b"ids" + bytes.fromhex(conversation.prompt_digest)).hexdigest()

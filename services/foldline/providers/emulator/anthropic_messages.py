@@ -2,8 +2,9 @@
 
 The parser checks a body the way the API does — unknown keys, value ranges, which content block kinds each
 role may carry, ``tool_result`` blocks answering the previous message's ``tool_use`` blocks, and at most
-``max_breakpoints`` ``cache_control`` markers — and builds the :class:`~.prompt.Prompt` with each marker's
-TTL on its block. A new content block kind is one entry in :data:`_MESSAGE_BLOCKS`.
+``max_breakpoints`` ``cache_control`` markers, thinking signatures (:mod:`.sealing`) and, with thinking on, a
+final assistant turn that starts with a thinking block — and builds the :class:`~.prompt.Prompt` with each
+marker's TTL on its block. A new content block kind is one entry in :data:`_MESSAGE_BLOCKS`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from .answer import Answer, AnswerPart
 from .cache import AnthropicCachePolicy, CacheUsage, PrefixCache
 from .checks import RequestRejected
 from .prompt import Prompt
-from .script import ImagePart, Part, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .sealing import sign_thinking, valid_redacted, valid_signature
+from .script import ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .wire_api import WireApi
 
 __all__ = ["PATH", "AnthropicMessages", "parse_anthropic"]
@@ -55,6 +57,7 @@ class _Pairing:
 
     previous: set[str] = field(default_factory=set)
     current: set[str] = field(default_factory=set)
+    key: bytes = b""  # the emulator's signing key, to check thinking signatures
 
 
 def _text(block: dict[str, Any], where: str) -> TextPart:
@@ -111,6 +114,22 @@ def _tool_result(block: dict[str, Any], where: str, pairing: _Pairing) -> ToolRe
     return ToolResultPart(call_id, inner, bool(block.get("is_error", False)))
 
 
+def _thinking(block: dict[str, Any], where: str, pairing: _Pairing) -> ReasoningPart:
+    checks.exact_keys(block, frozenset({"type", "thinking", "signature"}), where)
+    text = checks.string(block.get("thinking"), f"{where}.thinking")
+    signature = checks.string(block.get("signature"), f"{where}.signature")
+    if not valid_signature(pairing.key, text, signature):
+        raise RequestRejected(400, f"{where}: Invalid `signature` in `thinking` block")
+    return ReasoningPart(text)
+
+
+def _redacted_thinking(block: dict[str, Any], where: str, pairing: _Pairing) -> ReasoningPart:
+    checks.exact_keys(block, frozenset({"type", "data"}), where)
+    if not valid_redacted(pairing.key, checks.string(block.get("data"), f"{where}.data")):
+        raise RequestRejected(400, f"{where}: Invalid `data` in `redacted_thinking` block")
+    return ReasoningPart("")
+
+
 _BlockParser = Callable[[dict[str, Any], str, _Pairing], Part]
 
 #: Content block kinds of a message: the one role that may carry each (None: both) and its parser.
@@ -119,7 +138,11 @@ _MESSAGE_BLOCKS: Final[dict[str, tuple[Literal["user", "assistant"] | None, _Blo
     "image": ("user", lambda block, where, _: _image(block, where)),
     "tool_use": ("assistant", _tool_use),
     "tool_result": ("user", _tool_result),
+    "thinking": ("assistant", _thinking),
+    "redacted_thinking": ("assistant", _redacted_thinking),
 }
+_THINKING_KINDS: Final = frozenset({"thinking", "redacted_thinking"})
+_EFFORTS: Final = frozenset({"low", "medium", "high", "xhigh", "max"})
 
 
 # ---------------------------------------------------------------------------- the request
@@ -154,8 +177,55 @@ def _add_system(prompt: Prompt, system: Any, policy: AnthropicCachePolicy) -> No
         )
 
 
-def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy) -> None:
-    pairing = _Pairing()
+def _final_turn_starts_with_thinking(messages: list[Any]) -> None:
+    """With thinking on, the assistant message before the last tool results must start with a thinking block."""
+    if len(messages) < 2 or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
+        return
+    content = messages[-1].get("content")
+    if not isinstance(content, list) or not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return
+    at = len(messages) - 2
+    first = (messages[at].get("content") or [{}])[0] if isinstance(messages[at], dict) else {}
+    kind = first.get("type") if isinstance(first, dict) else None
+    if kind not in _THINKING_KINDS:
+        raise RequestRejected(
+            400,
+            f"messages.{at}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. When "
+            "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
+            "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
+            "previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at "
+            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+        )
+
+
+def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
+    """Whether the request thinks: ``thinking`` enabled or adaptive, or absent on a model whose name says so."""
+    config = req.get("thinking")
+    if (effort := req.get("output_config")) is not None:
+        oc = checks.json_object(effort, "output_config")
+        checks.exact_keys(oc, frozenset({"effort", "format"}), "output_config")
+        if oc.get("effort") is not None and oc.get("effort") not in _EFFORTS:
+            raise RequestRejected(400, "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'")
+    if config is None:
+        return "thinking" in model
+    tc = checks.json_object(config, "thinking")
+    kind = tc.get("type")
+    if kind == "enabled":
+        checks.exact_keys(tc, frozenset({"type", "budget_tokens", "display"}), "thinking.enabled")
+        budget: Any = tc.get("budget_tokens")
+        if not checks.positive_int(budget) or budget < 1024:
+            raise RequestRejected(400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if budget >= max_tokens:
+            raise RequestRejected(400, "`max_tokens` must be greater than `thinking.budget_tokens`")
+        return True
+    if kind in ("adaptive", "disabled"):
+        checks.exact_keys(tc, frozenset({"type", "display"}), f"thinking.{kind}")
+        return bool(kind == "adaptive")
+    raise RequestRejected(400, "thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'")
+
+
+def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy, key: bytes) -> None:
+    pairing = _Pairing(key=key)
     for where, msg in checks.objects(messages, "messages"):
         checks.exact_keys(msg, frozenset({"role", "content"}), where)
         role = msg.get("role")
@@ -176,13 +246,13 @@ def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePol
             parts.append(parse_block(blk, at, pairing))
             ttls.append(_ttl(blk.get("cache_control"), f"{at}.cache_control", policy))
         prompt.add_turn(role, parts, ttls)
-        pairing = _Pairing(previous=pairing.current)
+        pairing = _Pairing(previous=pairing.current, key=key)
 
 
-def parse_anthropic(body: Any, policy: AnthropicCachePolicy) -> Prompt:
+def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"") -> Prompt:
     req = checks.request_body(body, _TOP)
     model = checks.string(req.get("model"), "model")
-    max_tokens = req.get("max_tokens")
+    max_tokens: Any = req.get("max_tokens")
     if not checks.positive_int(max_tokens):
         raise RequestRejected(400, "max_tokens: Field required (a positive integer)")
     prompt = Prompt("anthropic", model, max_tokens=max_tokens)
@@ -191,9 +261,12 @@ def parse_anthropic(body: Any, policy: AnthropicCachePolicy) -> Prompt:
     temperature = req.get("temperature")
     if temperature is not None and not checks.number_within(temperature, 1):
         raise RequestRejected(400, "temperature: Input should be between 0 and 1")
+    prompt.thinking = _thinking_config(req, model, max_tokens)
     _add_tools(prompt, req.get("tools", []), policy)
     _add_system(prompt, req.get("system"), policy)
-    _add_messages(prompt, checks.message_list(req), policy)
+    _add_messages(prompt, checks.message_list(req), policy, key)
+    if prompt.thinking:
+        _final_turn_starts_with_thinking(req["messages"])
     if (auto := _ttl(req.get("cache_control"), "cache_control", policy)) is not None:
         last = prompt.blocks[-1]
         last.ttl = max(last.ttl or 0.0, auto)
@@ -207,8 +280,10 @@ def parse_anthropic(body: Any, policy: AnthropicCachePolicy) -> Prompt:
 # ---------------------------------------------------------------------------- the answer
 
 
-def _answer_block(answer: Answer, index: int, part: AnswerPart) -> dict[str, Any]:
+def _answer_block(answer: Answer, index: int, part: AnswerPart, key: bytes) -> dict[str, Any]:
     match part:
+        case ReasoningPart(text=text):
+            return {"signature": sign_thinking(key, text), "thinking": text, "type": "thinking"}
         case TextPart(text=text):
             return {"citations": None, "text": text, "type": "text"}
         case ToolCallPart(name=name, arguments=arguments):
@@ -223,6 +298,10 @@ class AnthropicMessages(WireApi[AnthropicCachePolicy]):
     name = "anthropic"
     path = PATH
 
+    def __init__(self, policy: AnthropicCachePolicy, key: bytes = b"") -> None:
+        super().__init__(policy)
+        self.key = key
+
     def credential(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("x-api-key")
 
@@ -231,14 +310,14 @@ class AnthropicMessages(WireApi[AnthropicCachePolicy]):
             raise RequestRejected(400, "anthropic-version: header is required")
 
     def parse(self, payload: Any) -> Prompt:
-        return parse_anthropic(payload, self.policy)
+        return parse_anthropic(payload, self.policy, self.key)
 
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
         return cache.account_breakpoints(self.name, prompt.model, prompt.blocks, prompt.digests()[0], self.policy)
 
     def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
         return {
-            "content": [_answer_block(answer, k, part) for k, part in enumerate(answer.content)],
+            "content": [_answer_block(answer, k, part, self.key) for k, part in enumerate(answer.content)],
             "id": answer.message_id("msg_emu_"),
             "model": prompt.model,
             "role": "assistant",

@@ -17,7 +17,8 @@ from .answer import answer
 from .anthropic_messages import AnthropicMessages
 from .cache import AnthropicCachePolicy, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
-from .openai_chat import OpenAIChat
+from .openai_chat import OpenAIChat, ReasoningChat
+from .openai_responses import OpenAIResponses
 from .script import Script, ToolLoopScript
 from .wire_api import WireApi
 
@@ -35,6 +36,7 @@ class Emulator:
     """The provider backend: parse, answer through the script, account tokens and cache. Thread-safe.
 
     ``api_key``: when set, requests must carry it (``x-api-key`` / ``Authorization: Bearer``), else 401.
+    ``signing_key``: the key of the MAC over thinking blocks and reasoning items (:mod:`.sealing`).
     """
 
     def __init__(
@@ -45,15 +47,19 @@ class Emulator:
         anthropic_cache: AnthropicCachePolicy | None = None,
         openai_cache: OpenAICachePolicy | None = None,
         api_key: str | None = None,
+        signing_key: bytes = b"foldline-emulator-reasoning",
     ) -> None:
         self.script: Script = script if script is not None else ToolLoopScript()
         self.clock = clock
         self.anthropic_cache = anthropic_cache or AnthropicCachePolicy()
         self.openai_cache = openai_cache or OpenAICachePolicy()
         self.api_key = api_key
-        self._anthropic = AnthropicMessages(self.anthropic_cache)
+        self._anthropic = AnthropicMessages(self.anthropic_cache, signing_key)
         self._openai = OpenAIChat(self.openai_cache)
-        self.apis: dict[str, WireApi[Any]] = {api.path: api for api in (self._anthropic, self._openai)}
+        self._responses = OpenAIResponses(self.openai_cache, signing_key)
+        self._reasoning_chat = ReasoningChat(self.openai_cache)
+        apis: tuple[WireApi[Any], ...] = (self._anthropic, self._openai, self._responses, self._reasoning_chat)
+        self.apis: dict[str, WireApi[Any]] = {api.path: api for api in apis}
         self._cache = PrefixCache(clock)
 
     @property
@@ -91,6 +97,12 @@ class Emulator:
 
     def openai_chat(self, payload: Any) -> dict[str, Any]:
         return self._exchange(self._openai, payload)
+
+    def openai_responses(self, payload: Any) -> dict[str, Any]:
+        return self._exchange(self._responses, payload)
+
+    def reasoning_chat(self, payload: Any) -> dict[str, Any]:
+        return self._exchange(self._reasoning_chat, payload)
 
     def _exchange(self, api: WireApi[Any], payload: Any) -> dict[str, Any]:
         prompt = api.parse(payload)

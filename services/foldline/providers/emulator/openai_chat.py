@@ -10,7 +10,7 @@ prompt a script sees. A new role is one entry in :data:`_ROLES`, a new content p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 from ...core.codec import canonical_json, loads
 from . import checks
@@ -18,12 +18,13 @@ from .answer import Answer, StopReason
 from .cache import CacheUsage, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
 from .prompt import Prompt
-from .script import ImagePart, Part, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .script import Api, ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .wire_api import WireApi
 
-__all__ = ["PATH", "OpenAIChat", "parse_openai"]
+__all__ = ["PATH", "REASONING_PATH", "OpenAIChat", "ReasoningChat", "parse_openai"]
 
 PATH: Final = "/v1/chat/completions"
+REASONING_PATH: Final = "/chat/completions"  # DeepSeek's path
 
 _TOP: Final = frozenset(
     {
@@ -100,8 +101,19 @@ def _user(prompt: Prompt, msg: dict[str, Any], where: str, pending: set[str]) ->
 
 
 def _assistant(prompt: Prompt, msg: dict[str, Any], where: str, pending: set[str]) -> None:
-    checks.exact_keys(msg, frozenset({"role", "content", "tool_calls", "name", "refusal"}), where)
+    reasoning = prompt.api == "deepseek"
+    keys = {"role", "content", "tool_calls", "name", "refusal"} | ({"reasoning_content"} if reasoning else set())
+    checks.exact_keys(msg, frozenset(keys), where)
     parts: list[Part] = []
+    if reasoning and msg.get("reasoning_content") is not None:
+        parts.append(ReasoningPart(checks.string(msg["reasoning_content"], f"{where}.reasoning_content")))
+    elif reasoning and prompt.thinking and msg.get("tool_calls"):
+        index = where.removeprefix("messages[").removesuffix("]")
+        raise RequestRejected(
+            400,
+            f"Missing `reasoning_content` field in the assistant message at message index {index}. For more "
+            "information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls",
+        )
     if msg.get("content") is not None:
         parts.extend(_content(msg.get("content"), f"{where}.content", images=False))
     for at, tc in checks.objects(msg.get("tool_calls", []), f"{where}.tool_calls", brackets=True):
@@ -163,9 +175,24 @@ def _add_tools(prompt: Prompt, tools: Any) -> None:
         )
 
 
-def parse_openai(body: Any) -> Prompt:
-    req = checks.request_body(body, _TOP)
-    prompt = Prompt("openai", checks.string(req.get("model"), "model"))
+def _deepseek_thinking(req: dict[str, Any]) -> bool:
+    """DeepSeek thinks unless ``thinking: {"type": "disabled"}``."""
+    config = req.get("thinking")
+    if config is None:
+        return True
+    tc = checks.json_object(config, "thinking")
+    checks.exact_keys(tc, frozenset({"type"}), "thinking")
+    if tc.get("type") not in ("enabled", "disabled"):
+        raise RequestRejected(400, "thinking.type: expected 'enabled' or 'disabled'")
+    return bool(tc["type"] == "enabled")
+
+
+def parse_openai(body: Any, *, reasoning: bool = False) -> Prompt:
+    """A Chat Completions body; ``reasoning``: DeepSeek's dialect (``thinking``, ``reasoning_content``)."""
+    req = checks.request_body(body, _TOP | {"thinking"} if reasoning else _TOP)
+    prompt = Prompt("deepseek" if reasoning else "openai", checks.string(req.get("model"), "model"))
+    if reasoning:
+        prompt.thinking = _deepseek_thinking(req)
     limit = req.get("max_completion_tokens", req.get("max_tokens"))
     if limit is not None and not checks.positive_int(limit):
         raise RequestRejected(400, "max_completion_tokens: expected a positive integer")
@@ -203,7 +230,7 @@ def parse_openai(body: Any) -> Prompt:
 class OpenAIChat(WireApi[OpenAICachePolicy]):
     """Chat Completions: ``Authorization: Bearer``, automatic prefix caching."""
 
-    name = "openai"
+    name: ClassVar[Api] = "openai"
     path = PATH
 
     def credential(self, headers: Mapping[str, str]) -> str | None:
@@ -218,8 +245,11 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
     def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
+        thoughts: list[str] = []
         for k, part in enumerate(answer.content):
             match part:
+                case ReasoningPart(text=text):
+                    thoughts.append(text)
                 case TextPart(text=text):
                     texts.append(text)
                 case ToolCallPart(name=name, arguments=arguments):
@@ -230,8 +260,25 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
         message: dict[str, Any] = {"content": "".join(texts) or None, "refusal": None, "role": "assistant"}
         if calls:
             message["tool_calls"] = calls
+        if self.name == "deepseek":
+            message["reasoning_content"] = "".join(thoughts) or None
         choice = {"finish_reason": _FINISH[answer.stop_reason], "index": 0, "logprobs": None, "message": message}
         total = prompt.tokens
+        if self.name == "deepseek":
+            return {
+                "choices": [choice],
+                "created": int(clock()),
+                "id": answer.message_id("chatcmpl-emu-"),
+                "model": prompt.model,
+                "object": "chat.completion",
+                "usage": {
+                    "completion_tokens": answer.output_tokens,
+                    "prompt_cache_hit_tokens": usage.read,
+                    "prompt_cache_miss_tokens": total - usage.read,
+                    "prompt_tokens": total,
+                    "total_tokens": total + answer.output_tokens,
+                },
+            }
         return {
             "choices": [choice],
             "created": int(clock()),
@@ -248,3 +295,14 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
 
     def error_body(self, exc: RequestRejected) -> dict[str, Any]:
         return {"error": {"code": None, "message": exc.message, "param": None, "type": exc.kind}}
+
+
+class ReasoningChat(OpenAIChat):
+    """DeepSeek's Chat Completions (``POST /chat/completions``): ``thinking``, ``reasoning_content`` on assistant
+    messages (required back on tool-call turns while thinking), cache hit/miss usage. Caches like OpenAI."""
+
+    name: ClassVar[Api] = "deepseek"
+    path = REASONING_PATH
+
+    def parse(self, payload: Any) -> Prompt:
+        return parse_openai(payload, reasoning=True)

@@ -24,6 +24,7 @@ class Prompt:
     blocks: list[Block] = field(default_factory=list)
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
+    thinking: bool = False
     _chain: tuple[list[bytes], str] | None = field(default=None, init=False, repr=False)
 
     def add_tool(self, tool: ToolDef, ttl: float | None = None) -> None:
@@ -74,4 +75,5 @@ class Prompt:
             self.max_tokens,
             self.stop,
             self.digests()[1],
+            self.thinking,
         )

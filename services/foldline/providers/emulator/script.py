@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
-Api: TypeAlias = Literal["anthropic", "openai"]
+Api: TypeAlias = Literal["anthropic", "openai", "openai-responses", "deepseek"]
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 
 
@@ -50,7 +50,16 @@ class ToolResultPart:
     is_error: bool = False
 
 
-Part: TypeAlias = TextPart | ImagePart | ToolCallPart | ToolResultPart
+@dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    """Reasoning the model produced earlier and the request carries back (already checked by the parser):
+    Anthropic ``thinking`` / ``redacted_thinking`` (``text`` empty), a Responses reasoning item, a
+    ``reasoning_content``."""
+
+    text: str
+
+
+Part: TypeAlias = TextPart | ImagePart | ToolCallPart | ToolResultPart | ReasoningPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,7 @@ class Conversation:
     max_tokens: int | None
     stop: tuple[str, ...]
     prompt_digest: str
+    thinking: bool = False  # the request asks this model to reason before it answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +93,12 @@ class ScriptedCall:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What the model answers: optional text, then tool calls (in that order on the wire)."""
+    """What the model answers: optional reasoning (only when the request asks for thinking), optional text, then
+    tool calls (in that order on the wire)."""
 
     text: str | None = None
     tool_calls: tuple[ScriptedCall, ...] = ()
+    reasoning: str | None = None
 
 
 class Script(Protocol):
@@ -127,10 +139,19 @@ class ToolLoopScript:
                 tool = conversation.tools[h[0] % len(conversation.tools)]
                 calls.append(ScriptedCall(tool.name, scripted_arguments(tool.input_schema, h)))
             names = ", ".join(c.name for c in calls)
-            return Reply(f"Step {rounds + 1} of {self.tool_steps}: calling {names}.", tuple(calls))
+            thought = f"Round {rounds + 1}: the notes are not in context yet, so I call {names}." * 2
+            return Reply(
+                f"Step {rounds + 1} of {self.tool_steps}: calling {names}.",
+                tuple(calls),
+                thought if conversation.thinking else None,
+            )
         question = _last_user_text(conversation.turns)
         words = " ".join(_WORDS[b % len(_WORDS)] for b in seed[:8])
-        return Reply(f"Answer to {question[:60]!r} after {rounds} tool round(s): {words}.")
+        thought = f"I have {rounds} tool result round(s); they are enough to answer {question[:40]!r}."
+        return Reply(
+            f"Answer to {question[:60]!r} after {rounds} tool round(s): {words}.",
+            reasoning=thought if conversation.thinking else None,
+        )
 
 
 _WORDS: Final = (

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final, assert_never
 
 from ...core.codec import canonical_json
-from .script import ImagePart, Part, Role, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .script import ImagePart, Part, ReasoningPart, Role, TextPart, ToolCallPart, ToolDef, ToolResultPart
 
 __all__ = [
     "BYTES_PER_TOKEN",
@@ -119,6 +119,8 @@ def part_block(part: Part) -> Block:
             return block({"arguments": raw, "id": call_id, "name": name, "type": "tool_call"})
         case ToolResultPart():
             return _result_block(part)
+        case ReasoningPart(text=text):
+            return block({"text": text, "type": "reasoning"})
         case _:
             assert_never(part)
 
@@ -127,11 +129,13 @@ def tool_block(tool: ToolDef) -> Block:
     return block({"description": tool.description, "input_schema": tool.input_schema, "name": tool.name})
 
 
-def output_tokens(part: TextPart | ToolCallPart) -> int:
+def output_tokens(part: TextPart | ToolCallPart | ReasoningPart) -> int:
     """Tokens of one part of an answer (a tool call counts without its id, which the emulator assigns)."""
     match part:
         case TextPart():
             return block(_neutral_content(part)).tokens
+        case ReasoningPart(text=text):
+            return block({"text": text, "type": "reasoning"}).tokens
         case ToolCallPart(name=name, arguments=arguments):
             return block({"arguments": canonical_json(arguments).decode(), "name": name, "type": "tool_call"}).tokens
         case _:
