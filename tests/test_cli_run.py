@@ -26,7 +26,7 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["data_dir"] == str(data)
-    assert [s["id"] for s in out["sessions"]] == ["demo-000", "demo-001", "demo-002"]
+    assert [s["id"] for s in out["sessions"]] == ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
     for s in out["sessions"]:
         assert len(s["steps"]) == 20
         assert set(s["steps"][0]) == {
@@ -43,7 +43,7 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report == {"checked": 60, "matched": 60, "mismatched": [], "unreconstructable": []}
+    assert report == {"checked": 100, "matched": 100, "mismatched": [], "unreconstructable": []}  # 5 sessions x 20
 
     res = runner.invoke(app, ["requests", "demo-001", "--step", "3", "--data-dir", str(data)])
     assert res.exit_code == 0, res.output
@@ -85,8 +85,8 @@ def test_verify_reports_a_mismatch_with_offset(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 1
     report = json.loads(res.stdout)
-    assert report["checked"] == 3
-    assert report["matched"] == 0
+    assert report["checked"] == 9  # demo-000 and the two reasoning sessions, 3 steps each
+    assert report["matched"] == 6  # only demo-000 was forged
     first = report["mismatched"][0]
     assert first["session"] == "demo-000"
     assert first["step"] == 0

@@ -8,6 +8,11 @@ Three sessions show the places where a cache miss is allowed: ``demo-000`` runs 
 (:data:`DEMO_PRESSURE`) and compacts; ``demo-001`` opens with an image (a small PNG generated in code and
 kept in the attachment store); with four or more sessions the last one is a fork of ``demo-000`` at the
 end of its middle step, continued by a new loop instance (a ``resume`` snapshot).
+
+On the embedded backend two reasoning sessions follow (:data:`REASONING_SESSIONS`): ``demo-think`` on an
+emulated thinking model through Anthropic Messages v2 (signed thinking blocks passed back on every tool-use
+continuation) and ``demo-responses`` on the OpenAI Responses API (encrypted reasoning items, ``store: false``,
+a ``prompt_cache_key`` derived from the session id).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,7 +42,17 @@ if TYPE_CHECKING:
     from .ports.event_log import EventLog
     from .ports.step_dispatch import StepDispatcher
 
-__all__ = ["DemoResult", "SessionResult", "demo_png", "demo_toolset", "print_demo", "run_demo", "run_demo_cli"]
+__all__ = [
+    "REASONING_SESSIONS",
+    "DemoResult",
+    "ReasoningSession",
+    "SessionResult",
+    "demo_png",
+    "demo_toolset",
+    "print_demo",
+    "run_demo",
+    "run_demo_cli",
+]
 
 _RULES = [
     "Look facts up with the lookup tool before stating them; never rely on memory for a fact you can check.",
@@ -123,6 +138,33 @@ def demo_toolset() -> Toolset:
 DEMO_PRESSURE = PressurePolicy(budget_tokens=800, keep_recent_tokens=250, trim_over_tokens=None, summary_max_tokens=256)
 
 
+@dataclass(frozen=True, slots=True)
+class ReasoningSession:
+    """A demo session on a reasoning model: its id, the emulated wire format and the call config."""
+
+    id: str
+    wire: Literal["anthropic", "openai-responses"]
+    config: CallConfig
+    note: str
+
+
+#: The reasoning sessions of the embedded demo.
+REASONING_SESSIONS = (
+    ReasoningSession(
+        "demo-think",
+        "anthropic",
+        CallConfig("anthropic", "claude-thinking-emulated", max_tokens=4096, reasoning_effort="high", cache_ttl="1h"),
+        "thinking model (Anthropic Messages v2): signed thinking passed back on every tool-use continuation",
+    ),
+    ReasoningSession(
+        "demo-responses",
+        "openai-responses",
+        CallConfig("openai", "gpt-reasoning-emulated", max_tokens=4096, reasoning_effort="medium"),
+        "OpenAI Responses API: encrypted reasoning items passed back, store false, prompt_cache_key per session",
+    ),
+)
+
+
 @dataclass
 class SessionResult:
     id: str
@@ -187,13 +229,14 @@ async def run_session(
     pressure: PressurePolicy | None = None,
     image: bool = False,
     dispatcher: StepDispatcher | None = None,
+    config: CallConfig | None = None,
 ) -> SessionResult:
     from .providers.base import Provider
 
     provider = make_provider()
     assert isinstance(provider, Provider)
     options = AgentOptions(
-        config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
+        config=config or CallConfig("anthropic", "claude-emulated", max_tokens=512),
         system=SYSTEM_PROMPT,
         tools=demo_toolset(),
         archive_requests=True,
@@ -272,14 +315,18 @@ def run_demo(
         from .adapters.metered_log import MeteredEventLog
 
         stores = Stores(MeteredEventLog(stores.log, metrics), stores.attachments, stores.folds)
-    make_provider = emulated_provider_factory()
+    from .providers.emulator import Emulator
+
+    emulator = Emulator()  # one provider account: every session's requests share its prompt cache
+    make_provider = emulated_provider_factory(emulator=emulator)
     ids = [f"demo-{i:03d}" for i in range(sessions)]
+    reasoning = REASONING_SESSIONS if dispatcher_for is None else ()  # the dispatchers serve Messages and Chat
     fork_id = ids.pop() if sessions >= 4 else None
 
     async def main(progress: Progress | None) -> list[SessionResult]:
         # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
         dispatcher = dispatcher_for(stores.log) if dispatcher_for is not None else None
-        task = progress.add_task("agent steps", total=sessions * steps) if progress else None
+        task = progress.add_task("agent steps", total=(sessions + len(reasoning)) * steps) if progress else None
 
         def tick() -> None:
             if progress is not None and task is not None:
@@ -304,6 +351,10 @@ def run_demo(
         if fork_id is not None:
             fork = run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics, dispatcher)
             runs.append(asyncio.ensure_future(fork))
+        for spec in reasoning:
+            factory = emulated_provider_factory(spec.wire, emulator=emulator)
+            run = run_session(spec.id, stores, steps, factory, tick, metrics, config=spec.config)
+            runs.append(asyncio.ensure_future(run))
         try:
             return list(await asyncio.gather(*runs))
         finally:
@@ -317,8 +368,10 @@ def run_demo(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as progress:
             results = asyncio.run(main(progress))
+    notes = {spec.id: spec.note for spec in reasoning}
     for r in results:
         r.verify = verify_events(r.id, stores.log.read(r.id), stores.attachments)
+        r.note = notes.get(r.id, r.note)
     return DemoResult(data_dir, backend, list(results))
 
 

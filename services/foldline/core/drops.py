@@ -23,8 +23,14 @@ step's dispatch (inclusive), in this order of precedence — ``cause`` is the fi
 ``compaction``     ``compaction/*`` events or a replacing ``user/message`` (source ``compaction``), or
                    any surface replace of more than one entry;
 ``trim``           a single-entry surface replace of a tool result;
-``cache-ttl``      the time between the two dispatches' envelope timestamps is at least the provider's
-                   cache TTL (entries expire ``ttl`` seconds after their last use);
+``thinking-context`` a new user message after an assistant message that carries reasoning blocks: providers
+                   that keep only the current tool loop's reasoning in context (Anthropic models before
+                   Opus 4.5, OpenAI ``reasoning.context: current_turn``) drop the earlier turn's reasoning
+                   from the prompt there, so the cached prefix that held it no longer matches;
+``cache-ttl``      the time between the two dispatches' envelope timestamps is at least the cache TTL the
+                   previous request wrote with: the logged ``config.cacheTtl`` of its header (``5m`` 300 s,
+                   ``1h`` 3600 s, ``24h`` 86400 s), else the provider's default (entries expire ``ttl``
+                   seconds after their last use);
 ``unexplained``    none of the above: the log does not account for the drop.
 
 Pure: no I/O and no clock — times come from envelope timestamps.
@@ -36,7 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import assert_never
 
-from .content import Usage
+from .content import REASONING_KINDS, Usage
 from .events import (
     AssistantMessage,
     AttachmentQuarantine,
@@ -57,6 +63,7 @@ from .events import (
     UnknownEvent,
     UserMessage,
 )
+from .header import CACHE_TTLS
 
 __all__ = [
     "DEFAULT_CACHE_TTL_SECONDS",
@@ -70,7 +77,15 @@ __all__ = [
     "session_drops",
 ]
 
-EXPLAINED_CAUSES: tuple[str, ...] = ("first-request", "header-change", "resume", "compaction", "trim", "cache-ttl")
+EXPLAINED_CAUSES: tuple[str, ...] = (
+    "first-request",
+    "header-change",
+    "resume",
+    "compaction",
+    "trim",
+    "thinking-context",
+    "cache-ttl",
+)
 DROP_CAUSES: tuple[str, ...] = (*EXPLAINED_CAUSES, "unexplained")
 
 #: Shortest prompt-cache lifetime per provider, in seconds since the entry's last use (both providers
@@ -91,6 +106,7 @@ class Step:
     provider: str
     model: str
     usage: Usage
+    cache_ttl_seconds: float | None = None  # the logged config.cacheTtl of the request's header, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +184,7 @@ class _Pending:
     provider: str
     model: str
     causes: set[str] = field(default_factory=set)
+    ttl: float | None = None
 
 
 def _baseline(previous: Step | None) -> int:
@@ -187,6 +204,8 @@ class DropTracker:
         self.previous: Step | None = None
         self._provider = ""
         self._model = ""
+        self._ttl: float | None = None
+        self._reasoned = False  # the last appended assistant message carries reasoning blocks
         self._causes: set[str] = set()  # seen since the last dispatch
         self._pending: _Pending | None = None
 
@@ -210,7 +229,9 @@ class DropTracker:
         data = env.data
         match data:
             case RequestHeader():
-                self._provider, self._model = data.header.config.provider, data.header.config.model
+                config = data.header.config
+                self._provider, self._model = config.provider, config.model
+                self._ttl = CACHE_TTLS[config.cache_ttl] if config.cache_ttl is not None else None
                 if data.reason == "change":
                     self._causes.add("header-change")
                 elif data.reason == "resume":
@@ -222,6 +243,8 @@ class DropTracker:
             case UserMessage():
                 if data.source == "compaction" or isinstance(data.surface_op, ReplaceOp):
                     self._causes.add("compaction")
+                elif self._reasoned:
+                    self._causes.add("thinking-context")
             case ToolResult():
                 op = data.surface_op
                 if isinstance(op, ReplaceOp):
@@ -229,10 +252,19 @@ class DropTracker:
             case RequestDispatch():
                 carried = self._pending.causes if self._pending is not None else set()  # an unanswered dispatch
                 self._pending = _Pending(
-                    env.seq, data.turn, data.step, env.time, self._provider, self._model, carried | self._causes
+                    env.seq,
+                    data.turn,
+                    data.step,
+                    env.time,
+                    self._provider,
+                    self._model,
+                    carried | self._causes,
+                    self._ttl,
                 )
                 self._causes = set()
             case AssistantMessage():
+                if data.surface_op == "append":
+                    self._reasoned = any(b.kind in REASONING_KINDS for b in data.content)
                 if isinstance(data.surface_op, ReplaceOp):
                     self._causes.add("compaction")
                 elif self._pending is not None and data.usage is not None:
@@ -246,6 +278,7 @@ class DropTracker:
                         pending.provider,
                         pending.model,
                         data.usage,
+                        pending.ttl,
                     )
                     return self._judge(step, pending.causes)
             case (
@@ -266,7 +299,8 @@ class DropTracker:
             return StepVerdict(self.session_id, step, previous, None)
         gap = (step.time_ms - previous.time_ms) / 1000.0
         causes = set(seen)
-        if gap >= self.ttl_for(previous.provider):
+        ttl = previous.cache_ttl_seconds if previous.cache_ttl_seconds is not None else self.ttl_for(previous.provider)
+        if gap >= ttl:
             causes.add("cache-ttl")
         ordered = tuple(c for c in EXPLAINED_CAUSES if c in causes) or ("unexplained",)
         return StepVerdict(

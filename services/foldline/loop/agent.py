@@ -37,6 +37,7 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.header import CallConfig, EpochHeader
+from ..providers.header_defaults import header_config
 from ..core.projection import Session
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, FoldlineError, ReconstructionError
@@ -317,6 +318,7 @@ class Agent:
             seed = hook(seed)
             if not isinstance(seed, CallConfig):
                 raise TypeError("an agent/request hook must return a CallConfig")
+        seed = header_config(self.provider.serializer, self.session_id, seed)
         system = self.options.system() if callable(self.options.system) else self.options.system
         header = EpochHeader(seed, system or None, self.options.tools.specs() or None)
         if self._first_request:
