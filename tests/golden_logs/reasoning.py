@@ -53,7 +53,9 @@ def tools() -> Toolset:
     @toolset.tool
     def lookup(topic: str) -> str:
         """Look a topic up in the team's notes."""
-        return NOTES.get(topic.strip().lower(), "No notes on that topic. Known topics: " + ", ".join(sorted(NOTES)) * 20)
+        return NOTES.get(
+            topic.strip().lower(), "No notes on that topic. Known topics: " + ", ".join(sorted(NOTES)) * 20
+        )
 
     @toolset.tool
     def word_count(text: str) -> str:
@@ -89,7 +91,9 @@ async def _session(
 
 
 async def run_sessions(log: MemoryEventLog, emulator: Emulator, clock: SteppingClock) -> None:
-    thinking = CallConfig("anthropic", "claude-thinking-emulated", max_tokens=4096, reasoning_effort="high", cache_ttl="1h")
+    thinking = CallConfig(
+        "anthropic", "claude-thinking-emulated", max_tokens=4096, reasoning_effort="high", cache_ttl="1h"
+    )
     await _session(
         log,
         emulator,

@@ -229,7 +229,9 @@ def test_the_golden_logs_cover_the_whole_catalog() -> None:
     datas = [e.data for e in events]
     assert {type(d) for d in datas} == set(get_args(EventData)), "an event type has no golden example"
     reasoning = set(get_args(ReasoningContent))  # newer than these logs: test_reasoning_logs covers them
-    assert {type(b) for b in blocks_of(events)} == set(get_args(ContentBlock)) - reasoning, "a block kind has no example"
+    assert {type(b) for b in blocks_of(events)} == set(get_args(ContentBlock)) - reasoning, (
+        "a block kind has no example"
+    )
     assert {d.source for d in datas if isinstance(d, UserMessage)} == USER_SOURCES
     assert {d.reason for d in datas if isinstance(d, TurnEnd)} == TURN_END_REASONS
     assert {d.reason for d in datas if isinstance(d, RequestHeader)} == HEADER_REASONS

@@ -14,8 +14,9 @@ from foldline.core.events import AssistantMessage, CompactionSummary, Envelope, 
 from foldline.core.wire import decode_event, encode_event
 from foldline.replay.verify import verify_events
 
+from .layout import SESSIONS
 from .reasoning import REASONING_DIR, REASONING_SESSIONS
-from .test_golden_logs import SESSIONS, blocks_of, golden_events
+from .test_golden_logs import blocks_of, golden_events
 
 
 def lines(session: str) -> list[bytes]:

@@ -97,7 +97,11 @@ def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
                 Message("tool", (ToolResultBlock("call_1", (TextBlock("a.py"), TextBlock("b.py"))),)),
                 Message(
                     "assistant",
-                    (ReasoningBlock("Two files.", "c2lnbmF0dXJlLTI="), ReasoningBlock(" Done."), TextBlock("a.py, b.py")),
+                    (
+                        ReasoningBlock("Two files.", "c2lnbmF0dXJlLTI="),
+                        ReasoningBlock(" Done."),
+                        TextBlock("a.py, b.py"),
+                    ),
                 ),
                 user("Thanks."),
             ],

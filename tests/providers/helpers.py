@@ -96,9 +96,10 @@ def reasoning_chat_validate(body: bytes) -> None:
     """A ``reasoning-chat`` body is a Chat Completions body plus DeepSeek's two documented extensions."""
     data = json.loads(body)
     for message in data.get("messages", []):
-        if "reasoning_content" in message:
-            if message.get("role") != "assistant" or not isinstance(message.pop("reasoning_content"), str):
-                raise NotAValidRequest("reasoning_content must be a string on an assistant message")
+        if "reasoning_content" in message and (
+            message.get("role") != "assistant" or not isinstance(message.pop("reasoning_content"), str)
+        ):
+            raise NotAValidRequest("reasoning_content must be a string on an assistant message")
     thinking = data.get("thinking")
     if thinking is not None and thinking not in ({"type": "enabled"}, {"type": "disabled"}):
         raise NotAValidRequest(f"thinking must be {{type: enabled|disabled}}, got {thinking!r}")

@@ -199,7 +199,10 @@ def _block_to_avro(block: ContentBlock) -> tuple[str, dict[str, Any]]:
         case RedactedReasoningBlock(data=data):
             return (_NS + "RedactedReasoningBlock", {"data": data})
         case EncryptedReasoningBlock(id=id_, summary=summary, encrypted_content=encrypted):
-            return (_NS + "EncryptedReasoningBlock", {"id": id_, "summary": list(summary), "encryptedContent": encrypted})
+            return (
+                _NS + "EncryptedReasoningBlock",
+                {"id": id_, "summary": list(summary), "encryptedContent": encrypted},
+            )
         case _:
             assert_never(block)
 

@@ -37,7 +37,6 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.header import CallConfig, EpochHeader
-from ..providers.header_defaults import header_config
 from ..core.projection import Session
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, FoldlineError, ReconstructionError
@@ -46,6 +45,7 @@ from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
+from ..providers.header_defaults import header_config
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, session_request

@@ -32,6 +32,7 @@ from .encoding import image_base64
 
 __all__ = ["FramedSerializer", "IncrementalBody", "assemble", "split_frame"]
 
+
 def split_frame(frame: bytes, key: str = "messages") -> tuple[bytes, bytes]:
     """``canonical_json`` of a body whose list ``key`` is ``[]`` → (head through ``[``, tail from ``]``)."""
     marker = b'"' + key.encode() + b'":[]'

@@ -27,5 +27,11 @@ OPENAI_CHAT_V1 = OpenAIChatSerializer()
 OPENAI_RESPONSES_V1 = OpenAIResponsesSerializer()
 REASONING_CHAT_V1 = ReasoningChatSerializer()
 
-for _serializer in (ANTHROPIC_MESSAGES_V1, ANTHROPIC_MESSAGES_V2, OPENAI_CHAT_V1, OPENAI_RESPONSES_V1, REASONING_CHAT_V1):
+for _serializer in (
+    ANTHROPIC_MESSAGES_V1,
+    ANTHROPIC_MESSAGES_V2,
+    OPENAI_CHAT_V1,
+    OPENAI_RESPONSES_V1,
+    REASONING_CHAT_V1,
+):
     register_serializer(_serializer)

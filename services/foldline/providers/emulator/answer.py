@@ -2,7 +2,8 @@
 
 A stop sequence in the text ends the answer there (its tool calls are dropped); an answer over
 ``max_tokens`` is cut to the text that fits. When the request asks for thinking, the script's reasoning comes
-first (kept whole when the answer is cut: it was produced before the text). Each API's module writes the :class:`Answer` in its wire form.
+first (kept whole when the answer is cut: it was produced before the text). Each API's module writes the
+:class:`Answer` in its wire form.
 """
 
 from __future__ import annotations

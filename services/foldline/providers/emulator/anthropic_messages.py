@@ -18,8 +18,8 @@ from .answer import Answer, AnswerPart
 from .cache import AnthropicCachePolicy, CacheUsage, PrefixCache
 from .checks import RequestRejected
 from .prompt import Prompt
-from .sealing import sign_thinking, valid_redacted, valid_signature
 from .script import ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .sealing import sign_thinking, valid_redacted, valid_signature
 from .wire_api import WireApi
 
 __all__ = ["PATH", "AnthropicMessages", "parse_anthropic"]
@@ -182,7 +182,9 @@ def _final_turn_starts_with_thinking(messages: list[Any]) -> None:
     if len(messages) < 2 or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
         return
     content = messages[-1].get("content")
-    if not isinstance(content, list) or not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+    if not isinstance(content, list) or not any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):
         return
     at = len(messages) - 2
     first = (messages[at].get("content") or [{}])[0] if isinstance(messages[at], dict) else {}
@@ -205,7 +207,9 @@ def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
         oc = checks.json_object(effort, "output_config")
         checks.exact_keys(oc, frozenset({"effort", "format"}), "output_config")
         if oc.get("effort") is not None and oc.get("effort") not in _EFFORTS:
-            raise RequestRejected(400, "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'")
+            raise RequestRejected(
+                400, "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+            )
     if config is None:
         return "thinking" in model
     tc = checks.json_object(config, "thinking")

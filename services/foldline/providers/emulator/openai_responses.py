@@ -90,7 +90,7 @@ def _item(turns: _Turns, item: dict[str, Any], where: str, calls: set[str], key:
         if role in ("system", "developer"):
             texts = _parts(item.get("content"), f"{where}.content", user=False)
             turns.add("system", list(texts))
-        elif role == "user" or role == "assistant":
+        elif role in ("user", "assistant"):
             turns.add(role, list(_parts(item.get("content"), f"{where}.content", user=role == "user")))
         else:
             raise RequestRejected(400, f"{where}.role: Input should be 'user', 'assistant', 'system' or 'developer'")
@@ -138,7 +138,9 @@ def _add_tools(prompt: Prompt, tools: Any) -> None:
         if tool.get("type") != "function":
             raise RequestRejected(400, f"{where}.type: the emulator only offers function tools")
         params = checks.json_object(tool.get("parameters"), f"{where}.parameters")
-        prompt.add_tool(ToolDef(checks.string(tool.get("name"), f"{where}.name"), str(tool.get("description", "")), params))
+        prompt.add_tool(
+            ToolDef(checks.string(tool.get("name"), f"{where}.name"), str(tool.get("description", "")), params)
+        )
 
 
 def parse_responses(body: Any, key: bytes = b"") -> Prompt:
