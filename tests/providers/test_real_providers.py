@@ -51,7 +51,8 @@ def _run(provider: Provider, config: CallConfig, data_dir: Path, *, reasoning: s
     log.close()
     if reasoning is not None:
         answers = [e.data for e in events if isinstance(e.data, AssistantMessage)]
-        assert answers and all(any(b.kind == reasoning for b in a.content) for a in answers), answers
+        assert answers
+        assert all(any(b.kind == reasoning for b in a.content) for a in answers), answers
     assert report.ok, report.to_json()
     assert report.matched == report.checked == len(cache_reads)
 
