@@ -82,24 +82,28 @@ def run_demo_and_scrape(args: list[str], sessions: int, steps: int) -> tuple[Sam
 
 
 def check_against_log(samples: Samples, events_by_session: dict[str, list[Envelope]], steps: int) -> None:
-    pm = {"provider": "anthropic", "model": "claude-emulated"}
-    verdicts = [v for sid, events in events_by_session.items() for v in classify_session(sid, events)]
-    assert len(verdicts) == steps * len(events_by_session)
-    usages = [v.step.usage for v in verdicts]
-    assert value(samples, "foldline_steps_total", **pm) == len(verdicts)
-    assert value(samples, "foldline_step_cache_read_tokens_total", **pm) == sum(u.cache_read for u in usages)
-    assert value(samples, "foldline_step_cache_write_tokens_total", **pm) == sum(u.cache_write for u in usages)
-    assert value(samples, "foldline_step_input_tokens_total", **pm) == sum(u.input for u in usages)
-    assert value(samples, "foldline_step_output_tokens_total", **pm) == sum(u.output for u in usages)
-    # per step: every step's cache-read ratio lands in the histogram bucket the log puts it in
-    ratios = [u.cache_read / u.prompt_tokens for u in usages]
-    assert value(samples, "foldline_step_cache_read_ratio_count", **pm) == len(ratios)
-    assert value(samples, "foldline_step_cache_read_ratio_sum", **pm) == pytest.approx(sum(ratios))
-    for le in ("0.0", "0.5", "0.9", "0.95", "0.99", "1.0"):
-        assert value(samples, "foldline_step_cache_read_ratio_bucket", le=le, **pm) == sum(
-            1 for r in ratios if r <= float(le)
-        ), le
-    assert sum(u.cache_read for u in usages) > 0
+    all_verdicts = [v for sid, events in events_by_session.items() for v in classify_session(sid, events)]
+    assert len(all_verdicts) == steps * len(events_by_session)
+    labels = sorted({(v.provider, v.model) for v in all_verdicts})
+    assert ("anthropic", "claude-emulated") in labels
+    for provider, model in labels:  # the series of each provider and model hold exactly its steps
+        pm = {"provider": provider, "model": model}
+        verdicts = [v for v in all_verdicts if (v.provider, v.model) == (provider, model)]
+        usages = [v.step.usage for v in verdicts]
+        assert value(samples, "foldline_steps_total", **pm) == len(verdicts)
+        assert value(samples, "foldline_step_cache_read_tokens_total", **pm) == sum(u.cache_read for u in usages)
+        assert value(samples, "foldline_step_cache_write_tokens_total", **pm) == sum(u.cache_write for u in usages)
+        assert value(samples, "foldline_step_input_tokens_total", **pm) == sum(u.input for u in usages)
+        assert value(samples, "foldline_step_output_tokens_total", **pm) == sum(u.output for u in usages)
+        # per step: every step's cache-read ratio lands in the histogram bucket the log puts it in
+        ratios = [u.cache_read / u.prompt_tokens for u in usages]
+        assert value(samples, "foldline_step_cache_read_ratio_count", **pm) == len(ratios)
+        assert value(samples, "foldline_step_cache_read_ratio_sum", **pm) == pytest.approx(sum(ratios))
+        for le in ("0.0", "0.5", "0.9", "0.95", "0.99", "1.0"):
+            assert value(samples, "foldline_step_cache_read_ratio_bucket", le=le, **pm) == sum(
+                1 for r in ratios if r <= float(le)
+            ), le
+        assert sum(u.cache_read for u in usages) > 0
     headers = Counter(
         e.data.reason for evs in events_by_session.values() for e in evs if isinstance(e.data, RequestHeader)
     )
@@ -112,8 +116,14 @@ def check_against_log(samples: Samples, events_by_session: dict[str, list[Envelo
         assert samples[("foldline_cache_read_drops_total", frozenset({("cause", cause)}))] == sum(
             1 for d in drops if d.cause == cause
         ), cause
-        lost = sum(d.lost_tokens for d in drops if d.cause == cause)
-        assert value(samples, "foldline_cache_read_drop_tokens_total", cause=cause, **pm) == lost, cause
+        for provider, model in labels:
+            lost = sum(
+                d.lost_tokens
+                for d in drops
+                if d.cause == cause and (d.step.provider, d.step.model) == (provider, model)
+            )
+            got = value(samples, "foldline_cache_read_drop_tokens_total", cause=cause, provider=provider, model=model)
+            assert got == lost, (cause, provider, model)
     assert value(samples, "foldline_invariant_violations_total") == 0
     assert value(samples, "process_resident_memory_bytes") > 0
 
@@ -127,7 +137,7 @@ def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:
         stores.close()
-    assert sorted(events) == ["demo-000", "demo-001", "demo-002"]
+    assert sorted(events) == ["demo-000", "demo-001", "demo-002", "demo-responses", "demo-think"]
     check_against_log(samples, events, steps=6)
 
 

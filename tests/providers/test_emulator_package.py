@@ -32,6 +32,7 @@ PUBLIC = {
     "ImagePart": "script",
     "OpenAICachePolicy": "cache",
     "Part": "script",
+    "ReasoningPart": "script",
     "Reply": "script",
     "Role": "script",
     "Script": "script",

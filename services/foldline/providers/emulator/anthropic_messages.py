@@ -210,7 +210,7 @@ def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
             raise RequestRejected(
                 400, "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
             )
-    if config is None:
+    if config is None or config == {}:  # an empty object is taken as no setting
         return "thinking" in model
     tc = checks.json_object(config, "thinking")
     kind = tc.get("type")
