@@ -51,7 +51,7 @@ def test_every_digest_of_the_reasoning_golden_logs() -> None:
 
 
 def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
-    config = Config.from_env(tmp_path, "embedded")
+    config = Config(data_dir=tmp_path)
     stores = open_stores(config)
     try:
         result = run_demo(stores, config.data_dir, config.backend, 4, 24, quiet=True)
