@@ -308,7 +308,7 @@ def resume(
     from ..loop import Agent, AgentOptions
     from ..loop.agent import StepRecord
     from ..loop.pressure import PressurePolicy
-    from ..providers.emulated import emulated_provider
+    from ..providers.emulated import emulated_provider, wire_format_of
 
     with stores_for(config_for(data_dir, backend)) as stores:
         events = read_session(stores.log, session)
@@ -319,7 +319,8 @@ def resume(
                 "run a first request (e.g. with foldline demo) before resuming"
             )
         config = folded.config.with_overrides(model=model) if model else folded.config
-        provider = emulated_provider("anthropic" if config.provider == "anthropic" else "openai")
+        last = next((e.data.serializer for e in reversed(events) if isinstance(e.data, RequestDispatch)), None)
+        provider = emulated_provider(wire_format_of(last, config.provider))
         policy = (
             PressurePolicy(budget, keep_recent_tokens=budget // 3, summary_max_tokens=max(64, budget // 4))
             if budget

@@ -16,10 +16,25 @@ from .openai import OpenAIProvider
 from .openai_responses import OpenAIResponsesProvider
 from .reasoning_chat import ReasoningChatProvider
 
-__all__ = ["EMULATOR_BASE_URL", "emulated_provider", "emulated_provider_factory"]
+__all__ = ["EMULATOR_BASE_URL", "emulated_provider", "emulated_provider_factory", "wire_format_of"]
 
 EMULATOR_BASE_URL = "http://emulator.invalid"
 WireFormat = Literal["anthropic", "openai", "openai-responses", "deepseek"]
+
+
+_WIRE_OF_SERIALIZER: dict[str, WireFormat] = {
+    "anthropic-messages": "anthropic",
+    "openai-chat": "openai",
+    "openai-responses": "openai-responses",
+    "reasoning-chat": "deepseek",
+}
+
+
+def wire_format_of(serializer: str | None, provider: str) -> WireFormat:
+    """The emulated wire format a session continues on: that of its last dispatch's serializer, else the provider's."""
+    if serializer in _WIRE_OF_SERIALIZER:
+        return _WIRE_OF_SERIALIZER[serializer]
+    return "anthropic" if provider == "anthropic" else "deepseek" if provider == "deepseek" else "openai"
 
 
 def emulated_provider(wire: WireFormat = "anthropic", *, emulator: Emulator | None = None) -> Provider:
