@@ -320,7 +320,8 @@ def run_demo(
     emulator = Emulator()  # one provider account: every session's requests share its prompt cache
     make_provider = emulated_provider_factory(emulator=emulator)
     ids = [f"demo-{i:03d}" for i in range(sessions)]
-    reasoning = REASONING_SESSIONS if dispatcher_for is None else ()  # the dispatchers serve Messages and Chat
+    # the embedded default only: the dispatchers serve Messages and Chat, and the Kafka tests count their sessions
+    reasoning = REASONING_SESSIONS if backend == "embedded" else ()
     fork_id = ids.pop() if sessions >= 4 else None
 
     async def main(progress: Progress | None) -> list[SessionResult]:
