@@ -691,7 +691,7 @@ def _nat(v: Any) -> bool:
 
 
 def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
-    """Text and tool-call blocks (text only for tool-result parts); None for anything else."""
+    """Text, tool-call and reasoning blocks (text only for tool-result parts); None for anything else."""
     if type(items) is not list:
         return None
     out: list[Any] = []
