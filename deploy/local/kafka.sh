@@ -6,7 +6,7 @@
 # for logging) and `mvn dependency:copy-dependencies` puts the jars into
 # $STATE/kafka/libs. Single node, combined broker+controller:
 #   PLAINTEXT 127.0.0.1:${FOLDLINE_KAFKA_PORT:-19092}
-#   SASL_SSL  127.0.0.1:${FOLDLINE_KAFKA_SASL_PORT:-19094}  SCRAM-SHA-512, TLS
+#   SASL_SSL  127.0.0.1:${FOLDLINE_KAFKA_SASL_PORT:-kafka port + 2}  SCRAM-SHA-512, TLS
 #   CONTROLLER 127.0.0.1:${FOLDLINE_KAFKA_CONTROLLER_PORT:-19093}
 # The SASL_SSL listener's certificate is signed by a local CA, both made with the
 # JDK's keytool in $STATE/kafka/tls (ca.pem is the CA for librdkafka's
@@ -22,7 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 NAME=kafka
 PORT="${FOLDLINE_KAFKA_PORT:-19092}"
 CONTROLLER_PORT="${FOLDLINE_KAFKA_CONTROLLER_PORT:-19093}"
-SASL_PORT="${FOLDLINE_KAFKA_SASL_PORT:-19094}"
+SASL_PORT="${FOLDLINE_KAFKA_SASL_PORT:-$((PORT + 2))}"  # default: beside the PLAINTEXT port (19094)
 BOOTSTRAP="127.0.0.1:$PORT"
 SASL_BOOTSTRAP="127.0.0.1:$SASL_PORT"
 # The local SCRAM credentials (a test box's, like the S3 ones in s3.sh).

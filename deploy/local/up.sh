@@ -43,7 +43,7 @@ export AWS_DEFAULT_REGION=us-east-1
 export FOLDLINE_KAFKA_BOOTSTRAP=127.0.0.1:${FOLDLINE_KAFKA_PORT:-19092}
 # The broker's SASL_SSL listener (SCRAM-SHA-512 + TLS) and the librdkafka client properties that reach it.
 # Not FOLDLINE_KAFKA_* settings: the suite stays on PLAINTEXT; the SASL tests point a process at these.
-export FOLDLINE_LOCAL_KAFKA_SASL_BOOTSTRAP=127.0.0.1:${FOLDLINE_KAFKA_SASL_PORT:-19094}
+export FOLDLINE_LOCAL_KAFKA_SASL_BOOTSTRAP=127.0.0.1:${FOLDLINE_KAFKA_SASL_PORT:-$(( ${FOLDLINE_KAFKA_PORT:-19092} + 2 ))}
 export FOLDLINE_LOCAL_KAFKA_SASL_PROPERTIES=$STATE/kafka/client-sasl.properties
 # No AWS_REQUEST_CHECKSUM_CALCULATION / AWS_RESPONSE_CHECKSUM_VALIDATION needed:
 # SeaweedFS accepts boto3's default (when_supported) CRC32/SHA256 checksums.
