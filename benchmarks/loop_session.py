@@ -182,10 +182,11 @@ def run_session(
         async def chat_session() -> None:
             for n in range(1, steps + 1):
                 mark()
+                question = question_text(n)
                 provider.reset()
                 gc0 = clock.ns
                 t = time.perf_counter_ns()
-                await agent.run_turn(question_text(n))
+                await agent.run_turn(question)
                 step_us.append((time.perf_counter_ns() - t - provider.send_ns) / 1000)
                 gc_us.append((clock.ns - gc0 - provider.send_gc_ns) / 1000)
             mark()

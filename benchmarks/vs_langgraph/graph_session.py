@@ -100,10 +100,11 @@ def run_session(steps: int, variant: str, windows: tuple[int, ...] = (), tail: i
         try:
             for n in range(1, steps + 1):
                 mark()
+                question = question_text(n)
                 model_ns = 0
                 gc0 = clock.ns
                 t = time.perf_counter_ns()
-                app.invoke({"messages": [HumanMessage(question_text(n))]}, config)
+                app.invoke({"messages": [HumanMessage(question)]}, config)
                 step_us.append((time.perf_counter_ns() - t - model_ns) / 1000)
                 gc_us.append((clock.ns - gc0) / 1000)
             mark()

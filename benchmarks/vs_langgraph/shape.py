@@ -23,9 +23,11 @@ _WORDS = (
 def _text(n: int, salt: int, chars: int) -> str:
     """Deterministic prose of exactly ``chars`` characters, different for every ``n`` (no two steps alike)."""
     words: list[str] = [f"#{n}:"]
+    length = len(words[0])
     i = n * 7 + salt
-    while sum(len(w) + 1 for w in words) < chars:
+    while length < chars:
         words.append(_WORDS[i % len(_WORDS)])
+        length += len(words[-1]) + 1
         i = i * 1103515245 + 12345 & 0x7FFFFFFF
     return " ".join(words)[:chars]
 
