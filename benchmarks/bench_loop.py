@@ -1,7 +1,8 @@
 """The agent loop as a user gets it: per-step cost against session length, verify throughput, cache reuse.
 
-The loop runs its default configuration — ``AgentOptions`` defaults: the invariant companion on, with a
-fresh rebuild from a full read on every 64th check of a session — on the embedded SQLite log. Each session
+The loop runs its default configuration — ``AgentOptions`` defaults: the invariant companion on, with its
+fresh rebuilds from a full read as shipped (at load, after a surface replace, and each time the session
+has doubled) — on the embedded SQLite log. Each session
 runs in a fresh interpreter (:mod:`benchmarks.loop_session`), so nothing another benchmark left on the heap
 makes a garbage collection dearer and the peak RSS is the session's own. A step is one model call: the
 system prompt and tools of ``foldline demo``, a provider that answers at once with four tool rounds and
@@ -37,7 +38,7 @@ from foldline.demo import SYSTEM_PROMPT, demo_toolset, run_demo_cli
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
-from foldline.replay.invariant import DEFAULT_FULL_CHECK_EVERY
+from foldline.replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
 from foldline.replay.verify import verify_events
 
 from .loop_session import spawn
@@ -52,7 +53,9 @@ TARGET_LENGTH = 1000
 TARGET_P50_US = 400.0
 TARGET_GROWTH = 1.5
 VERIFY_TARGET = 2000.0
-DEFAULT = f"invariant on, fresh rebuild every {DEFAULT_FULL_CHECK_EVERY}th check (default)"
+DEFAULT = f"default configuration (invariant on, fresh rebuild each time the session grew {DEFAULT_FRESH_GROWTH:g}x" + (
+    f" and every {DEFAULT_FULL_CHECK_EVERY}th step)" if DEFAULT_FULL_CHECK_EVERY else ")"
+)
 
 
 def _spread(values: list[float], unit: str, digits: int = 0) -> str:

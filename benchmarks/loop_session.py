@@ -205,6 +205,7 @@ def run_session(
             "shape": shape,
             "invariant": invariant,
             "full_check_every": options.invariant_full_check_every,
+            "fresh_growth": options.invariant_fresh_growth,
             "checked": companion.checked if companion is not None else 0,
             "full_rebuilds": companion.full_rebuilds if companion is not None else 0,
             "seconds": seconds,
