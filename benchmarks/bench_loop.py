@@ -80,6 +80,8 @@ def _size_rows(n: int, on: list[dict[str, Any]], off: list[dict[str, Any]]) -> t
     off_p50s = [w.p50_us for w in woff]
     rss = [r["memory"]["peak_rss"] / 2**20 for r in on]
     heap = [r["memory"]["heap"] / 2**20 for r in on]
+    off_rss = statistics.median(r["memory"]["peak_rss"] / 2**20 for r in off)
+    off_heap = statistics.median(r["memory"]["heap"] / 2**20 for r in off)
     session = f"{n:,}-step session"
     runs = f"median of {len(on)} runs"
     first = {
@@ -109,10 +111,13 @@ def _size_rows(n: int, on: list[dict[str, Any]], off: list[dict[str, Any]]) -> t
             "%",
         ),
         _reference(
-            f"same, {session}: peak RSS of the session's process ({runs})", round(statistics.median(rss), 1), "MiB"
+            f"same, {session}: peak RSS of the session's process ({runs}; invariant off: {off_rss:.1f} MiB)",
+            round(statistics.median(rss), 1),
+            "MiB",
         ),
         _reference(
-            f"same, {session}: heap in use at the end (pymalloc blocks + malloc'd bytes; {runs})",
+            f"same, {session}: heap in use at the end (pymalloc blocks + malloc'd bytes; {runs}; "
+            f"invariant off: {off_heap:.1f} MiB)",
             round(statistics.median(heap), 1),
             "MiB",
         ),
