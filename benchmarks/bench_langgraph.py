@@ -27,7 +27,7 @@ foldline three of 5,000 steps, with the invariant on and with it off; LangGraph 
 ``docs/LOOP_VS_LANGGRAPH.md`` (tables) and ``docs/images/loop-vs-langgraph.png`` (drawn in the LangGraph
 environment, which holds matplotlib).
 
-Target (issue 17): foldline, invariant on, >= 50x faster per step than ``SqliteSaver`` at 1,000 steps.
+Target: foldline, invariant on, >= 50x faster per step than ``SqliteSaver`` at 1,000 steps.
 
     python -m benchmarks.run langgraph
 """

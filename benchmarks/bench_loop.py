@@ -11,12 +11,12 @@ it (``gc.callbacks``). Sessions of 50, 500, 1,000 and 5,000 steps, five of each,
 shared machine; each figure is the median of the five, with the spread. Beside every default figure the
 same session with ``invariant=False``, as a reference (never instead).
 
-Targets (issue 17):
+Targets:
 
 * p50 per-step overhead (last 40 steps) <= 400 us on a 1,000-step session, invariant on.
 * p50 on a 5,000-step session <= 1.5x the p50 on a 50-step session, invariant on.
 
-Kept from issue 3: ``foldline verify`` >= 2,000 requests/s on one core for 100-step sessions; emulated
+Also: ``foldline verify`` >= 2,000 requests/s on one core for 100-step sessions; emulated
 cache-read ratio over steps 2..K of ``foldline demo`` with K >= 20 >= 0.9.
 
     python -m benchmarks.run loop
