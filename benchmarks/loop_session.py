@@ -39,6 +39,7 @@ from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
+from foldline.providers.streaming import AnswerProgress
 
 from .vs_langgraph.measure import GcClock, db_size, memory
 from .vs_langgraph.shape import DEFAULT_TAIL, answer_text, question_text
@@ -60,10 +61,12 @@ class _TimedProvider(Provider):
     def reset(self) -> None:
         self.send_ns = self.send_gc_ns = 0
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         t, gc0 = time.perf_counter_ns(), self.clock.ns
         try:
-            return await self.inner.send(body)
+            return await self.inner.send(body, stream=stream, progress=progress)
         finally:
             self.send_ns += time.perf_counter_ns() - t
             self.send_gc_ns += self.clock.ns - gc0
@@ -85,7 +88,9 @@ class _ToolRoundsProvider(Provider):
         self.serializer = ANTHROPIC_MESSAGES_V1
         self._n = 0
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         self._n += 1
         usage = Usage(input=10, output=20, cache_read=len(body) // 4, cache_write=50)
         if self._n % 5:
@@ -102,7 +107,9 @@ class _ChatProvider(Provider):
         self.serializer = ANTHROPIC_MESSAGES_V1
         self._n = 0
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         self._n += 1
         usage = Usage(input=10, output=100, cache_read=len(body) // 4, cache_write=50)
         return ProviderResponse((TextBlock(answer_text(self._n)),), usage, "end_turn")

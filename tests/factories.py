@@ -22,6 +22,7 @@ from foldline.core import (
 )
 from foldline.core.header import EpochHeader, HeaderReason
 from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.streaming import AnswerProgress
 
 HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
 
@@ -95,9 +96,11 @@ class CapturingProvider(Provider):
         self.serializer = inner.serializer
         self.bodies: list[bytes] = []
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         self.bodies.append(body)
-        return await self.inner.send(body)
+        return await self.inner.send(body, stream=stream, progress=progress)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -43,7 +43,9 @@ from foldline.core import (
     make_header,
 )
 from foldline.core.events import (
+    AssistantChunk,
     AttachmentQuarantine,
+    LlmRetry,
     RequestDispatch,
     SessionEndSeed,
     StepEnd,
@@ -63,7 +65,7 @@ TOOLS = (
     ),  # frozen by ToolSpec
     ToolSpec("noop", "", {}),
 )
-FULL_CONFIG = CallConfig("openai", "gpt-x", 0.7, 1024, ("END", "STOP"), "high")
+FULL_CONFIG = CallConfig("openai", "gpt-x", 0.7, 1024, ("END", "STOP"), "high", stream=True)
 UNKNOWN = freeze_json({"nested": {"a": [1, 2.5, "x", None, True]}, "z": "ü"})
 assert isinstance(UNKNOWN, FrozenDict)
 
@@ -87,12 +89,15 @@ EVERY_TYPE: list[Envelope] = [
         ),
     ),
     Envelope(5, 6, AssistantMessage("a2", (), None, None, ReplaceOp(1, 1), (4,))),
+    Envelope(5, 6, AssistantMessage("a3", (TextBlock("hel"),), None, "interrupted", "append", None, "req_1", "msg_1")),
     Envelope(6, 7, ToolResult("c1", "read", (TextBlock("out"), ImageBlock(IMG)), True)),
     Envelope(7, 8, ToolResult("c1", "read", (TextBlock("trim"),), False, ReplaceOp(3, 3), (6,))),
     Envelope(8, 9, TurnStart(0)),
     Envelope(9, 10, TurnEnd(0, "completed")),
     Envelope(9, 10, TurnEnd(0, "max-tokens")),
     Envelope(9, 10, TurnEnd(0, "interrupted")),
+    Envelope(9, 10, TurnEnd(0, "refusal")),
+    Envelope(9, 10, TurnEnd(0, "context-overflow")),
     Envelope(10, 11, StepStart(0, 1)),
     Envelope(11, 12, StepEnd(0, 1)),
     Envelope(12, 13, ToolCall(0, 1, "c1", "read", '{"path":"x"}')),
@@ -105,6 +110,10 @@ EVERY_TYPE: list[Envelope] = [
     Envelope(19, 20, CompactionEnd()),
     Envelope(20, 21, AttachmentQuarantine("sha256:" + "cd" * 32, "corrupt", "drop")),
     Envelope(21, 22, UnknownEvent("future/thing", UNKNOWN), ignorable=True),
+    Envelope(21, 22, LlmRetry(0, 1, 1, "overloaded_error", 529, 1500, "req_9", 0), ignorable=True),
+    Envelope(21, 22, LlmRetry(0, 1, 2, "ReadError", None, None, None, 77), ignorable=True),
+    Envelope(21, 22, AssistantChunk(0, 1, 1, 0, '{"type":"ping"}', "ping"), ignorable=True),
+    Envelope(21, 22, AssistantChunk(0, 1, 1, 1, "[DONE]"), ignorable=True),
     Envelope(22, 23, TurnStart(3), ignorable=True),
 ]
 

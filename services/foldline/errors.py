@@ -26,7 +26,12 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
     │   └── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
     ├── ProviderError                   the model provider failed or answered something unusable
-    │   └── ProviderStatusError         the provider answered with a non-2xx HTTP status
+    │   ├── ProviderStatusError         the provider answered with a non-2xx HTTP status
+    │   │   └── ContextOverflow         the request does not fit the model's context window
+    │   ├── ProviderTransportError      the connection failed, before or during the answer
+    │   ├── ProviderStreamError         a streamed answer is malformed, broke off or carried an error event
+    │   ├── AnswerTooLarge              an answer exceeded the configured size limit
+    │   └── RetriesExhausted            the attempts or the deadline ran out; the last failure is its cause
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
     │   └── MissingHeader               a request boundary with no request/header before it
     ├── ConfigError                     configuration names something that does not exist
@@ -44,8 +49,10 @@ __all__ = [
     "AttachmentReadFailed",
     "AuthenticationFailed",
     "AvroDecodeError",
+    "AnswerTooLarge",
     "ConfigError",
     "ConflictError",
+    "ContextOverflow",
     "DispatchFailed",
     "DispatchTimeout",
     "FencedError",
@@ -59,7 +66,10 @@ __all__ = [
     "MissingHeader",
     "ProviderError",
     "ProviderStatusError",
+    "ProviderStreamError",
+    "ProviderTransportError",
     "ReconstructionError",
+    "RetriesExhausted",
     "SessionExists",
     "SessionNotFound",
     "StoreBusy",
@@ -207,14 +217,91 @@ class ProviderError(FoldlineError):
 
 
 class ProviderStatusError(ProviderError):
-    """The provider answered with a non-2xx HTTP status. ``excerpt`` is a short, credential-free body excerpt."""
+    """The provider answered with a non-2xx HTTP status. ``excerpt`` is a short, credential-free body excerpt.
 
-    def __init__(self, provider: str, status: int, excerpt: str) -> None:
+    What the answer said about retrying travels with it: ``error_type`` (the body's error type or code),
+    ``request_id`` (the provider's request id header), ``retry_after`` (seconds, from ``retry-after-ms`` or
+    ``retry-after``), ``should_retry`` (the ``x-should-retry`` header) and ``final`` (the answer marks the
+    failure as not worth retrying, e.g. a quota or spend limit behind a 429).
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        status: int,
+        excerpt: str,
+        *,
+        error_type: str | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+        should_retry: bool | None = None,
+        final: bool = False,
+    ) -> None:
         self.provider = provider
         self.status = status
         self.excerpt = excerpt
+        self.error_type = error_type
+        self.request_id = request_id
+        self.retry_after = retry_after
+        self.should_retry = should_retry
+        self.final = final
         retry = " (retryable: rate limited or overloaded)" if status in (408, 429, 500, 502, 503, 504, 529) else ""
+        if final:
+            retry = " (final: the provider marks it as not worth retrying)"
         super().__init__(f"{provider}: HTTP {status}{retry}: {excerpt}")
+
+
+class ContextOverflow(ProviderStatusError):
+    """The request is longer than the model's context window. Retrying the same bytes cannot help: compact
+    earlier (a lower ``PressurePolicy`` budget) or choose a model with a larger window."""
+
+
+class ProviderTransportError(ProviderError):
+    """The connection failed (connect, read, reset, timeout). ``received_bytes`` counts the answer bytes that
+    had arrived: 0 means the failure came before the first one, so resending the same bytes is safe."""
+
+    def __init__(self, message: str, *, received_bytes: int = 0, error_type: str = "transport") -> None:
+        self.received_bytes = received_bytes
+        self.error_type = error_type
+        super().__init__(message)
+
+
+class ProviderStreamError(ProviderError):
+    """A streamed answer that cannot be assembled: malformed server-sent events, an event of a type foldline
+    does not know, a stream that ended before its final event, or an error event in the middle of the answer.
+    ``retryable`` is true only for an error event whose type the provider uses for transient failures."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str = "malformed-stream",
+        received_bytes: int = 0,
+        retryable: bool = False,
+        request_id: str | None = None,
+    ) -> None:
+        self.error_type = error_type
+        self.received_bytes = received_bytes
+        self.retryable = retryable
+        self.request_id = request_id
+        super().__init__(message)
+
+
+class AnswerTooLarge(ProviderError):
+    """The answer grew past the configured limit (``TransportSettings.max_answer_bytes``); it was not kept."""
+
+    def __init__(self, message: str, *, received_bytes: int = 0) -> None:
+        self.received_bytes = received_bytes
+        super().__init__(message)
+
+
+class RetriesExhausted(ProviderError):
+    """Every attempt failed, or the retry deadline passed; ``attempts`` were made and the last failure is the
+    ``__cause__``. Each failed attempt is in the session log as an ``llm/retry`` event."""
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        self.attempts = attempts
+        super().__init__(message)
 
 
 class ReconstructionError(FoldlineError):

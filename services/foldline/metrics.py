@@ -31,6 +31,12 @@ Public API::
     dispatcher.fenced_write()
     dispatcher.attachment_error(kind); dispatcher.invariant_violation()
 
+    provider = ProviderMetrics(registry)             # the transport: what RetryingSender reports
+    provider.retried(provider, status_class)         # a failed attempt that will be retried (4xx|5xx|transport|stream)
+    provider.failed(provider, status_class)          # a request given up on
+    provider.first_token(provider, stream, seconds)  # request start to the first token (unstreamed: first byte)
+    provider.concurrency(provider, limit, in_flight) # the adaptive limiter's limit and requests in flight
+
 A loop is measured from what it appends: :class:`~foldline.adapters.metered_log.MeteredEventLog`
 wraps any event log and feeds every successful append to :meth:`LoopMetrics.observe_events`; a
 :class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way. Invariant
@@ -66,6 +72,7 @@ __all__ = [
     "DispatcherMetrics",
     "LoopMetrics",
     "ProjectorMetrics",
+    "ProviderMetrics",
     "new_registry",
 ]
 
@@ -74,6 +81,8 @@ NAMESPACE: Final = "foldline"
 CACHE_READ_RATIO_BUCKETS: Final = (0.0, 0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)
 LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 HEADER_REASONS: Final = ("initial", "resume", "change")
+STATUS_CLASSES: Final = ("4xx", "5xx", "transport", "stream", "other")
+TTFT_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 ATTACHMENT_ERROR_KINDS: Final = ("AttachmentNotFound", "AttachmentCorrupt", "AttachmentReadFailed")
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` series: they double the exposition and no rule reads them
@@ -430,3 +439,62 @@ class DispatcherMetrics:
 
     def invariant_violation(self) -> None:
         self.loop.invariant_violation()
+
+
+class ProviderMetrics:
+    """The provider transport of a process (loop or dispatcher): retries and failures by provider and status
+    class, time to first token, requests in flight and the adaptive concurrency limit. It is the
+    :class:`~foldline.providers.retry.TransportObserver` a :class:`~foldline.providers.retry.RetryingSender`
+    reports to. Labels: ``provider``, ``status_class`` (4xx | 5xx | transport | stream | other) and ``stream``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.retries = Counter(
+            "provider_retries",
+            "Failed provider attempts that were retried (each is an llm/retry event in the session log).",
+            ("provider", "status_class"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "provider_failures",
+            "Provider requests given up on (final failure or retries exhausted).",
+            ("provider", "status_class"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "provider_time_to_first_token_seconds",
+            "From a successful attempt's start to its first token (unstreamed answers: their first byte).",
+            ("provider", "stream"),
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=TTFT_BUCKETS,
+        )
+        self.in_flight = Gauge(
+            "provider_requests_in_flight",
+            "Provider requests being sent or answered right now.",
+            ("provider",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.limit = Gauge(
+            "provider_concurrency_limit",
+            "The adaptive concurrency limit of each provider (halves on 429/529, grows back on success).",
+            ("provider",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def retried(self, provider: str, status_class: str) -> None:
+        self.retries.labels(provider, status_class).inc()
+
+    def failed(self, provider: str, status_class: str) -> None:
+        self.failures.labels(provider, status_class).inc()
+
+    def first_token(self, provider: str, stream: bool, seconds: float) -> None:
+        self.ttft.labels(provider, "true" if stream else "false").observe(max(0.0, seconds))
+
+    def concurrency(self, provider: str, limit: float, in_flight: int) -> None:
+        self.limit.labels(provider).set(int(limit))
+        self.in_flight.labels(provider).set(in_flight)

@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.golden_logs.generate                # refuses when the fixtures exist
     .venv/bin/python -m tests.golden_logs.generate --force        # rewrite everything (a reviewed change only)
     .venv/bin/python -m tests.golden_logs.generate --avro-only    # add the record streams for a new Avro schema
+    .venv/bin/python -m tests.golden_logs.generate --add SESSION  # write one session that is not there yet
 
 The sessions are real: :class:`~foldline.loop.Agent` runs them against the in-process emulator through the
 real Anthropic Messages and OpenAI Chat adapters, with tools, hooks, trims, a compaction, a fork and a
@@ -21,13 +22,14 @@ import argparse
 import asyncio
 import base64
 import io
+import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from foldline.adapters.avro import AvroCodec
 from foldline.adapters.fs_attachments import FilesystemAttachmentStore
@@ -38,6 +40,7 @@ from foldline.cli.main import app
 from foldline.core import compaction as cc
 from foldline.core.content import ImageBlock, TextBlock, ToolCallBlock, ToolResultBlock
 from foldline.core.events import (
+    AssistantChunk,
     AssistantMessage,
     Envelope,
     EventData,
@@ -57,7 +60,10 @@ from foldline.loop.pressure import PressurePolicy
 from foldline.ports.attachments import AttachmentStore, describe
 from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
-from foldline.providers.emulator import Conversation, Emulator, Reply, ScriptedCall, TextPart
+from foldline.providers.emulator import Conversation, Emulator, Fault, FaultPlan, Reply, ScriptedCall, TextPart
+from foldline.providers.retry import RetryingSender
+from foldline.providers.settings import TransportSettings
+from foldline.providers.streaming import AnswerProgress
 
 from .layout import ATTACHMENTS_DIR, GOLDEN_DIR, SESSIONS, avro_dir, frame_records, jsonl_path, records_path
 from .layout import verify_path as verify_report_path
@@ -170,6 +176,13 @@ P_OPENAI_ABORT = "Look up retention, please."
 P_OPENAI_SHORT = "Describe the fold in detail."
 P_QUARANTINE = "Describe this image."
 P_RESTORED = "The image is back. Describe it now."
+P_T_RETRY = "Check the broker through a flaky network."
+P_T_PAUSE = "Search the long archive."
+P_T_REFUSE = "Delete every log, including the archive."
+P_T_AFTER = "Then just list the topics."
+P_T_OVERFLOW = "Read the entire archive at once."
+P_T_CUT = "Tell the whole history of the cluster."
+P_T_WINDOW = "Now repeat everything you know."
 
 PLANS: dict[str, tuple[Reply, ...]] = {
     P_ORDER: (
@@ -199,6 +212,12 @@ PLANS: dict[str, tuple[Reply, ...]] = {
     P_OPENAI_SHORT: (Reply("A fold is the projection of a log prefix into derived messages and a header. " * 5),),
     P_QUARANTINE: (Reply("It is a one-pixel image."),),
     P_RESTORED: (Reply("A one-pixel WebP image."),),
+    P_T_RETRY: (Reply("Looking it up.", (call("lookup", topic="kafka"),)), Reply("The broker answers.")),
+    P_T_PAUSE: (Reply("Searching the archive.", stop="pause_turn"), Reply("The archive holds seven days.")),
+    P_T_REFUSE: (Reply("I will not delete the archive.", stop="refusal"),),
+    P_T_AFTER: (Reply("The topics are events and archive."),),
+    P_T_CUT: (Reply("The cluster started with one broker and grew to three; " * 8),),
+    P_T_WINDOW: (Reply("Everything I know is", stop="model_context_window_exceeded"),),
 }
 
 
@@ -248,7 +267,9 @@ class Overloaded(Provider):
     def __init__(self, inner: Provider) -> None:
         self.name, self.serializer = inner.name, inner.serializer
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         raise ProviderError("provider returned 529 overloaded (injected)")
 
 
@@ -259,7 +280,9 @@ class Stalled(Provider):
         self.name, self.serializer = inner.name, inner.serializer
         self.waiting = asyncio.Event()
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         self.waiting.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable: the turn is cancelled first")
@@ -446,11 +469,76 @@ async def golden_quarantine(world: World) -> None:
     await resumed.provider.aclose()
 
 
+class CancellingLog(MemoryEventLog):
+    """Cancels ``task`` once the session holds ``after`` assistant/chunk events: a deterministic cut mid-stream
+    (the emulator paces the stream, so the cancellation lands before the next event)."""
+
+    task: asyncio.Task[object] | None = None
+    after = 0
+
+    def _chunks(self, session_id: str) -> int:
+        return sum(isinstance(e.data, AssistantChunk) for e in self.read(session_id))
+
+    def append(self, session_id: str, expected_seq: int, events: Sequence[Envelope], **kwargs: Any) -> Any:
+        result = super().append(session_id, expected_seq, events, **kwargs)
+        chunked = any(isinstance(e.data, AssistantChunk) for e in events)
+        if self.task is not None and chunked and self._chunks(session_id) >= self.after:
+            self.task.cancel()
+            self.task = None
+        return result
+
+
+async def golden_transport(world: World) -> None:
+    """Streamed answers (anthropic-messages v2) through faults: a 429 and a reset retried (``llm/retry``), a
+    paused turn, a refusal and the reset that removes it, a context overflow answered 400, a stream cancelled
+    mid-answer with chunk logging on (``assistant/chunk``, an ``interrupted`` message), a full context window."""
+    sid = "golden-transport"
+    plan = FaultPlan(
+        by_index={
+            0: Fault.rate_limited(retry_after_s=2.0),
+            1: Fault("reset-before"),
+            8: Fault("status", 400, message="prompt is too long: 212000 tokens > 200000 maximum"),
+        }
+    )
+    emulator = Emulator(PlannedScript(PLANS), clock=world.clock.seconds, faults=plan, event_delay_s=0.001)
+
+    async def no_wait(seconds: float) -> None:
+        return None
+
+    def sender(log_chunks: bool) -> RetryingSender:
+        return RetryingSender(TransportSettings(log_chunks=log_chunks), sleep=no_wait, rng=random.Random(7))
+
+    config = CallConfig("anthropic", "claude-emulated", max_tokens=512, stream=True)
+    options = AgentOptions(config=config, system=SYSTEM, tools=golden_tools(world.store), sender=sender(False))
+    provider = emulated_provider("anthropic", emulator=emulator)
+    agent = Agent(sid, world.log, provider, options, attachments=world.store, clock=world.clock)
+    assert (await agent.run_turn(P_T_RETRY)).reason == "completed"
+    assert (await agent.run_turn(P_T_PAUSE)).reason == "completed"
+    assert (await agent.run_turn(P_T_REFUSE)).reason == "refusal"
+    assert (await agent.run_turn(P_T_AFTER)).reason == "completed"
+    assert (await agent.run_turn(P_T_OVERFLOW)).reason == "context-overflow"
+    agent.sender = sender(True)
+    log = world.log
+    assert isinstance(log, CancellingLog)
+    task: asyncio.Task[object] = asyncio.create_task(agent.run_turn(P_T_CUT))
+    log.task, log.after = task, 5
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the streamed turn was not cancelled")
+    agent.sender = sender(False)
+    assert (await agent.run_turn(P_T_WINDOW)).reason == "context-overflow"
+    await provider.aclose()
+
+
 async def run_sessions(world: World) -> None:
     await golden_anthropic(world)
     await golden_fork(world)
     await golden_openai(world)
     await golden_quarantine(world)
+    await golden_transport(world)
 
 
 # ---------------------------------------------------------------------------- writing the fixtures
@@ -491,9 +579,38 @@ def _write_avro(sessions: Mapping[str, Sequence[Envelope]]) -> Path:
     return target
 
 
-def write_fixtures() -> None:
+#: Sessions that ``--add`` can write on their own (they share nothing with the others).
+ADDABLE: Mapping[str, Callable[[World], Coroutine[Any, Any, None]]] = {"golden-transport": golden_transport}
+
+
+def _world() -> World:
     clock = SteppingClock()
-    world = World(MemoryEventLog(), MemoryAttachmentStore(), clock, Emulator(PlannedScript(PLANS), clock=clock.seconds))
+    return World(CancellingLog(), MemoryAttachmentStore(), clock, Emulator(PlannedScript(PLANS), clock=clock.seconds))
+
+
+def write_one(session: str) -> None:
+    """Write ``session`` (one of :data:`ADDABLE`) and nothing else: its export, its verify report and its
+    record stream for the current schema; refuses when any of them exists."""
+    targets = [jsonl_path(session), verify_report_path(session), records_path(AvroCodec().fingerprint, session)]
+    if any(p.exists() for p in targets):
+        raise SystemExit(f"{session} is already written; golden logs are not regenerated")
+    world = _world()
+    asyncio.run(ADDABLE[session](world))
+    events = world.log.read(session)
+    assert not _referenced(events), "an added session must not reference attachment objects"
+    out = io.BytesIO()
+    export_session(world.log, session, out)
+    jsonl_path(session).write_bytes(out.getvalue())
+    _write_avro({session: events})
+    with tempfile.TemporaryDirectory(prefix="golden-logs-") as tmp:
+        data_dir = Path(tmp)
+        with SqliteEventLog(data_dir) as imported:
+            imported.append(session, 0, events)
+        verify_report_path(session).write_bytes(_verify_json(data_dir, session))
+
+
+def write_fixtures() -> None:
+    world = _world()
     asyncio.run(run_sessions(world))
     assert tuple(world.log.sessions()) == tuple(sorted(SESSIONS))
     GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
@@ -518,13 +635,15 @@ def write_fixtures() -> None:
 
 
 def write_avro_only() -> Path:
+    """The record streams of the current schema for every written session that has none yet."""
+    fingerprint = AvroCodec().fingerprint
     logs: dict[str, list[Envelope]] = {}
     for sid in SESSIONS:
-        lines = jsonl_path(sid).read_bytes().split(b"\n")[1:-1]
-        logs[sid] = [decode_event(line) for line in lines]
-    target = avro_dir(AvroCodec().fingerprint)
-    if target.exists():
-        raise SystemExit(f"{target} exists: the streams for the current schema are already written")
+        if jsonl_path(sid).exists() and not records_path(fingerprint, sid).exists():
+            lines = jsonl_path(sid).read_bytes().split(b"\n")[1:-1]
+            logs[sid] = [decode_event(line) for line in lines]
+    if not logs:
+        raise SystemExit(f"{avro_dir(fingerprint)} already holds the streams of every session")
     return _write_avro(logs)
 
 
@@ -533,7 +652,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="overwrite the existing golden logs")
     mode.add_argument("--avro-only", action="store_true", help="add record streams for the current Avro schema")
+    mode.add_argument("--add", choices=sorted(ADDABLE), help="write one session that is not there yet")
     args = parser.parse_args(argv)
+    if args.add:
+        write_one(args.add)
+        print(f"wrote {args.add}")
+        return 0
     if args.avro_only:
         print(f"wrote {write_avro_only()}")
         return 0

@@ -25,12 +25,14 @@ from foldline.core.content import ContentBlock, ImageBlock, ReasoningContent, Te
 from foldline.core.events import (
     TURN_END_REASONS,
     USER_SOURCES,
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionStart,
     CompactionSummary,
     Envelope,
     EventData,
+    LlmRetry,
     ReplaceOp,
     RequestDispatch,
     RequestHeader,
@@ -240,11 +242,22 @@ def test_the_golden_logs_cover_the_whole_catalog() -> None:
         "tool_use",
         "max_tokens",
         "stop_sequence",
+        "pause_turn",
+        "refusal",
+        "interrupted",
+        "model_context_window_exceeded",
     }
     assert {(d.serializer, d.serializer_version) for d in datas if isinstance(d, RequestDispatch)} == {
         ("anthropic-messages", 1),
+        ("anthropic-messages", 3),
         ("openai-chat", 1),
     }
+    assert any(isinstance(d, RequestHeader) and d.header.config.stream for d in datas)
+    assert any(isinstance(d, AssistantMessage) and d.provider_request_id and d.provider_message_id for d in datas)
+    retries = [d for d in datas if isinstance(d, LlmRetry)]
+    assert {r.wait_ms is None for r in retries} == {True, False}
+    assert {r.status is None for r in retries} == {True, False}
+    assert all(e.ignorable for e in events if isinstance(e.data, LlmRetry | AssistantChunk))
     assert {d.usage is None for d in datas if isinstance(d, AssistantMessage)} == {True, False}
     results = [d for d in datas if isinstance(d, ToolResult)]
     assert any(r.is_error for r in results)

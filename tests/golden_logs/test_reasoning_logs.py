@@ -52,6 +52,7 @@ def test_together_with_the_v0_logs_every_block_kind_and_serializer_has_a_golden_
     assert dispatched == {
         ("anthropic-messages", 1),
         ("anthropic-messages", 2),
+        ("anthropic-messages", 3),
         ("openai-chat", 1),
         ("openai-responses", 1),
         ("reasoning-chat", 1),

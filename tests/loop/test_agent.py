@@ -25,6 +25,7 @@ from foldline.ports.event_log import EventLog
 from foldline.providers.base import Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Conversation, Emulator, Reply, ScriptedCall, ToolLoopScript
+from foldline.providers.streaming import AnswerProgress
 from foldline.replay import is_loop_request
 from foldline.replay.invariant import InvariantCompanion
 from foldline.replay.verify import rebuild_requests, verify_events
@@ -266,7 +267,9 @@ class FailingProvider(Provider):
     def __init__(self, inner: Provider) -> None:
         self.name, self.serializer = inner.name, inner.serializer
 
-    async def send(self, body: bytes) -> ProviderResponse:
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
         raise ProviderError("provider returned 529 overloaded")
 
 
@@ -291,7 +294,9 @@ def test_cancellation_aborts_turn() -> None:
     class Slow(Provider):
         name, serializer = agent.provider.name, agent.provider.serializer
 
-        async def send(self, body: bytes) -> ProviderResponse:
+        async def send(
+            self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        ) -> ProviderResponse:
             await asyncio.sleep(10)
             raise AssertionError("unreachable")
 

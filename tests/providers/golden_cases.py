@@ -28,11 +28,24 @@ from .helpers import PNG_3X2, image_block, request, user
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
 
-#: The cases a serializer version refuses (it raises ProviderError, so there is no fixture): v2 of
-#: anthropic-messages requires maxTokens, the Responses API has no stop sequences.
+#: The cases a serializer version refuses (it raises ProviderError, so there is no fixture): v2 and v3 of
+#: anthropic-messages require maxTokens, the Responses API has no stop sequences, and every version before
+#: the streaming ones refuses a config that streams.
 REFUSED: dict[tuple[str, int], frozenset[str]] = {
-    ("anthropic-messages", 2): frozenset({"minimal"}),
-    ("openai-responses", 1): frozenset({"tools_and_config"}),
+    ("anthropic-messages", 1): frozenset({"streaming"}),
+    ("anthropic-messages", 2): frozenset({"minimal", "streaming"}),
+    ("anthropic-messages", 3): frozenset({"minimal"}),
+    ("openai-chat", 1): frozenset({"streaming"}),
+    ("openai-responses", 1): frozenset({"tools_and_config", "streaming"}),
+    ("openai-responses", 2): frozenset({"tools_and_config"}),
+    ("reasoning-chat", 1): frozenset({"streaming"}),
+}
+#: Each version that adds streaming, and the version it extends: without ``stream`` they write the same bytes.
+STREAMING_VERSIONS: dict[tuple[str, int], int] = {
+    ("anthropic-messages", 3): 2,
+    ("openai-chat", 2): 1,
+    ("openai-responses", 2): 1,
+    ("reasoning-chat", 2): 1,
 }
 
 #: A reasoning session as each provider returns it: thinking with signatures and redacted thinking
@@ -119,5 +132,15 @@ def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
         ),
         "reasoning_off": request(
             [user("No thinking, please.")], system=None, tools=None, max_tokens=100, reasoning_effort="off"
+        ),
+        # A tool round trip whose logged config asks for a streamed answer.
+        "streaming": request(
+            [
+                user("Stream the answer, please."),
+                Message("assistant", (ToolCallBlock("call_5", "now", "{}"),)),
+                Message("tool", (ToolResultBlock("call_5", (TextBlock("12:00"),)),)),
+            ],
+            max_tokens=512,
+            stream=True,
         ),
     }

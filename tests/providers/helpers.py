@@ -9,9 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pydantic
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
-from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming, MessageCreateParamsStreaming
+from openai.types.chat.completion_create_params import (
+    CompletionCreateParamsNonStreaming,
+    CompletionCreateParamsStreaming,
+)
+from openai.types.responses.response_create_params import (
+    ResponseCreateParamsNonStreaming,
+    ResponseCreateParamsStreaming,
+)
 
 from foldline.core import (
     CallConfig,
@@ -73,18 +79,18 @@ def user(text: str) -> Message:
 
 
 @functools.cache
-def anthropic_request_type() -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
+def anthropic_request_type(stream: bool = False) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(MessageCreateParamsStreaming if stream else MessageCreateParamsNonStreaming)
 
 
 @functools.cache
-def openai_request_type() -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(CompletionCreateParamsNonStreaming)
+def openai_request_type(stream: bool = False) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(CompletionCreateParamsStreaming if stream else CompletionCreateParamsNonStreaming)
 
 
 @functools.cache
-def responses_request_type() -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(ResponseCreateParamsNonStreaming)
+def responses_request_type(stream: bool = False) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(ResponseCreateParamsStreaming if stream else ResponseCreateParamsNonStreaming)
 
 
 #: DeepSeek's Chat Completions extensions (api-docs.deepseek.com/guides/thinking_mode): ``thinking`` at the top
@@ -103,7 +109,8 @@ def reasoning_chat_validate(body: bytes) -> None:
     thinking = data.get("thinking")
     if thinking is not None and thinking not in ({"type": "enabled"}, {"type": "disabled"}):
         raise NotAValidRequest(f"thinking must be {{type: enabled|disabled}}, got {thinking!r}")
-    strict_validate(openai_request_type(), json.dumps(data).encode(), REASONING_CHAT_EXTRA_BODY)
+    stream = data.get("stream") is True
+    strict_validate(openai_request_type(stream), json.dumps(data).encode(), REASONING_CHAT_EXTRA_BODY)
 
 
 def _materialize(value: Any) -> Any:

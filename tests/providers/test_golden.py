@@ -11,7 +11,7 @@ from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.errors import ProviderError
 from foldline.providers import SERIALIZERS
 
-from .golden_cases import GOLDEN_DIR, REFUSED, cases
+from .golden_cases import GOLDEN_DIR, REFUSED, STREAMING_VERSIONS, cases
 
 UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
 CASE_NAMES = sorted(cases(MemoryAttachmentStore()))
@@ -49,3 +49,15 @@ def test_every_golden_file_belongs_to_a_registered_serializer_and_case() -> None
     known = {_path(*key, case) for key in SERIALIZERS for case in CASE_NAMES if case not in REFUSED.get(key, ())}
     on_disk = set(GOLDEN_DIR.glob("*/v*/*.json"))
     assert on_disk == known
+
+
+def test_a_body_that_does_not_stream_has_the_same_bytes_as_under_the_version_streaming_extends() -> None:
+    """A streaming version only adds streaming: a log written with the version it extends digests the same."""
+    for (name, version), base in STREAMING_VERSIONS.items():
+        compared = 0
+        for case in CASE_NAMES:
+            if case in REFUSED.get((name, base), ()) or case in REFUSED.get((name, version), ()):
+                continue
+            assert _path(name, base, case).read_bytes() == _path(name, version, case).read_bytes(), (name, case)
+            compared += 1
+        assert compared >= 3

@@ -1,4 +1,4 @@
-"""Against the real Anthropic and OpenAI APIs — run only when the key is in the environment.
+"""Against the real Anthropic and OpenAI APIs — run only when the key is in the environment; every one streams.
 
 A tool turn and a follow-up turn through the production adapters over the network. Every request after
 the first must read from the provider's prefix cache (positive cache-read tokens), and ``verify`` must
@@ -13,7 +13,6 @@ import asyncio
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from foldline.adapters.sqlite_log import SqliteEventLog
@@ -57,35 +56,36 @@ def _run(provider: Provider, config: CallConfig, data_dir: Path, *, reasoning: s
     assert report.matched == report.checked == len(cache_reads)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
-def test_the_same_check_passes_against_the_emulator(wire: WireFormat, tmp_path: Path) -> None:
+def test_the_same_check_passes_against_the_emulator(wire: WireFormat, stream: bool, tmp_path: Path) -> None:
     """The assertions above hold on the emulator's cache model, so a failure against a real API is real."""
-    _run(emulated_provider(wire), CallConfig(wire, "emulated", max_tokens=512), tmp_path)
+    _run(emulated_provider(wire), CallConfig(wire, "emulated", max_tokens=512, stream=stream), tmp_path)
 
 
 @pytest.mark.skipif(not os.environ.get("ANTHROPIC_API_KEY"), reason="ANTHROPIC_API_KEY is not set")
 def test_anthropic_messages_keeps_hitting_the_cache(tmp_path: Path) -> None:
     model = os.environ.get("FOLDLINE_ANTHROPIC_MODEL", "claude-sonnet-4-5")
-    provider = AnthropicProvider(httpx.AsyncHTTPTransport(retries=2), os.environ["ANTHROPIC_API_KEY"])
-    _run(provider, CallConfig("anthropic", model, max_tokens=512), tmp_path)
+    provider = AnthropicProvider(None, os.environ["ANTHROPIC_API_KEY"])  # HTTP/2, foldline's retries
+    _run(provider, CallConfig("anthropic", model, max_tokens=512, stream=True), tmp_path)
 
 
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="OPENAI_API_KEY is not set")
 def test_openai_chat_keeps_hitting_the_cache(tmp_path: Path) -> None:
     model = os.environ.get("FOLDLINE_OPENAI_MODEL", "gpt-4.1-mini")
-    provider = OpenAIProvider(httpx.AsyncHTTPTransport(retries=2), os.environ["OPENAI_API_KEY"])
-    _run(provider, CallConfig("openai", model, max_tokens=512), tmp_path)
+    provider = OpenAIProvider(None, os.environ["OPENAI_API_KEY"])
+    _run(provider, CallConfig("openai", model, max_tokens=512, stream=True), tmp_path)
 
 
 THINKING_WIRES: list[tuple[WireFormat, CallConfig, str]] = [
     (
         "anthropic",
-        CallConfig("anthropic", "claude-thinking-emulated", max_tokens=4096, reasoning_effort="high"),
+        CallConfig("anthropic", "claude-thinking-emulated", max_tokens=4096, reasoning_effort="high", stream=True),
         "reasoning",
     ),
     (
         "openai-responses",
-        CallConfig("openai", "gpt-reasoning-emulated", max_tokens=4096, reasoning_effort="low"),
+        CallConfig("openai", "gpt-reasoning-emulated", max_tokens=4096, reasoning_effort="low", stream=True),
         "encrypted-reasoning",
     ),
 ]
@@ -102,14 +102,14 @@ def test_the_reasoning_check_passes_against_the_emulator(
 def test_a_thinking_model_tool_loop_on_anthropic_passes_signed_thinking_back(tmp_path: Path) -> None:
     """Extended thinking with a budget: every continuation must carry the signed thinking back (else 400)."""
     model = os.environ.get("FOLDLINE_ANTHROPIC_THINKING_MODEL", "claude-opus-4-5")
-    provider = AnthropicProvider(httpx.AsyncHTTPTransport(retries=2), os.environ["ANTHROPIC_API_KEY"])
-    config = CallConfig("anthropic", model, max_tokens=8192, thinking_budget=2048)
+    provider = AnthropicProvider(None, os.environ["ANTHROPIC_API_KEY"])
+    config = CallConfig("anthropic", model, max_tokens=8192, thinking_budget=2048, stream=True)
     _run(provider, config, tmp_path, reasoning="reasoning")
 
 
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="OPENAI_API_KEY is not set")
 def test_a_reasoning_model_tool_loop_on_the_responses_api_passes_encrypted_items_back(tmp_path: Path) -> None:
     model = os.environ.get("FOLDLINE_OPENAI_REASONING_MODEL", "gpt-5-mini")
-    provider = OpenAIResponsesProvider(httpx.AsyncHTTPTransport(retries=2), os.environ["OPENAI_API_KEY"])
-    config = CallConfig("openai", model, max_tokens=4096, reasoning_effort="low")
+    provider = OpenAIResponsesProvider(None, os.environ["OPENAI_API_KEY"])
+    config = CallConfig("openai", model, max_tokens=4096, reasoning_effort="low", stream=True)
     _run(provider, config, tmp_path, reasoning="encrypted-reasoning")

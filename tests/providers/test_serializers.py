@@ -41,15 +41,17 @@ OPENAI = OpenAIChatSerializer
 
 
 def sdk_validate(serializer: Serializer, body: bytes) -> None:
+    """Against the SDK's request type — its streaming variant when the body asks for a stream."""
+    stream = json.loads(body).get("stream") is True
     if serializer.name == "anthropic-messages":
-        strict_validate(anthropic_request_type(), body, ANTHROPIC_EXTRA_BODY)
+        strict_validate(anthropic_request_type(stream), body, ANTHROPIC_EXTRA_BODY)
     elif serializer.name == "openai-responses":
-        strict_validate(responses_request_type(), body)
+        strict_validate(responses_request_type(stream), body)
     elif serializer.name == "reasoning-chat":
         reasoning_chat_validate(body)
     else:
         assert serializer.name == "openai-chat"
-        strict_validate(openai_request_type(), body)
+        strict_validate(openai_request_type(stream), body)
 
 
 SERIALIZER_KEYS = sorted(SERIALIZERS)

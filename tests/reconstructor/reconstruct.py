@@ -447,12 +447,46 @@ def responses(header: dict[str, Any], messages: list[dict[str, Any]], objects: O
 
 
 Serialize = Callable[[dict[str, Any], list[dict[str, Any]], Objects], Json]
+
+
+# ---------------------------------------------------------------------------- §9.7 the streaming versions
+
+
+def no_stream(base: Serialize) -> Serialize:
+    """A version before streaming: a config that streams is refused."""
+
+    def serialize(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+        if header["config"].get("stream"):
+            raise Refused("this version predates streaming")
+        return base(header, messages, objects)
+
+    return serialize
+
+
+def streaming(base: Serialize, fields: dict[str, Any]) -> Serialize:
+    """The version ``base`` extends, plus ``fields`` at the top level when ``config.stream`` is true."""
+
+    def serialize(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+        plain = {**header, "config": {k: v for k, v in header["config"].items() if k != "stream"}}
+        body = base(plain, messages, objects)
+        if header["config"].get("stream"):
+            body.update(fields)
+        return body
+
+    return serialize
+
+
+USAGE_CHUNK = {"stream": True, "stream_options": {"include_usage": True}}
 SERIALIZERS: dict[tuple[str, int], Serialize] = {
-    ("anthropic-messages", 1): lambda h, m, o: anthropic(1, h, m, o),
-    ("anthropic-messages", 2): lambda h, m, o: anthropic(2, h, m, o),
-    ("openai-chat", 1): lambda h, m, o: chat(False, h, m, o),
-    ("reasoning-chat", 1): lambda h, m, o: chat(True, h, m, o),
-    ("openai-responses", 1): responses,
+    ("anthropic-messages", 1): no_stream(lambda h, m, o: anthropic(1, h, m, o)),
+    ("anthropic-messages", 2): no_stream(lambda h, m, o: anthropic(2, h, m, o)),
+    ("anthropic-messages", 3): streaming(lambda h, m, o: anthropic(2, h, m, o), {"stream": True}),
+    ("openai-chat", 1): no_stream(lambda h, m, o: chat(False, h, m, o)),
+    ("openai-chat", 2): streaming(lambda h, m, o: chat(False, h, m, o), USAGE_CHUNK),
+    ("reasoning-chat", 1): no_stream(lambda h, m, o: chat(True, h, m, o)),
+    ("reasoning-chat", 2): streaming(lambda h, m, o: chat(True, h, m, o), USAGE_CHUNK),
+    ("openai-responses", 1): no_stream(responses),
+    ("openai-responses", 2): streaming(responses, {"stream": True}),
 }
 
 # ---------------------------------------------------------------------------- §9.6 the summarize body

@@ -47,6 +47,7 @@ from ..core.content import (
     ToolResultPart,
 )
 from ..core.events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
@@ -54,6 +55,7 @@ from ..core.events import (
     CompactionSummary,
     Envelope,
     EventData,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
@@ -273,7 +275,9 @@ def _data_to_avro(event: EventData, data: dict[str, Any]) -> tuple[str, dict[str
             | AttachmentQuarantine()
         ):
             return (_NS + _RECORD_NAMES[event.TYPE], data)
-        case UnknownEvent():
+        case LlmRetry() | AssistantChunk() | UnknownEvent():
+            # always ignorable (docs/SCHEMAS.md rule 4): they travel as UnknownEvent, and readers that know
+            # the type decode its JSON data into the event again
             return (_NS + "UnknownEvent", {"json": codec.canonical_json(data).decode()})
         case _:
             assert_never(event)

@@ -66,9 +66,10 @@ def verify(
                 f"[yellow]UNRECONSTRUCTABLE[/] {u.session} turn {u.turn} step {u.step} (seq {u.seq}): {u.reason}"
             )
         colour = "green" if report.ok else "red"
+        retried = f", {report.retries} failed attempt(s) resent the same bytes" if report.retries else ""
         console.print(
             f"[{colour}]verified {report.matched}/{report.checked} requests across {len(ids)} session(s)[/]"
-            f" — {len(report.mismatched)} mismatched, {len(report.unreconstructable)} unreconstructable"
+            f" — {len(report.mismatched)} mismatched, {len(report.unreconstructable)} unreconstructable{retried}"
         )
     if not report.ok:
         raise typer.Exit(1)
@@ -185,6 +186,14 @@ def drops(
                 f"[{colour}]{', '.join(d.causes)}[/]",
             )
         console.print(table)
+        for d in listed:
+            if not d.explained:
+                prev = d.previous.message_id if d.previous else None
+                console.print(
+                    f"[red]unexplained[/] {d.session_id} seq {d.step.dispatch_seq}: provider request "
+                    f"{d.step.request_id or 'unknown'}, message {d.step.message_id or 'unknown'} "
+                    f"(previous message {prev or 'unknown'})"
+                )
         summary = ", ".join(f"{cause} {n}" for cause, n in counts.items() if n)
         console.print(f"{len(found)} drop(s){': ' + summary if summary else ''}")
     if fail_on_unexplained and counts["unexplained"]:

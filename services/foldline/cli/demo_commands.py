@@ -101,9 +101,28 @@ def demo(
 def emulator(
     port: Annotated[int, typer.Option("--port", help="TCP port on 127.0.0.1.")] = 8089,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    fault_at: Annotated[
+        list[str] | None,
+        typer.Option("--fault-at", help="INDEX=FAULT: answer request INDEX (0-based) with FAULT; repeatable."),
+    ] = None,
+    fault_rate: Annotated[
+        list[str] | None,
+        typer.Option("--fault-rate", help="RATE=FAULT: answer that share of requests with FAULT; repeatable."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Which requests the rates pick (deterministic).")] = 0,
+    event_delay: Annotated[float, typer.Option("--event-delay", min=0, help="Seconds between streamed events.")] = 0.0,
 ) -> None:
-    """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions)."""
-    from ..providers.emulator import serve
+    """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions).
 
+    FAULT is 429[:RETRY_AFTER_S], 529, 500 (any status), reset-before, reset-mid or slow:SECONDS.
+    """
+    from ..providers.emulator import Emulator, Fault, FaultPlan, serve
+
+    try:
+        by_index = {int(i): Fault.parse(f) for i, _, f in (x.partition("=") for x in fault_at or ())}
+        rates = [(float(r), Fault.parse(f)) for r, _, f in (x.partition("=") for x in fault_rate or ())]
+        plan = FaultPlan(by_index, rates, seed) if by_index or rates else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     console.print(f"emulator listening on http://{host}:{port} (POST /v1/messages, /v1/chat/completions)")
-    serve(host, port)
+    serve(host, port, emulator=Emulator(faults=plan, event_delay_s=event_delay))

@@ -30,9 +30,11 @@ from ..core import codec
 from ..core.content import ImageBlock, TextBlock, ToolCallBlock
 from ..core.diff import snapshot_diffs
 from ..core.events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionSummary,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     ToolCall,
@@ -204,7 +206,19 @@ def _summary(data: object) -> str:
         case AssistantMessage():
             u = data.usage
             usage = f" [in {u.input} read {u.cache_read} write {u.cache_write} out {u.output}]" if u else ""
-            return blocks(data.content) + usage
+            stop = f" ({data.stop_reason})" if data.stop_reason in ("interrupted", "refusal", "pause_turn") else ""
+            named = (("request", data.provider_request_id), ("message", data.provider_message_id))
+            ids = [f"{k}={v}" for k, v in named if v]
+            return blocks(data.content) + usage + stop + (f" {{{' '.join(ids)}}}" if ids else "")
+        case LlmRetry():
+            status = f"HTTP {data.status} " if data.status is not None else ""
+            then = f"retry in {data.wait_ms} ms" if data.wait_ms is not None else "gave up"
+            after = f" after {data.received_bytes} answer bytes" if data.received_bytes else " before any answer byte"
+            rid = f" request={data.provider_request_id}" if data.provider_request_id else ""
+            return f"attempt {data.attempt} failed: {status}{data.error_type}{after}; {then}{rid}"
+        case AssistantChunk():
+            name = f"{data.event} " if data.event else ""
+            return f"attempt {data.attempt} #{data.index} {name}{data.data[:100]}"
         case ToolResult():
             op = "" if data.surface_op == "append" else " (trim)"
             return f"{data.name} {data.call_id}{op}{' ERROR' if data.is_error else ''}: {blocks(data.content)}"

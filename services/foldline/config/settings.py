@@ -1,6 +1,7 @@
 """Every setting a foldline process reads, each with its one default, and where it comes from.
 
-:class:`Config` is a tree of frozen sections — ``kafka``, ``redis``, ``folds``, ``s3``, ``dispatch``,
+:class:`Config` is a tree of frozen sections — ``kafka``, ``redis``, ``folds``, ``s3``, ``dispatch``, ``transport``
+(:class:`~foldline.providers.settings.TransportSettings`: provider HTTP, retries, adaptive concurrency),
 ``projector``, ``providers``, ``metrics`` — plus the backend and the data directory.
 :meth:`Config.from_env` reads the ``FOLDLINE_*`` variables listed in :data:`SETTINGS` (and, for Kafka, an
 optional librdkafka client-properties file); an unset variable leaves the field's default, which is
@@ -28,6 +29,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from ..providers.settings import TransportSettings
 
 __all__ = [
     "BACKENDS",
@@ -233,6 +235,7 @@ class Config:
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     projector: ProjectorConfig = field(default_factory=ProjectorConfig)
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
+    transport: TransportSettings = field(default_factory=TransportSettings)  # provider HTTP, retries, limits
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
@@ -360,6 +363,13 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value < 1:
+        raise ValueError("it must be within [0, 1)")
+    return value
+
+
 def _bool(raw: str) -> bool:
     lowered = raw.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -442,6 +452,91 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FOLDLINE_OPENAI_URL", "providers.openai_url", _text, "OpenAI base URL (unset: emulator)"),
     Setting("ANTHROPIC_API_KEY", "providers.anthropic_api_key", _text, "Anthropic API key", secret=True),
     Setting("OPENAI_API_KEY", "providers.openai_api_key", _text, "OpenAI API key", secret=True),
+    Setting(
+        "FOLDLINE_PROVIDER_CONNECT_TIMEOUT", "transport.connect_timeout_s", _seconds, "seconds to connect to a provider"
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_READ_TIMEOUT",
+        "transport.read_timeout_s",
+        _seconds,
+        "seconds allowed between two bytes of an answer",
+    ),
+    Setting("FOLDLINE_PROVIDER_WRITE_TIMEOUT", "transport.write_timeout_s", _seconds, "seconds to send a request body"),
+    Setting(
+        "FOLDLINE_PROVIDER_POOL_TIMEOUT", "transport.pool_timeout_s", _seconds, "seconds to wait for a free connection"
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_MAX_CONNECTIONS",
+        "transport.max_connections",
+        _positive_int,
+        "provider connections per process",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_MAX_KEEPALIVE",
+        "transport.max_keepalive_connections",
+        _positive_int,
+        "idle provider connections kept open",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_KEEPALIVE_EXPIRY",
+        "transport.keepalive_expiry_s",
+        _seconds,
+        "seconds an idle connection is kept",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_POOL_SHARDS",
+        "transport.pool_shards",
+        _positive_int,
+        "connection pools the connections are split over",
+    ),
+    Setting("FOLDLINE_PROVIDER_HTTP2", "transport.http2", _bool, "HTTP/2 to the providers (needs h2)"),
+    Setting("FOLDLINE_PROVIDER_MAX_ATTEMPTS", "transport.max_attempts", _positive_int, "attempts per provider request"),
+    Setting(
+        "FOLDLINE_PROVIDER_INITIAL_BACKOFF",
+        "transport.initial_backoff_s",
+        _seconds,
+        "first retry wait when the answer names none",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_MAX_BACKOFF",
+        "transport.max_backoff_s",
+        _seconds,
+        "longest retry wait when the answer names none",
+    ),
+    Setting("FOLDLINE_PROVIDER_JITTER", "transport.jitter", _fraction, "share of a retry wait drawn at random (0..1)"),
+    Setting(
+        "FOLDLINE_PROVIDER_MAX_RETRY_AFTER",
+        "transport.max_retry_after_s",
+        _seconds,
+        "longest retry-after honoured; longer: give up",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_RETRY_DEADLINE",
+        "transport.retry_deadline_s",
+        _seconds,
+        "no attempt starts later than this after the first",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_CONCURRENCY",
+        "transport.concurrency_initial",
+        _positive_int,
+        "starting concurrency limit per provider",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_CONCURRENCY_MIN", "transport.concurrency_min", _positive_int, "the adaptive limit's floor"
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_CONCURRENCY_MAX", "transport.concurrency_max", _positive_int, "the adaptive limit's ceiling"
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_MAX_ANSWER_BYTES",
+        "transport.max_answer_bytes",
+        _positive_int,
+        "largest answer kept, streamed or not",
+    ),
+    Setting(
+        "FOLDLINE_PROVIDER_LOG_CHUNKS", "transport.log_chunks", _bool, "append each streamed event as assistant/chunk"
+    ),
     Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
     Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
 )

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
@@ -91,6 +93,10 @@ def header_snapshots(events: Sequence[Envelope]) -> list[HeaderSnapshot]:
                 | CompactionSummary()
                 | CompactionEnd()
                 | AttachmentQuarantine()
+                | LlmRetry()
+                | AssistantChunk()
+                | LlmRetry()
+                | AssistantChunk()
                 | UnknownEvent()
             ):
                 pass

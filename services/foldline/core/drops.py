@@ -33,6 +33,10 @@ step's dispatch (inclusive), in this order of precedence — ``cause`` is the fi
                    seconds after their last use);
 ``unexplained``    none of the above: the log does not account for the drop.
 
+Each step carries the provider's names for its answer (the ``assistant/message``'s ``providerRequestId`` and
+``providerMessageId``), so a drop — an unexplained one above all — can be taken to the provider: the request
+id for a support ticket, this and the previous step's message ids for its cache diagnostics.
+
 Pure: no I/O and no clock — times come from envelope timestamps.
 """
 
@@ -44,12 +48,14 @@ from typing import assert_never
 
 from .content import REASONING_KINDS, Usage
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     ReplaceOp,
     RequestDispatch,
     RequestHeader,
@@ -107,6 +113,8 @@ class Step:
     model: str
     usage: Usage
     cache_ttl_seconds: float | None = None  # the logged config.cacheTtl of the request's header, if any
+    request_id: str | None = None  # the provider's request id of the answer
+    message_id: str | None = None  # the provider's id of the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +162,9 @@ class Drop:
             "lost_tokens": self.lost_tokens,
             "prompt_tokens": s.usage.prompt_tokens,
             "gap_seconds": self.gap_seconds,
+            "request_id": s.request_id,
+            "message_id": s.message_id,
+            "previous_message_id": self.previous.message_id if self.previous else None,
         }
 
 
@@ -279,10 +290,20 @@ class DropTracker:
                         pending.model,
                         data.usage,
                         pending.ttl,
+                        data.provider_request_id,
+                        data.provider_message_id,
                     )
                     return self._judge(step, pending.causes)
             case (
-                TurnStart() | TurnEnd() | StepStart() | StepEnd() | ToolCall() | AttachmentQuarantine() | UnknownEvent()
+                TurnStart()
+                | TurnEnd()
+                | StepStart()
+                | StepEnd()
+                | ToolCall()
+                | AttachmentQuarantine()
+                | LlmRetry()
+                | AssistantChunk()
+                | UnknownEvent()
             ):
                 pass
             case _:

@@ -18,6 +18,8 @@ __all__ = [
     "SESSION_FORMAT_VERSION",
     "SURFACE_TYPES",
     "TURN_END_REASONS",
+    "ALWAYS_IGNORABLE",
+    "AssistantChunk",
     "AssistantMessage",
     "AttachmentQuarantine",
     "CompactionEnd",
@@ -25,6 +27,7 @@ __all__ = [
     "CompactionSummary",
     "Envelope",
     "EventData",
+    "LlmRetry",
     "ReplaceOp",
     "RequestDispatch",
     "RequestHeader",
@@ -44,9 +47,15 @@ __all__ = [
 
 SESSION_FORMAT_VERSION = 0
 
-TurnEndReason = Literal["completed", "aborted", "blocked", "error", "max-tokens", "interrupted"]
-TURN_END_REASONS: frozenset[str] = frozenset({"completed", "aborted", "blocked", "error", "max-tokens", "interrupted"})
-USER_SOURCES: frozenset[str] = frozenset({"user", "inject", "tool-context", "pre-step", "compaction", "fork"})
+TurnEndReason = Literal[
+    "completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "refusal", "context-overflow"
+]
+TURN_END_REASONS: frozenset[str] = frozenset(
+    {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "refusal", "context-overflow"}
+)
+USER_SOURCES: frozenset[str] = frozenset(
+    {"user", "inject", "tool-context", "pre-step", "compaction", "fork", "refusal-reset"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,9 @@ class UserMessage:
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
+    """A model answer. ``provider_request_id`` / ``provider_message_id`` name it at the provider (the HTTP
+    request id header and the answer's own id), for support tickets and cache diagnostics; not model-visible."""
+
     TYPE: ClassVar[str] = "assistant/message"
     id: str
     content: tuple[ContentBlock, ...]
@@ -79,6 +91,8 @@ class AssistantMessage:
     stop_reason: str | None = None
     surface_op: SurfaceOp = "append"
     source_event_seqs: tuple[int, ...] | None = None
+    provider_request_id: str | None = None
+    provider_message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +215,49 @@ class AttachmentQuarantine:
 
 
 @dataclass(frozen=True, slots=True)
+class LlmRetry:
+    """One failed attempt of a step's provider request, appended before the wait that follows it.
+
+    ``attempt`` counts from 1; ``status`` is the HTTP status (absent for a transport failure); ``error_type``
+    the provider's error type or the transport failure's name; ``wait_ms`` the wait before the next attempt
+    (absent: the request was given up on after this attempt); ``received_bytes`` the answer bytes that had
+    arrived when it failed (0: before the first byte). Every attempt sends the bytes of the step's
+    ``request/dispatch`` digest. Always written ignorable, so a reader that predates it skips it.
+    """
+
+    TYPE: ClassVar[str] = "llm/retry"
+    turn: int
+    step: int
+    attempt: int
+    error_type: str
+    status: int | None = None
+    wait_ms: int | None = None
+    provider_request_id: str | None = None
+    received_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantChunk:
+    """One server-sent event of a streamed answer, as it arrived (optional logging, off by default).
+
+    ``attempt`` is the attempt of the step's request it belongs to, ``index`` its position in that attempt's
+    stream, ``event`` the SSE event name (absent when the stream names none) and ``data`` its data text.
+    Never model-visible; always written ignorable."""
+
+    TYPE: ClassVar[str] = "assistant/chunk"
+    turn: int
+    step: int
+    attempt: int
+    index: int
+    data: str
+    event: str | None = None
+
+
+#: Known event types that are always written ``ignorable``: readers that predate them skip them.
+ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE})
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """An event type this version does not know; only accepted when the envelope is ignorable."""
 
@@ -226,6 +283,8 @@ EventData: TypeAlias = (
     | CompactionSummary
     | CompactionEnd
     | AttachmentQuarantine
+    | LlmRetry
+    | AssistantChunk
     | UnknownEvent
 )
 

@@ -20,12 +20,14 @@ from typing import Any, assert_never
 
 from . import codec
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
@@ -150,6 +152,10 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
                 | CompactionSummary()
                 | CompactionEnd()
                 | AttachmentQuarantine()
+                | LlmRetry()
+                | AssistantChunk()
+                | LlmRetry()
+                | AssistantChunk()
                 | UnknownEvent()
             ):
                 pass

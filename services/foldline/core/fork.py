@@ -18,6 +18,7 @@ from typing import assert_never
 
 from ..errors import ForkError
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
@@ -25,6 +26,7 @@ from .events import (
     CompactionSummary,
     Envelope,
     EventData,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
@@ -88,6 +90,10 @@ def fork_point(parent: Sequence[Envelope], at_seq: int) -> ForkPoint:
                 | SessionEndSeed()
                 | CompactionSummary()
                 | AttachmentQuarantine()
+                | LlmRetry()
+                | AssistantChunk()
+                | LlmRetry()
+                | AssistantChunk()
                 | UnknownEvent()
             ):
                 pass

@@ -32,7 +32,7 @@ MIN_THINKING_BUDGET = 1024
 
 @dataclass(frozen=True, slots=True)
 class CallConfig:
-    """The call configuration of a conversation: provider, model and sampling scalars."""
+    """The call configuration of a conversation: provider, model, sampling scalars and whether answers stream."""
 
     provider: str
     model: str
@@ -43,6 +43,7 @@ class CallConfig:
     cache_ttl: str | None = None
     prompt_cache_key: str | None = None
     thinking_budget: int | None = None
+    stream: bool = False  # answer as server-sent events; logged, so the request's digest covers it
 
     def __post_init__(self) -> None:
         if not self.provider or not self.model:

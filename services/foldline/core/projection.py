@@ -15,12 +15,14 @@ from typing import Literal, assert_never, overload
 
 from .content import ContentBlock, ToolResultBlock
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
@@ -79,6 +81,8 @@ def derive_event_message(event: Envelope) -> Message | None:
             | CompactionSummary()
             | CompactionEnd()
             | AttachmentQuarantine()
+            | LlmRetry()
+            | AssistantChunk()
             | UnknownEvent()
         ):
             return None

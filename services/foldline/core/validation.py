@@ -14,12 +14,14 @@ from typing import assert_never
 
 from ..errors import ValidationError
 from .events import (
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     ReplaceOp,
     RequestDispatch,
     RequestHeader,
@@ -182,6 +184,13 @@ class LogRules:
                     self._set("has_header", True)
             case CompactionSummary():
                 self._set("_compaction_pending", True)
+            case LlmRetry() | AssistantChunk():
+                if not e.ignorable:
+                    raise ValidationError(
+                        "ignorable-required",
+                        f"{data.TYPE} must be written with ignorable true, so readers that predate it skip it",
+                        seq=seq,
+                    )
             case UnknownEvent():
                 if not e.ignorable:
                     raise ValidationError("unknown-type", f"unknown event type {data.type!r}", seq=seq)

@@ -28,6 +28,7 @@ from .content import (
 from .events import (
     SURFACE_TYPES,
     TURN_END_REASONS,
+    AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
@@ -35,6 +36,7 @@ from .events import (
     CompactionSummary,
     Envelope,
     EventData,
+    LlmRetry,
     ReplaceOp,
     RequestDispatch,
     RequestHeader,
@@ -135,6 +137,8 @@ def config_to_json(c: CallConfig) -> dict[str, Any]:
         out["promptCacheKey"] = c.prompt_cache_key
     if c.thinking_budget is not None:
         out["thinkingBudget"] = c.thinking_budget
+    if c.stream:
+        out["stream"] = True
     return out
 
 
@@ -181,6 +185,10 @@ def data_to_json(data: EventData) -> dict[str, Any]:
                 out["usage"] = usage_to_json(data.usage)
             if data.stop_reason is not None:
                 out["stopReason"] = data.stop_reason
+            if data.provider_request_id is not None:
+                out["providerRequestId"] = data.provider_request_id
+            if data.provider_message_id is not None:
+                out["providerMessageId"] = data.provider_message_id
             return _surface_fields(out, data.surface_op, data.source_event_seqs)
         case ToolResult():
             out = {"callId": data.call_id, "name": data.name, "content": [block_to_json(b) for b in data.content]}
@@ -243,6 +251,32 @@ def data_to_json(data: EventData) -> dict[str, Any]:
             return {}
         case AttachmentQuarantine():
             return {"attachmentId": data.attachment_id, "failure": data.failure, "recovery": data.recovery}
+        case LlmRetry():
+            out = {
+                "turn": data.turn,
+                "step": data.step,
+                "attempt": data.attempt,
+                "errorType": data.error_type,
+                "receivedBytes": data.received_bytes,
+            }
+            if data.status is not None:
+                out["status"] = data.status
+            if data.wait_ms is not None:
+                out["waitMs"] = data.wait_ms
+            if data.provider_request_id is not None:
+                out["providerRequestId"] = data.provider_request_id
+            return out
+        case AssistantChunk():
+            out = {
+                "turn": data.turn,
+                "step": data.step,
+                "attempt": data.attempt,
+                "index": data.index,
+                "data": data.data,
+            }
+            if data.event is not None:
+                out["event"] = data.event
+            return out
         case UnknownEvent():
             return data.data.to_dict()
         case _:
@@ -444,6 +478,7 @@ def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
                 "cacheTtl",
                 "promptCacheKey",
                 "thinkingBudget",
+                "stream",
             }
         ),
     )
@@ -456,6 +491,9 @@ def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
         if not items or not all(isinstance(s, str) for s in items):
             r.fail(f"{path}.stop must be a non-empty array of strings (omit it when empty)", "header-canonical")
         stop = tuple(items)
+    stream = r.bool_(d, "stream", path)
+    if "stream" in d and not stream:
+        r.fail(f"{path}.stream is false; a request that does not stream is written without it", "header-canonical")
     try:
         return CallConfig(
             provider=r.str_(d, "provider", path),
@@ -467,6 +505,7 @@ def config_from_json(r: _Reader, value: Any, path: str) -> CallConfig:
             cache_ttl=r.opt_str(d, "cacheTtl", path),
             prompt_cache_key=r.opt_str(d, "promptCacheKey", path),
             thinking_budget=r.opt_int(d, "thinkingBudget", path),
+            stream=stream,
         )
     except ValueError as exc:
         r.fail(f"{path}: {exc}")
@@ -503,7 +542,19 @@ def header_from_json(r: _Reader, value: Any, path: str) -> EpochHeader:
 
 _FIELDS: dict[str, frozenset[str]] = {
     "user/message": frozenset({"id", "role", "content", "source", "surfaceOp", "sourceEventSeqs"}),
-    "assistant/message": frozenset({"id", "role", "content", "usage", "stopReason", "surfaceOp", "sourceEventSeqs"}),
+    "assistant/message": frozenset(
+        {
+            "id",
+            "role",
+            "content",
+            "usage",
+            "stopReason",
+            "surfaceOp",
+            "sourceEventSeqs",
+            "providerRequestId",
+            "providerMessageId",
+        }
+    ),
     "tool/result": frozenset({"callId", "name", "content", "isError", "surfaceOp", "sourceEventSeqs"}),
     "turn/start": frozenset({"turn"}),
     "turn/end": frozenset({"turn", "reason"}),
@@ -529,6 +580,10 @@ _FIELDS: dict[str, frozenset[str]] = {
     ),
     "compaction/end": frozenset(),
     "attachment/quarantine": frozenset({"attachmentId", "failure", "recovery"}),
+    "llm/retry": frozenset(
+        {"turn", "step", "attempt", "errorType", "status", "waitMs", "providerRequestId", "receivedBytes"}
+    ),
+    "assistant/chunk": frozenset({"turn", "step", "attempt", "index", "event", "data"}),
 }
 KNOWN_TYPES: frozenset[str] = frozenset(_FIELDS)
 
@@ -537,6 +592,15 @@ def _check_digest(r: _Reader, digest: str, path: str) -> None:
     hexpart = digest.removeprefix(codec.DIGEST_PREFIX)
     if not digest.startswith(codec.DIGEST_PREFIX) or len(hexpart) != 64 or hexpart.strip(_HEX):
         r.fail(f"{path} must be 'sha256:' + 64 lowercase hex digits, got {digest[:80]!r}")
+
+
+def _require_ignorable(r: _Reader, etype: str, ignorable: bool) -> None:
+    if not ignorable:
+        raise ValidationError(
+            "ignorable-required",
+            f'{etype} must be written with "ignorable": true, so readers that predate it can skip it',
+            seq=r.seq,
+        )
 
 
 def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> EventData:
@@ -592,6 +656,8 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
                 r.opt_str(d, "stopReason", p),
                 op,
                 src,
+                r.opt_str(d, "providerRequestId", p),
+                r.opt_str(d, "providerMessageId", p),
             )
         case "tool/result":
             op, src = _surface_op(r, d, p)
@@ -669,6 +735,28 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
             return CompactionEnd()
         case "attachment/quarantine":
             return AttachmentQuarantine(r.str_(d, "attachmentId", p), r.str_(d, "failure", p), r.str_(d, "recovery", p))
+        case "llm/retry":
+            _require_ignorable(r, etype, ignorable)
+            return LlmRetry(
+                r.int_(d, "turn", p),
+                r.int_(d, "step", p),
+                r.int_(d, "attempt", p, 1),
+                r.str_(d, "errorType", p),
+                r.opt_int(d, "status", p, 100),
+                r.opt_int(d, "waitMs", p),
+                r.opt_str(d, "providerRequestId", p),
+                r.int_(d, "receivedBytes", p),
+            )
+        case "assistant/chunk":
+            _require_ignorable(r, etype, ignorable)
+            return AssistantChunk(
+                r.int_(d, "turn", p),
+                r.int_(d, "step", p),
+                r.int_(d, "attempt", p, 1),
+                r.int_(d, "index", p),
+                r.str_(d, "data", p),
+                r.opt_str(d, "event", p),
+            )
     raise AssertionError(f"unhandled known type {etype}")  # pragma: no cover
 
 
@@ -681,7 +769,9 @@ def data_from_json(r: _Reader, etype: str, value: Any, ignorable: bool) -> Event
 # both paths return equal envelopes for every input they both accept; tests hold them together.
 
 _APPEND_USER = frozenset({"id", "role", "content", "source", "surfaceOp"})
-_APPEND_ASSISTANT = frozenset({"id", "role", "content", "usage", "stopReason", "surfaceOp"})
+_APPEND_ASSISTANT = frozenset(
+    {"id", "role", "content", "usage", "stopReason", "surfaceOp", "providerRequestId", "providerMessageId"}
+)
 _APPEND_RESULT = frozenset({"callId", "name", "content", "isError", "surfaceOp"})
 _USAGE = frozenset({"input", "output", "cacheRead", "cacheWrite"})
 
@@ -743,10 +833,14 @@ def _fast_data(etype: Any, d: Any) -> EventData | None:
             if type(u) is not dict or u.keys() != _USAGE or not all(_nat(x) for x in u.values()):
                 return None
             usage = Usage(u["input"], u["output"], u["cacheRead"], u["cacheWrite"])
-        stop = d.get("stopReason")
-        if stop is not None and type(stop) is not str:
+        stop, request_id, message_id = d.get("stopReason"), d.get("providerRequestId"), d.get("providerMessageId")
+        if (
+            (stop is not None and type(stop) is not str)
+            or (request_id is not None and type(request_id) is not str)
+            or (message_id is not None and type(message_id) is not str)
+        ):
             return None
-        return AssistantMessage(id_, content, usage, stop)
+        return AssistantMessage(id_, content, usage, stop, "append", None, request_id, message_id)
     if etype == "tool/result":
         if not d.keys() <= _APPEND_RESULT or d.get("surfaceOp") != "append":
             return None

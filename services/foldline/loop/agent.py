@@ -8,14 +8,35 @@
 6. build the request from the derived messages and folded header, frozen, marked as a loop request;
 7. the invariant companion rebuilds it from the raw log; a mismatch refuses to send;
 8. serialize to exact wire bytes and append ``step/start``, the user messages, the owed header and
-   ``request/dispatch`` with the body's digest in ONE append; then send;
-9. append the ``assistant/message`` and its ``tool/call`` events; run tools; append ``tool/result``s;
-   a tool's additional context goes to the inbox for a later claim.
+   ``request/dispatch`` with the body's digest in ONE append; then send through the retrying sender —
+   every attempt posts the same bytes, and each failed attempt is appended as ``llm/retry`` before the
+   wait (streamed when the logged header config says so; each event as ``assistant/chunk`` when
+   ``TransportSettings.log_chunks``);
+9. append the ``assistant/message`` (with the provider's request and message ids) and its ``tool/call``
+   events; run tools; append ``tool/result``s; a tool's additional context goes to the inbox for a later
+   claim.
+
+How a turn ends, by the answer's stop reason: ``end_turn`` (and any answer without tool calls) completes
+it; ``tool_use`` runs the tools and takes another step; ``pause_turn`` takes another step without running
+anything (the provider paused a long answer; the next request, which carries the paused answer, lets it
+continue); ``max_tokens`` ends it ``max-tokens`` and ``refusal`` ends it ``refusal`` — neither runs a tool
+(a call cut short is not even logged as one); a full context window (the stop reason
+``model_context_window_exceeded`` or a :class:`~foldline.errors.ContextOverflow` answer) ends it
+``context-overflow``, and :attr:`TurnResult.detail` says what to change. After a refusal, a provider whose
+documentation asks for the refused turn to be removed before continuing (Anthropic) gets it removed: the
+next step opens with a ``user/message`` (source ``refusal-reset``) that replaces the refused turn's entries
+on the surface — logged, so every later request is still rebuilt from the log.
+
+Cancelling a turn while its answer streams closes the connection and appends what had arrived as an
+``assistant/message`` with stop reason ``interrupted`` (its text only; an unfinished tool call or reasoning
+block is left out), then ends the turn ``aborted``. That message is model-visible: the next request shows
+the model its own cut-off answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -24,12 +45,16 @@ from typing import Literal
 
 from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
 from ..core.events import (
+    AssistantChunk,
     AssistantMessage,
     Envelope,
     EventData,
+    LlmRetry,
+    ReplaceOp,
     RequestHeader,
     StepEnd,
     StepStart,
+    ToolCall,
     ToolResult,
     TurnEnd,
     TurnEndReason,
@@ -39,24 +64,38 @@ from ..core.events import (
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Session
 from ..core.request import GenerateOptions
-from ..errors import AttachmentError, FoldlineError, ReconstructionError
+from ..errors import AttachmentError, ContextOverflow, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
 from ..ports.step_dispatch import StepDispatcher, StepHandoff
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
 from ..providers.header_defaults import header_config
+from ..providers.retry import RetryingSender
+from ..providers.sse import ServerSentEvent
+from ..providers.streaming import AnswerProgress
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
 from ..replay.registry import mark_loop_request
-from ..replay.step import answer_records, dispatch_record, quarantine_record, session_request
+from ..replay.step import answer_records, dispatch_record, quarantine_record, retry_record, session_request
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .pressure import PressurePolicy, relieve_pressure
 from .tools import Toolset
 
-__all__ = ["Agent", "AgentOptions", "StepRecord", "TurnResult"]
+__all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
 
 SystemSource = str | Callable[[], str] | None
+
+#: What a ``context-overflow`` turn end asks the operator to change.
+CONTEXT_OVERFLOW_FIX = (
+    "the request no longer fits the model's context window: compact earlier — give the loop a PressurePolicy "
+    "(AgentOptions.pressure) or lower its budget below the window, with room for the answer — or choose a "
+    "model with a larger window"
+)
+#: The text that stands in for a refused turn once it is removed (see the module docstring).
+REFUSAL_RESET_TEXT = "[An earlier turn was removed here because the model declined to answer it.]"
+#: Providers whose documentation asks for a refused turn to be removed or rephrased before continuing.
+RESET_AFTER_REFUSAL = frozenset({"anthropic"})
 
 
 @dataclass
@@ -78,6 +117,10 @@ class AgentOptions:
     archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
     pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
     dispatcher: StepDispatcher | None = None  # hand each step's model call to a dispatcher (docs/DISPATCHER.md)
+    # retries, backoff and per-provider concurrency; share one across the sessions of a process (None: a
+    # sender of this instance's own, with the provider's transport settings)
+    sender: RetryingSender | None = None
+    reset_after_refusal: bool = True  # remove a refused turn before the next one where the provider asks for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +139,7 @@ class TurnResult:
     reason: TurnEndReason
     steps: tuple[StepRecord, ...]
     text: str
+    detail: str | None = None  # what to change, for a turn that ended context-overflow
 
 
 def wall_clock_ms() -> int:
@@ -140,6 +184,9 @@ class Agent:
             else None
         )
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
+        settings = getattr(provider, "settings", None)
+        self.sender = options.sender if options.sender is not None else RetryingSender(settings)
+        self._refused = _refused_turn(loaded)  # seqs of a refused last turn still to be removed
         self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
         self.step_listeners: list[Callable[[StepRecord], None]] = []
@@ -165,9 +212,11 @@ class Agent:
             self.inject(text, source)
         turn = self.turn
         self.turn += 1
+        start = self.session.next_seq
         self._append(TurnStart(turn))
         records: list[StepRecord] = []
         reason: TurnEndReason = "completed"
+        detail: str | None = None
         final_text = ""
         step = 0
         try:
@@ -182,10 +231,17 @@ class Agent:
                 records.append(record)
                 final_text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
                 step += 1
-                if response.stop_reason in ("max_tokens", "length"):
+                stop = response.stop_reason
+                if stop in ("max_tokens", "length"):
                     reason = "max-tokens"
                     break
-                if not any(isinstance(b, ToolCallBlock) for b in response.content):
+                if stop == "refusal":
+                    reason = "refusal"
+                    break
+                if stop == "model_context_window_exceeded":
+                    reason, detail = "context-overflow", CONTEXT_OVERFLOW_FIX
+                    break
+                if stop != "pause_turn" and not any(isinstance(b, ToolCallBlock) for b in response.content):
                     break
                 if step >= self.options.max_steps_per_turn:
                     reason = "interrupted"
@@ -193,11 +249,34 @@ class Agent:
         except asyncio.CancelledError:
             self._close_turn(turn, step, "aborted")
             raise
+        except ContextOverflow as exc:
+            self._close_turn(turn, step, "context-overflow")
+            return TurnResult(turn, "context-overflow", tuple(records), final_text, f"{CONTEXT_OVERFLOW_FIX} ({exc})")
         except Exception:
             self._close_turn(turn, step, "error")
             raise
         self._append(TurnEnd(turn, reason))
-        return TurnResult(turn, reason, tuple(records), final_text)
+        if reason == "refusal":
+            self._refused = (start, self.session.next_seq - 1)
+        return TurnResult(turn, reason, tuple(records), final_text, detail)
+
+    def _refusal_reset(self, seq: int) -> UserMessage | None:
+        """The ``user/message`` (to be appended at ``seq``, right after the next ``step/start``) that hides the
+        refused last turn's surface entries, where the provider asks for it (see the module docstring)."""
+        refused = self._refused
+        if refused is None or not self.options.reset_after_refusal:
+            return None
+        folded = self.session.header()
+        if folded is None or folded.config.provider not in RESET_AFTER_REFUSAL:
+            return None
+        first, last = refused
+        surface = self.session.rules.surface
+        hidden = [pos for pos, node in enumerate(surface) if first <= node.seq <= last]
+        if not hidden:
+            return None
+        start, end = hidden[0], hidden[-1]
+        seqs = tuple(node.seq for node in surface[start : end + 1])
+        return UserMessage(f"u{seq}", (TextBlock(REFUSAL_RESET_TEXT),), "refusal-reset", ReplaceOp(start, end), seqs)
 
     # -------------------------------------------------------------- the step
 
@@ -217,6 +296,9 @@ class Agent:
         header, reason = self._render_header()
         base = self.session.next_seq
         entered: list[EventData] = [StepStart(turn, step)]
+        reset = self._refusal_reset(base + 1)
+        if reset is not None:
+            entered.append(reset)
         for item in (*batch, *extra):
             entered.append(UserMessage(f"u{base + len(entered)}", item.content, item.source))
         if reason is not None:
@@ -224,6 +306,7 @@ class Agent:
         if self.options.dispatcher is not None:
             self._step_open = True
             self._append(*entered)
+            self._refused = None
             return await self._dispatch_remote(self.options.dispatcher, turn, step, reason)
         try:
             dispatch_seq, body, digest = self._open_step(turn, step, entered)
@@ -232,14 +315,66 @@ class Agent:
                 self._first_request = first_request
                 self.inbox.give_back(batch)
             raise
+        finally:
+            if self._step_open:
+                self._refused = None  # the reset, if one was owed, is in the log
 
-        response = await self.provider.send(body)
+        stream = self.last_request.config.stream if self.last_request is not None else False
+        chunks = self._chunk_logger(turn, step) if self.sender.settings.log_chunks else None
+        progress = AnswerProgress(chunks)
+        try:
+            response = await self.sender.send(
+                self.provider,
+                body,
+                stream=stream,
+                on_failed_attempt=lambda failed: self._append(retry_record(turn, step, failed)),
+                progress=progress,
+            )
+        except asyncio.CancelledError:
+            self._record_interrupted(progress)
+            raise
 
         answer = answer_records(turn, step, self.session.next_seq, response)
-        if any(isinstance(b, ToolCallBlock) for b in response.content):
+        message = answer[0]
+        assert isinstance(message, AssistantMessage)
+        response = ProviderResponse(
+            message.content, response.usage, response.stop_reason, response.request_id, response.message_id
+        )
+        if any(isinstance(e, ToolCall) for e in answer):
             self._append(*answer)  # durable before any tool runs
             answer = []
         return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer)
+
+    def _chunk_logger(self, turn: int, step: int) -> Callable[[int, Sequence[ServerSentEvent]], None]:
+        """Appends each read's server-sent events as ``assistant/chunk`` events (``log_chunks``)."""
+        counts: dict[int, int] = {}
+
+        def log(attempt: int, events: Sequence[ServerSentEvent]) -> None:
+            first = counts.get(attempt, 0)
+            counts[attempt] = first + len(events)
+            self._append(
+                *(AssistantChunk(turn, step, attempt, first + i, e.data, e.event) for i, e in enumerate(events))
+            )
+
+        return log
+
+    def _record_interrupted(self, progress: AnswerProgress) -> None:
+        """A cancelled stream: what had arrived, as an ``interrupted`` assistant message (before step/end)."""
+        partial = progress.partial()
+        if partial is None:
+            return
+        message = AssistantMessage(
+            f"a{self.session.next_seq}",
+            partial.content,
+            partial.usage,
+            "interrupted",
+            "append",
+            None,
+            progress.request_id,
+            partial.message_id,
+        )
+        with contextlib.suppress(FoldlineError):  # the cancellation is what the caller must see; the turn still ends
+            self._append(message)
 
     async def _close_step(
         self,
@@ -335,7 +470,7 @@ class Agent:
     def _append(self, *datas: EventData) -> None:
         start = self.session.next_seq
         now = self.clock()
-        events = [Envelope(start + i, now, d) for i, d in enumerate(datas)]
+        events = [Envelope(start + i, now, d, isinstance(d, LlmRetry | AssistantChunk)) for i, d in enumerate(datas)]
         self.log.append(self.session_id, start, events, lease=self.lease)
         self.session.extend(events)
 
@@ -383,3 +518,21 @@ class Agent:
         answer = answers[0]
         response = ProviderResponse(answer.content, answer.usage or Usage(), answer.stop_reason or "other")
         return await self._close_step(turn, step, outcome.dispatch_seq, outcome.digest, reason, response, [])
+
+
+def _refused_turn(events: Sequence[Envelope]) -> tuple[int, int] | None:
+    """The seqs (turn/start .. turn/end) of the log's last turn when it ended in a refusal not removed since."""
+    end: int | None = None
+    for e in reversed(events):
+        data = e.data
+        if isinstance(data, UserMessage) and data.source == "refusal-reset":
+            return None
+        if isinstance(data, TurnEnd):
+            if end is not None:
+                return None
+            if data.reason != "refusal":
+                return None
+            end = e.seq
+        elif isinstance(data, TurnStart) and end is not None:
+            return (e.seq, end)
+    return None

@@ -45,7 +45,7 @@ normal flow (every request ends on the user side and is answered before anything
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeVar, assert_never
 
 import httpx
@@ -73,6 +73,8 @@ from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
+from .settings import TransportSettings
+from .streaming import AnthropicMessagesStream, StreamAssembler
 
 __all__ = [
     "ANTHROPIC_EFFORTS",
@@ -81,6 +83,7 @@ __all__ = [
     "MESSAGES_PATH",
     "AnthropicMessagesSerializer",
     "AnthropicMessagesV2Serializer",
+    "AnthropicMessagesV3Serializer",
     "AnthropicProvider",
     "parse_response",
 ]
@@ -330,6 +333,13 @@ class AnthropicMessagesV2Serializer(AnthropicMessagesSerializer):
         return out
 
 
+class AnthropicMessagesV3Serializer(AnthropicMessagesV2Serializer):
+    """``anthropic-messages`` v3: v2's bytes, plus ``"stream":true`` when the logged config streams (§9.7)."""
+
+    version: int = 3
+    stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -365,33 +375,49 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
             cache_write=token_count(u.get("cache_creation_input_tokens")),
         )
         stop = payload.get("stop_reason")
-    known = {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"}
+    known = {
+        "end_turn",
+        "tool_use",
+        "max_tokens",
+        "stop_sequence",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+    }
     return ProviderResponse(tuple(content), usage, stop if stop in known else "other")
 
 
 class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
-    """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport.
+    """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport (``None``: the
+    network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
+    :class:`~foldline.providers.streaming.AnthropicMessagesStream`; the request id is the ``request-id`` header.
 
     ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none).
     """
 
+    request_id_headers = ("request-id", "x-request-id")
+
     def __init__(
         self,
-        transport: httpx.AsyncBaseTransport,
+        transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         base_url: str = "https://api.anthropic.com",
         *,
         anthropic_version: str = ANTHROPIC_VERSION,
-        serializer: AnthropicMessagesSerializer | None = None,  # default: v2
-        timeout: float = 600.0,
+        serializer: AnthropicMessagesSerializer | None = None,  # default: v3 (v2 and streaming)
+        timeout: float | httpx.Timeout | None = None,
+        settings: TransportSettings | None = None,
     ) -> None:
         from . import registry
 
-        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V2
+        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V3
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)
+
+    def assembler(self) -> StreamAssembler:
+        return AnthropicMessagesStream()

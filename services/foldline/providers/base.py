@@ -6,8 +6,10 @@ A provider adapter has two halves that the loop uses separately:
   bytes (resolving image attachments through the store, verifying them). ``foldline verify`` looks
   serializers up by ``(name, version)`` in :data:`SERIALIZERS`, so an old log replays with the code
   that wrote it;
-* :meth:`Provider.send` — posts those bytes over an httpx transport and parses the answer into
-  logged content and normalized usage.
+* :meth:`Provider.send` — posts those bytes over an httpx transport, once, and parses the answer (read whole,
+  or assembled from server-sent events when ``stream`` is true) into logged content, normalized usage and the
+  provider's ids. One call is one attempt; :class:`~foldline.providers.retry.RetryingSender` makes the
+  attempts, each with the same bytes.
 
 The loop records ``sha256`` of the body in a ``request/dispatch`` event before calling ``send``.
 """
@@ -21,12 +23,22 @@ from typing import Protocol
 from ..core.content import ContentBlock, Usage
 from ..core.request import GenerateOptions
 from ..ports.attachments import AttachmentStore
+from .streaming import AnswerProgress
 
 #: The normalized ``stop_reason`` vocabulary of :class:`ProviderResponse` (Anthropic's words; the
 #: OpenAI adapter maps ``stop`` → ``end_turn``, ``tool_calls`` → ``tool_use``, ``length`` →
 #: ``max_tokens``, ``content_filter`` → ``refusal``). Anything else arrives as ``other``.
 STOP_REASONS: frozenset[str] = frozenset(
-    {"end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal", "other"}
+    {
+        "end_turn",
+        "tool_use",
+        "max_tokens",
+        "stop_sequence",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+        "other",
+    }
 )
 
 __all__ = [
@@ -51,11 +63,14 @@ class Serializer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProviderResponse:
-    """A parsed provider answer: the assistant content (text and tool-call blocks) and usage."""
+    """A parsed provider answer: the assistant content (text and tool-call blocks), usage, the stop reason,
+    and the provider's names for it — the request id (from the response headers) and the message id."""
 
     content: tuple[ContentBlock, ...]
     usage: Usage
     stop_reason: str
+    request_id: str | None = None
+    message_id: str | None = None
 
 
 class Provider(abc.ABC):
@@ -65,8 +80,14 @@ class Provider(abc.ABC):
     serializer: Serializer
 
     @abc.abstractmethod
-    async def send(self, body: bytes) -> ProviderResponse:
-        """POST ``body`` exactly as given; raise :class:`~foldline.errors.ProviderError` on failure."""
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
+        """POST ``body`` exactly as given, once; raise :class:`~foldline.errors.ProviderError` on failure.
+
+        ``stream``: the body asks for server-sent events (its header config says so); the answer is assembled
+        from them. ``progress`` is updated as the answer arrives (bytes, request id, first token, the partial
+        answer) so a caller that cancels can record what had arrived."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release the transport."""

@@ -6,17 +6,22 @@ A :class:`JsonBodySerializer` says what goes around the messages (:meth:`~JsonBo
 chunk per wire message — the :class:`~foldline.providers.framing.FramedSerializer` protocol that
 :class:`~foldline.providers.framing.IncrementalBody` reuses across a session's steps. ``serialize`` always
 equals ``canonical_json(body(...))``.
+
+Streaming is the same for every API: a version that can ask for a streamed answer names the top-level keys
+that do (:attr:`JsonBodySerializer.stream_fields`) and writes them when the logged ``config.stream`` is true;
+a version without them predates streaming and refuses such a request (docs/FORMAT.md §9.7).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..core.codec import canonical_json
 from ..core.projection import Message
 from ..core.request import GenerateOptions
+from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .framing import assemble, split_frame
 
@@ -30,6 +35,8 @@ class JsonBodySerializer(abc.ABC):
     version: int
     #: The top-level key of the wire message list (``input`` for the Responses API).
     list_key: ClassVar[str] = "messages"
+    #: The top-level keys that ask for a streamed answer (None: this version predates streaming).
+    stream_fields: ClassVar[Mapping[str, Any] | None] = None
 
     @abc.abstractmethod
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
@@ -49,14 +56,26 @@ class JsonBodySerializer(abc.ABC):
     def boundary(self, prev: Message, nxt: Message) -> bool:
         """True if no wire message spans the gap between ``prev`` and ``nxt``."""
 
+    def _top(self, request: GenerateOptions) -> dict[str, Any]:
+        """:meth:`top_level` plus, when the config streams, :attr:`stream_fields` (or the refusal)."""
+        out = self.top_level(request)
+        if request.config.stream:
+            if self.stream_fields is None:
+                raise ProviderError(
+                    f"serializer {self.name}/v{self.version} predates streaming and cannot write a body that "
+                    "streams; send with the adapter's default serializer, which can"
+                )
+            out.update(self.stream_fields)
+        return out
+
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:
         """The request body as plain JSON values."""
-        out = self.top_level(request)
+        out = self._top(request)
         out[self.list_key] = [*self.lead_messages(request), *self.wire_messages(request.messages, 0, attachments)]
         return out
 
     def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
-        out = self.top_level(request)
+        out = self._top(request)
         out[self.list_key] = []
         head, tail = split_frame(canonical_json(out), self.list_key)
         return head, tail, tuple(canonical_json(m) for m in self.lead_messages(request))

@@ -32,7 +32,7 @@ its message list closes. OpenAI caches automatically; there are no markers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, assert_never
 
 import httpx
@@ -59,10 +59,13 @@ from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
+from .settings import TransportSettings
+from .streaming import OpenAIChatStream, StreamAssembler
 
 __all__ = [
     "CHAT_COMPLETIONS_PATH",
     "OpenAIChatSerializer",
+    "OpenAIChatV2Serializer",
     "OpenAIProvider",
     "chat_usage",
     "openai_effort",
@@ -249,6 +252,14 @@ class OpenAIChatSerializer(JsonBodySerializer):
         return not (prev.role == "tool" and nxt.role == "tool")
 
 
+class OpenAIChatV2Serializer(OpenAIChatSerializer):
+    """``openai-chat`` v2: v1's bytes, plus ``stream`` and ``stream_options.include_usage`` when the config
+    streams (§9.7)."""
+
+    version: int = 2
+    stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
+
+
 # ---------------------------------------------------------------------- responses
 
 _FINISH: Final = {
@@ -313,30 +324,38 @@ def parse_response(payload: dict[str, Any], provider: str = PROVIDER) -> Provide
 
 
 class OpenAIProvider(JsonHttpProvider, name=PROVIDER, path=CHAT_COMPLETIONS_PATH):
-    """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport.
+    """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport (``None``:
+    the network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
+    :class:`~foldline.providers.streaming.OpenAIChatStream`; the request id is the ``x-request-id`` header.
 
     ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
     """
 
+    request_id_headers = ("x-request-id", "request-id")
+
     def __init__(
         self,
-        transport: httpx.AsyncBaseTransport,
+        transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         base_url: str = "https://api.openai.com",
         *,
         organization: str | None = None,
-        serializer: OpenAIChatSerializer | None = None,
-        timeout: float = 600.0,
+        serializer: OpenAIChatSerializer | None = None,  # default: v2 (v1 and streaming)
+        timeout: float | httpx.Timeout | None = None,
+        settings: TransportSettings | None = None,
     ) -> None:
         from . import registry
 
-        self.serializer = serializer or registry.OPENAI_CHAT_V1
+        self.serializer = serializer or registry.OPENAI_CHAT_V2
         headers = {}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         if organization:
             headers["openai-organization"] = organization
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)
+
+    def assembler(self) -> StreamAssembler:
+        return OpenAIChatStream()

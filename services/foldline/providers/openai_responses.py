@@ -27,7 +27,7 @@ Every reasoning item of every earlier turn goes back: the API decides which ones
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, assert_never
 
 import httpx
@@ -55,8 +55,16 @@ from .encoding import image_base64, misplaced_block, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
 from .openai import openai_effort
+from .settings import TransportSettings
+from .streaming import OpenAIResponsesStream, StreamAssembler
 
-__all__ = ["RESPONSES_PATH", "OpenAIResponsesProvider", "OpenAIResponsesSerializer", "parse_response"]
+__all__ = [
+    "RESPONSES_PATH",
+    "OpenAIResponsesProvider",
+    "OpenAIResponsesSerializer",
+    "OpenAIResponsesV2Serializer",
+    "parse_response",
+]
 
 PROVIDER: Final = "openai"
 API: Final = "the Responses API"
@@ -226,6 +234,13 @@ class OpenAIResponsesSerializer(JsonBodySerializer):
         return True
 
 
+class OpenAIResponsesV2Serializer(OpenAIResponsesSerializer):
+    """``openai-responses`` v2: v1's bytes, plus ``"stream":true`` when the logged config streams (§9.7)."""
+
+    version: int = 2
+    stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -291,27 +306,35 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
 
 
 class OpenAIResponsesProvider(JsonHttpProvider, name=PROVIDER, path=RESPONSES_PATH):
-    """Posts serialized bodies to ``{base_url}/v1/responses`` over the given httpx transport."""
+    """Posts serialized bodies to ``{base_url}/v1/responses`` over the given httpx transport (``None``: the
+    network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
+    :class:`~foldline.providers.streaming.OpenAIResponsesStream`."""
+
+    request_id_headers = ("x-request-id", "request-id")
 
     def __init__(
         self,
-        transport: httpx.AsyncBaseTransport,
+        transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         base_url: str = "https://api.openai.com",
         *,
         organization: str | None = None,
-        serializer: OpenAIResponsesSerializer | None = None,
-        timeout: float = 600.0,
+        serializer: OpenAIResponsesSerializer | None = None,  # default: v2 (v1 and streaming)
+        timeout: float | httpx.Timeout | None = None,
+        settings: TransportSettings | None = None,
     ) -> None:
         from . import registry
 
-        self.serializer = serializer or registry.OPENAI_RESPONSES_V1
+        self.serializer = serializer or registry.OPENAI_RESPONSES_V2
         headers = {}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         if organization:
             headers["openai-organization"] = organization
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)
+
+    def assembler(self) -> StreamAssembler:
+        return OpenAIResponsesStream()

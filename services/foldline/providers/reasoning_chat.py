@@ -19,6 +19,7 @@ cache read (``prompt_cache_miss_tokens`` is the uncached input), or vLLM's ``pro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 import httpx
@@ -27,8 +28,10 @@ from ..core.request import GenerateOptions
 from .base import ProviderResponse
 from .http import JsonHttpProvider
 from .openai import OpenAIChatSerializer, function_tool, parse_response
+from .settings import TransportSettings
+from .streaming import OpenAIChatStream, StreamAssembler
 
-__all__ = ["REASONING_CHAT_PATH", "ReasoningChatProvider", "ReasoningChatSerializer"]
+__all__ = ["REASONING_CHAT_PATH", "ReasoningChatProvider", "ReasoningChatSerializer", "ReasoningChatV2Serializer"]
 
 PROVIDER: Final = "deepseek"
 REASONING_CHAT_PATH: Final = "/chat/completions"
@@ -59,26 +62,42 @@ class ReasoningChatSerializer(OpenAIChatSerializer):
         return out
 
 
+class ReasoningChatV2Serializer(ReasoningChatSerializer):
+    """``reasoning-chat`` v2: v1's bytes, plus ``stream`` and ``stream_options.include_usage`` when the config
+    streams (§9.7)."""
+
+    version: int = 2
+    stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
+
+
 class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT_PATH):
     """Posts to ``{base_url}/chat/completions`` (DeepSeek's path; give ``base_url=".../v1"`` for vLLM or SGLang).
 
-    ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
+    Streamed answers are chat chunks whose deltas carry ``reasoning_content`` beside ``content``
+    (:class:`~foldline.providers.streaming.OpenAIChatStream`). ``Authorization: Bearer <key>`` is sent only when
+    ``api_key`` is given.
     """
+
+    request_id_headers = ("x-request-id", "request-id", "x-ds-trace-id")
 
     def __init__(
         self,
-        transport: httpx.AsyncBaseTransport,
+        transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         base_url: str = "https://api.deepseek.com",
         *,
-        serializer: ReasoningChatSerializer | None = None,
-        timeout: float = 600.0,
+        serializer: ReasoningChatSerializer | None = None,  # default: v2 (v1 and streaming)
+        timeout: float | httpx.Timeout | None = None,
+        settings: TransportSettings | None = None,
     ) -> None:
         from . import registry
 
-        self.serializer = serializer or registry.REASONING_CHAT_V1
+        self.serializer = serializer or registry.REASONING_CHAT_V2
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload, PROVIDER)
+
+    def assembler(self) -> StreamAssembler:
+        return OpenAIChatStream(PROVIDER)

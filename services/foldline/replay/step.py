@@ -9,8 +9,11 @@ on what the request at a boundary is or on what the log holds around it:
   :class:`~foldline.errors.MissingHeader`, whichever path asks.
 * :func:`dispatch_record` — ``request/dispatch``: the serializer and the digest of the exact wire body,
   written before the body is sent.
-* :func:`answer_records` — the ``assistant/message`` of a provider answer and one ``tool/call`` per
-  tool-call block, written together.
+* :func:`answer_records` — the ``assistant/message`` of a provider answer (with the provider's request and
+  message ids) and one ``tool/call`` per tool-call block, written together. An answer that was cut
+  (:data:`CUT_STOP_REASONS`: ``max_tokens``, a full context window, a refusal) keeps its text but not its
+  tool calls: a call cut short may be incomplete, and no tool ever runs from one.
+* :func:`retry_record` — ``llm/retry``: one failed attempt of the step's request, written before the wait.
 * :func:`quarantine_record` — ``attachment/quarantine`` in place of the dispatch when an attachment the
   request references cannot be used (nothing is sent).
 
@@ -22,21 +25,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.content import ToolCallBlock
-from ..core.events import AssistantMessage, AttachmentQuarantine, EventData, RequestDispatch, ToolCall
+from ..core.events import AssistantMessage, AttachmentQuarantine, EventData, LlmRetry, RequestDispatch, ToolCall
 from ..core.header import EpochHeader
 from ..core.projection import Message, Session
 from ..core.request import GenerateOptions, build_request
 from ..errors import AttachmentError, MissingHeader
 from ..providers.base import ProviderResponse, Serializer
+from ..providers.retry import FailedAttempt
 
 __all__ = [
+    "CUT_STOP_REASONS",
     "QUARANTINE_RECOVERY",
     "answer_records",
     "dispatch_record",
     "quarantine_record",
     "request_at",
+    "retry_record",
     "session_request",
 ]
+
+#: Stop reasons of an answer that ended before the model finished it; its tool calls are not kept or run.
+CUT_STOP_REASONS: frozenset[str] = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
 
 #: The recovery an ``attachment/quarantine`` proposes: the log stays as it is; the object comes back.
 QUARANTINE_RECOVERY = (
@@ -66,11 +75,36 @@ def dispatch_record(turn: int, step: int, serializer: Serializer, body: bytes, d
 
 def answer_records(turn: int, step: int, seq: int, response: ProviderResponse) -> list[EventData]:
     """The ``assistant/message`` (appended at ``seq``) and its ``tool/call`` events, in that order."""
-    records: list[EventData] = [AssistantMessage(f"a{seq}", response.content, response.usage, response.stop_reason)]
-    records += [
-        ToolCall(turn, step, b.id, b.name, b.arguments) for b in response.content if isinstance(b, ToolCallBlock)
-    ]
+    content = response.content
+    if response.stop_reason in CUT_STOP_REASONS:
+        content = tuple(b for b in content if not isinstance(b, ToolCallBlock))
+    message = AssistantMessage(
+        f"a{seq}",
+        content,
+        response.usage,
+        response.stop_reason,
+        "append",
+        None,
+        response.request_id,
+        response.message_id,
+    )
+    records: list[EventData] = [message]
+    records += [ToolCall(turn, step, b.id, b.name, b.arguments) for b in content if isinstance(b, ToolCallBlock)]
     return records
+
+
+def retry_record(turn: int, step: int, failed: FailedAttempt) -> LlmRetry:
+    """``llm/retry`` for one failed attempt of the step's request (append it ignorable, before the wait)."""
+    return LlmRetry(
+        turn,
+        step,
+        failed.attempt,
+        failed.error_type,
+        failed.status,
+        failed.wait_ms,
+        failed.request_id,
+        failed.received_bytes,
+    )
 
 
 def quarantine_record(exc: AttachmentError) -> AttachmentQuarantine:

@@ -11,6 +11,10 @@ summarize one-shot's input is rebuilt by the same pure code from the logged regi
 the logged provider (so every image it references is resolved and verified); and the replacing
 ``user/message`` must replace exactly the logged range with the content derived from the logged
 summary. A compaction that fails any of these is reported as unreconstructable with the reason.
+
+Failed attempts (``llm/retry``) are counted, and each must belong to the request still awaiting its answer —
+the last ``request/dispatch`` of the same turn and step, with no answer yet — because every attempt sent that
+dispatch's bytes; one anywhere else is reported as unreconstructable.
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ from dataclasses import dataclass, field
 from ..core import codec
 from ..core import compaction as cc
 from ..core.events import (
+    AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
     Envelope,
+    LlmRetry,
     ReplaceOp,
     RequestDispatch,
+    StepEnd,
     StepStart,
     UserMessage,
 )
@@ -83,6 +90,7 @@ class VerifyReport:
     matched: int = 0
     mismatched: list[Mismatch] = field(default_factory=list)
     unreconstructable: list[Unreconstructable] = field(default_factory=list)
+    retries: int = 0  # failed attempts (llm/retry events) of the checked requests
 
     @property
     def ok(self) -> bool:
@@ -93,14 +101,19 @@ class VerifyReport:
         self.matched += other.matched
         self.mismatched += other.mismatched
         self.unreconstructable += other.unreconstructable
+        self.retries += other.retries
 
     def to_json(self) -> dict[str, object]:
-        return {
+        """The report; ``retries`` appears when some request needed more than one attempt."""
+        out: dict[str, object] = {
             "checked": self.checked,
             "matched": self.matched,
             "mismatched": [m.to_json() for m in self.mismatched],
             "unreconstructable": [u.to_json() for u in self.unreconstructable],
         }
+        if self.retries:
+            out["retries"] = self.retries
+        return out
 
 
 def rebuild_requests(
@@ -127,8 +140,26 @@ def verify_events(
     # The loop's own incremental body cache, one per serializer: a request's bytes equal a full
     # serialization (tests hold them together), but only the messages since the last one are encoded.
     bodies: dict[tuple[str, int], IncrementalBody] = {}
+    awaiting: tuple[int, int] | None = None  # (turn, step) of the dispatch still awaiting its answer
     for e in events:
         data = e.data
+        if isinstance(data, RequestDispatch):
+            awaiting = (data.turn, data.step)
+        elif isinstance(data, AssistantMessage | StepEnd):
+            awaiting = None
+        elif isinstance(data, LlmRetry):
+            report.retries += 1
+            if awaiting != (data.turn, data.step):
+                report.unreconstructable.append(
+                    Unreconstructable(
+                        session_id,
+                        data.turn,
+                        data.step,
+                        e.seq,
+                        f"llm/retry of turn {data.turn} step {data.step} follows no request/dispatch of that step "
+                        "awaiting its answer, so no logged bytes were resent",
+                    )
+                )
         if isinstance(data, StepStart):
             step_at = (data.turn, data.step)
         elif isinstance(data, CompactionStart | CompactionSummary | CompactionEnd) or (

@@ -16,11 +16,13 @@ One module per role:
 * :mod:`.answer` — the script's reply cut at stop sequences and ``max_tokens``.
 * :mod:`.wire_api` — what each API provides; :mod:`.emulator` — the :class:`Emulator` that routes a
   request through all of the above.
+* :mod:`.streaming` — an answer written as its API's event stream; :mod:`.faults` — injected faults.
 * :mod:`.transport` — the in-process httpx transport; :mod:`.server` — the HTTP server.
 """
 
 from .cache import AnthropicCachePolicy, OpenAICachePolicy
 from .emulator import Emulator, EmulatorResponse
+from .faults import Fault, FaultPlan
 from .script import (
     Api,
     Conversation,
@@ -31,6 +33,7 @@ from .script import (
     Role,
     Script,
     ScriptedCall,
+    StopOverride,
     TextPart,
     ToolCallPart,
     ToolDef,
@@ -51,6 +54,8 @@ __all__ = [
     "EmulatorResponse",
     "EmulatorServer",
     "EmulatorTransport",
+    "Fault",
+    "FaultPlan",
     "ImagePart",
     "OpenAICachePolicy",
     "Part",
@@ -59,6 +64,7 @@ __all__ = [
     "Role",
     "Script",
     "ScriptedCall",
+    "StopOverride",
     "TextPart",
     "ToolCallPart",
     "ToolDef",

@@ -19,7 +19,9 @@ from .tokens import BYTES_PER_TOKEN, output_tokens
 
 __all__ = ["Answer", "AnswerPart", "StopReason", "answer"]
 
-StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence"]
+StopReason: TypeAlias = Literal[
+    "end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "pause_turn", "model_context_window_exceeded"
+]
 AnswerPart: TypeAlias = TextPart | ToolCallPart | ReasoningPart
 
 
@@ -49,9 +51,9 @@ def answer(script: Script, prompt: Prompt) -> Answer:
         if call.name not in names:
             raise RequestRejected(500, f"script called unknown tool {call.name!r}", "api_error")
     text = reply.text
-    stop_reason: StopReason = "tool_use" if reply.tool_calls else "end_turn"
+    stop_reason: StopReason = reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
     stop_sequence = None
-    calls = reply.tool_calls
+    calls = () if reply.stop == "refusal" else reply.tool_calls
     if text is not None:
         hits = [(text.find(s), s) for s in prompt.stop if s and s in text]
         if hits:

@@ -85,11 +85,9 @@ def decode_image(data: bytes, media_type: str, where: str) -> ImagePart:
 
 
 def request_body(body: Any, allowed: frozenset[str]) -> dict[str, Any]:
-    """The top-level object of a request: only ``allowed`` keys, and no streaming."""
+    """The top-level object of a request: only ``allowed`` keys (``stream`` is read by the emulator)."""
     req = json_object(body, "body")
     exact_keys(req, allowed, "body")
-    if req.get("stream"):
-        raise RequestRejected(400, "stream: the emulator does not stream")
     return req
 
 

@@ -3,13 +3,20 @@
 Every wire format is a :class:`~.wire_api.WireApi` (its route, credential header, parser, cache model, answer
 and error shapes); ``Emulator.apis`` routes by path, so an endpoint is one more such object.
 Nothing here reads the clock except through the injected ``clock``, and nothing is random.
+
+Every request that reaches a model route gets an index (0, 1, …, over all APIs) and a request id built from
+it (``req_emu_<index>``, in the API's request-id header). A :class:`~.faults.FaultPlan` may answer it with a
+fault instead (:mod:`.faults`); a request whose body says ``"stream": true`` is answered as the API's event
+stream (:mod:`.streaming`), the same answer it would get unstreamed.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...core.codec import canonical_json, loads
@@ -17,19 +24,32 @@ from .answer import answer
 from .anthropic_messages import AnthropicMessages
 from .cache import AnthropicCachePolicy, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
+from .faults import STATUS_ERROR_TYPES, Fault, FaultPlan
 from .openai_chat import OpenAIChat, ReasoningChat
 from .openai_responses import OpenAIResponses
 from .script import Script, ToolLoopScript
+from .streaming import anthropic_stream, openai_chat_stream, responses_stream
 from .wire_api import WireApi
 
 __all__ = ["Emulator", "EmulatorResponse"]
 
+#: The request-id header of each API.
+_REQUEST_ID_HEADERS = {"anthropic": "request-id"}  # the others: x-request-id
+
 
 @dataclass(frozen=True, slots=True)
 class EmulatorResponse:
+    """An answer, and how to deliver it: ``chunks`` are the stream's events (``body`` is their bytes joined);
+    ``reset_after`` cuts the connection after that many chunks (a stream) or bytes (a body) — 0 before any
+    byte, status line included; ``delay_s`` holds the first byte back."""
+
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+    chunks: tuple[bytes, ...] | None = None
+    reset_after: int | None = None
+    delay_s: float = 0.0
 
 
 class Emulator:
@@ -37,6 +57,8 @@ class Emulator:
 
     ``api_key``: when set, requests must carry it (``x-api-key`` / ``Authorization: Bearer``), else 401.
     ``signing_key``: the key of the MAC over thinking blocks and reasoning items (:mod:`.sealing`).
+    ``faults``: which requests get a fault instead of their answer. ``piece_chars``: the size of the text,
+    tool-input and reasoning pieces of a streamed answer; ``event_delay_s``: the pause between two of its events.
     """
 
     def __init__(
@@ -48,12 +70,21 @@ class Emulator:
         openai_cache: OpenAICachePolicy | None = None,
         api_key: str | None = None,
         signing_key: bytes = b"foldline-emulator-reasoning",
+        faults: FaultPlan | None = None,
+        piece_chars: int = 16,
+        event_delay_s: float = 0.0,
     ) -> None:
         self.script: Script = script if script is not None else ToolLoopScript()
         self.clock = clock
         self.anthropic_cache = anthropic_cache or AnthropicCachePolicy()
         self.openai_cache = openai_cache or OpenAICachePolicy()
         self.api_key = api_key
+        self.faults = faults
+        self.piece_chars = piece_chars
+        self.event_delay_s = event_delay_s  # a pause between two events of a stream (a model's pace)
+        self._index = 0
+        self._faulted = 0
+        self._index_lock = threading.Lock()
         self._anthropic = AnthropicMessages(self.anthropic_cache, signing_key)
         self._openai = OpenAIChat(self.openai_cache)
         self._responses = OpenAIResponses(self.openai_cache, signing_key)
@@ -67,12 +98,64 @@ class Emulator:
         """Requests that reached the cache (parsed and valid), in every API."""
         return self._cache.requests
 
+    @property
+    def received(self) -> int:
+        """Requests that reached a model route (the next request's index)."""
+        return self._index
+
+    @property
+    def faulted(self) -> int:
+        """Requests answered with an injected fault."""
+        return self._faulted
+
     # ------------------------------------------------------------------ HTTP-shaped entry point
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> EmulatorResponse:
         """Answer one HTTP request (path without query). Never raises for a bad request."""
         lower = {k.lower(): v for k, v in headers.items()}
         api = self.apis.get(path)
+        fault: Fault | None = None
+        ids: tuple[tuple[str, str], ...] = ()
+        if api is not None and method == "POST":
+            with self._index_lock:
+                index = self._index
+                self._index += 1
+            ids = ((_REQUEST_ID_HEADERS.get(api.name, "x-request-id"), f"req_emu_{index:08d}"),)
+            fault = self.faults.fault_for(index) if self.faults is not None else None
+            if fault is not None:
+                with self._index_lock:
+                    self._faulted += 1
+        if fault is not None and fault.kind == "status":
+            return self._status_fault(api or self._anthropic, fault, ids)
+        if fault is not None and fault.kind == "reset-before":
+            return EmulatorResponse(0, b"", headers=ids, reset_after=0)
+        answered = self._answer(api, method, path, lower, body, ids)
+        if fault is not None and fault.kind == "reset-mid":
+            size = len(answered.chunks) if answered.chunks is not None else len(answered.body)
+            return _with(answered, reset_after=max(1, size // 2))
+        if fault is not None and fault.kind == "slow-first-byte":
+            return _with(answered, delay_s=fault.delay_s)
+        return answered
+
+    def _status_fault(self, api: WireApi[Any], fault: Fault, ids: tuple[tuple[str, str], ...]) -> EmulatorResponse:
+        kind = fault.error_type or STATUS_ERROR_TYPES.get(fault.status, "api_error")
+        message = fault.message or f"emulated {fault.status} ({kind})"
+        headers = list(ids)
+        if fault.retry_after_s is not None:
+            headers.append(("retry-after", str(math.ceil(fault.retry_after_s))))
+            headers.append(("retry-after-ms", str(round(fault.retry_after_s * 1000))))
+        body = canonical_json(api.error_body(RequestRejected(fault.status, message, kind)))
+        return EmulatorResponse(fault.status, body, headers=tuple(headers))
+
+    def _answer(
+        self,
+        api: WireApi[Any] | None,
+        method: str,
+        path: str,
+        lower: Mapping[str, str],
+        body: bytes,
+        ids: tuple[tuple[str, str], ...],
+    ) -> EmulatorResponse:
         try:
             if api is None:
                 routes = " or ".join(self.apis)
@@ -86,9 +169,19 @@ class Emulator:
                 payload = loads(body)
             except ValueError as exc:
                 raise RequestRejected(400, f"body is not valid JSON: {exc}") from None
-            return EmulatorResponse(200, canonical_json(self._exchange(api, payload)))
+            stream, include_usage = _stream_options(payload)
+            answered = self._exchange(api, payload)
+            if not stream:
+                return EmulatorResponse(200, canonical_json(answered), headers=ids)
+            if api.name == "anthropic":
+                chunks = anthropic_stream(answered, self.piece_chars)
+            elif api.name == "openai-responses":
+                chunks = responses_stream(answered, self.piece_chars)
+            else:
+                chunks = openai_chat_stream(answered, include_usage, self.piece_chars)
+            return EmulatorResponse(200, b"".join(chunks), "text/event-stream", ids, tuple(chunks))
         except RequestRejected as exc:
-            return EmulatorResponse(exc.status, canonical_json((api or self._anthropic).error_body(exc)))
+            return EmulatorResponse(exc.status, canonical_json((api or self._anthropic).error_body(exc)), headers=ids)
 
     # ------------------------------------------------------------------ the APIs (parsed JSON in, JSON out)
 
@@ -112,3 +205,27 @@ class Emulator:
 
     def reset_caches(self) -> None:
         self._cache.clear()
+
+
+def _with(answered: EmulatorResponse, **changes: Any) -> EmulatorResponse:
+    return replace(answered, **changes)
+
+
+def _stream_options(payload: Any) -> tuple[bool, bool]:
+    """Whether the body asks for a stream, and (OpenAI) for the usage chunk at its end."""
+    if not isinstance(payload, dict):
+        return False, False
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestRejected(400, "stream: Input should be a valid boolean")
+    options = payload.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise RequestRejected(400, "stream_options: only allowed when stream is true")
+    if not isinstance(options, dict) or set(options) - {"include_usage", "include_obfuscation"}:
+        raise RequestRejected(400, "stream_options: expected an object with include_usage")
+    include = options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise RequestRejected(400, "stream_options.include_usage: Input should be a valid boolean")
+    return stream, include

@@ -30,7 +30,7 @@ _TOP: Final = frozenset(
     {
         "model", "messages", "max_completion_tokens", "max_tokens", "temperature", "stop", "reasoning_effort",
         "tools", "tool_choice", "parallel_tool_calls", "top_p", "seed", "stream", "user", "metadata", "n",
-        "prompt_cache_key", "service_tier", "store", "response_format",
+        "prompt_cache_key", "service_tier", "store", "response_format", "stream_options",
     }
 )  # fmt: skip
 
@@ -40,6 +40,9 @@ _FINISH: Final[dict[StopReason, str]] = {
     "stop_sequence": "stop",
     "tool_use": "tool_calls",
     "max_tokens": "length",
+    "refusal": "stop",  # with the text in ``message.refusal``
+    "pause_turn": "stop",
+    "model_context_window_exceeded": "length",
 }
 
 
@@ -257,7 +260,13 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
                     calls.append({"function": function, "id": answer.call_id("call_emu_", k), "type": "function"})
                 case _:
                     assert_never(part)
-        message: dict[str, Any] = {"content": "".join(texts) or None, "refusal": None, "role": "assistant"}
+        said = "".join(texts) or None
+        refused = answer.stop_reason == "refusal"
+        message: dict[str, Any] = {
+            "content": None if refused else said,
+            "refusal": said if refused else None,
+            "role": "assistant",
+        }
         if calls:
             message["tool_calls"] = calls
         if self.name == "deepseek":

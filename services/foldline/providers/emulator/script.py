@@ -91,14 +91,21 @@ class ScriptedCall:
     arguments: Mapping[str, Any]
 
 
+#: How a scripted answer may end other than by itself: a refusal, a paused turn (Anthropic's long-running
+#: server tools), or a full context window.
+StopOverride: TypeAlias = Literal["refusal", "pause_turn", "model_context_window_exceeded"]
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What the model answers: optional reasoning (only when the request asks for thinking), optional text, then
-    tool calls (in that order on the wire)."""
+    tool calls (in that order on the wire); ``stop`` ends it with that stop reason instead of ``end_turn`` /
+    ``tool_use`` (a refusal drops the tool calls)."""
 
     text: str | None = None
     tool_calls: tuple[ScriptedCall, ...] = ()
     reasoning: str | None = None
+    stop: StopOverride | None = None
 
 
 class Script(Protocol):

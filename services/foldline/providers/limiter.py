@@ -1,0 +1,97 @@
+"""Per-provider adaptive concurrency: AIMD on overload answers.
+
+One :class:`AdaptiveLimiter` per provider (per process) bounds the requests in flight to it. Its limit starts
+at ``initial``; a 429 or 529 halves it (never below ``minimum``), a success adds ``1 / limit`` (so one more
+request per window of successes — TCP's congestion avoidance), up to ``maximum``. Only an overload answer to
+a request that was *started* under the current limit lowers it: the burst of 429s that one overload causes
+(every request already in flight) halves the limit once, not once per request. Waiters are served in order.
+
+Single event loop: the limiter is asyncio-only (a fleet process runs its sessions as tasks of one loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Literal, TypeAlias
+
+__all__ = ["AdaptiveLimiter", "Outcome"]
+
+Outcome: TypeAlias = Literal["success", "overload", "other"]
+
+
+class AdaptiveLimiter:
+    """At most ``limit`` requests in flight; the limit adapts to overload answers (see the module docstring)."""
+
+    def __init__(
+        self,
+        initial: int,
+        minimum: int = 1,
+        maximum: int = 1024,
+        *,
+        on_change: Callable[[float, int], None] | None = None,
+    ) -> None:
+        if not 1 <= minimum <= initial <= maximum:
+            raise ValueError("AdaptiveLimiter needs 1 <= minimum <= initial <= maximum")
+        self.minimum = minimum
+        self.maximum = maximum
+        self._limit = float(initial)
+        self._in_flight = 0
+        self._generation = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._on_change = on_change  # (limit, in flight) after every change: the metrics gauges
+
+    @property
+    def limit(self) -> int:
+        return int(self._limit)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the generation the request starts under (give it back to :meth:`release`)."""
+        if self._in_flight < self.limit and not self._waiters:
+            self._in_flight += 1
+            self._changed()
+            return self._generation
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # woken with a slot already counted for it
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # granted a slot it will not use: give it back
+                self._in_flight -= 1
+                self._wake()
+                self._changed()
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+        return self._generation
+
+    def release(self, generation: int, outcome: Outcome) -> None:
+        """The request started under ``generation`` ended with ``outcome``."""
+        self._in_flight -= 1
+        if outcome == "success":
+            self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
+        elif outcome == "overload" and generation == self._generation:
+            self._limit = max(float(self.minimum), self._limit / 2.0)
+            self._generation += 1
+        self._wake()
+        self._changed()
+
+    def _wake(self) -> None:
+        while self._waiters and self._in_flight < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._in_flight += 1
+                waiter.set_result(None)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self._limit, self._in_flight)
