@@ -68,13 +68,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def cli_emulator() -> Iterator[str]:
-    """``foldline emulator`` in a child process; its base URL once ``/health`` answers."""
+@pytest.fixture(params=[()], ids=["plain"])
+def cli_emulator(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``foldline emulator`` in a child process (with the options of the test's ``cli_emulator`` parameter);
+    its base URL once ``/health`` answers."""
     assert FOLDLINE.exists(), f"{FOLDLINE} missing: install the package with `make` (pip install -e .)"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [str(FOLDLINE), "emulator", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [str(FOLDLINE), "emulator", "--host", "127.0.0.1", "--port", str(port), *request.param]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
         try:
             deadline = time.monotonic() + 60
@@ -113,3 +114,20 @@ def test_the_cli_serves_both_apis_over_http_with_prefix_caching(
     assert usages[0].cache_read == 0
     assert all(u.cache_read > 0 for u in usages[1:])
     assert all(u.output > 0 for u in usages)
+
+
+@pytest.mark.parametrize("cli_emulator", [("--fault-at", "0=429:2", "--fault-at", "1=529")], indirect=True)
+def test_the_cli_injects_the_faults_it_is_given(cli_emulator: str) -> None:
+    body = {"max_tokens": 16, "messages": [{"content": "hi", "role": "user"}], "model": "m"}
+    headers = {"anthropic-version": "2023-06-01"}
+    with httpx.Client(base_url=cli_emulator, trust_env=False, timeout=10) as client:
+        first = client.post("/v1/messages", json=body, headers=headers)
+        second = client.post("/v1/messages", json=body, headers=headers)
+        third = client.post("/v1/messages", json=body, headers=headers)
+        stats = client.get("/stats").json()
+    assert (first.status_code, first.headers["retry-after"], first.headers["retry-after-ms"]) == (429, "2", "2000")
+    assert first.json()["error"]["type"] == "rate_limit_error"
+    assert first.headers["request-id"] == "req_emu_00000000"
+    assert (second.status_code, second.json()["error"]["type"]) == (529, "overloaded_error")
+    assert third.status_code == 200
+    assert stats == {"disconnects": 0, "faults": 2, "requests": 3}

@@ -300,3 +300,21 @@ def test_keys_never_reach_errors_retry_records_or_metrics() -> None:
     for piece in (KEY, KEY[:10], KEY[-4:], KEY[10:20]):
         assert piece not in seen, piece
     assert "[redacted]" in str(caught.value)
+
+
+def test_faults_parse_from_their_short_form_and_rates_are_deterministic() -> None:
+    assert Fault.parse("429:2.5") == Fault("status", 429, 2.5)
+    assert Fault.parse("529") == Fault.overloaded()
+    assert Fault.parse("reset-mid") == Fault("reset-mid")
+    assert Fault.parse("slow:1.5") == Fault("slow-first-byte", delay_s=1.5)
+    for bad in ("teapot", "reset-before:1", "slow:x", "200"):
+        with pytest.raises(ValueError, match="fault"):
+            Fault.parse(bad)
+    plan = FaultPlan(rates=[(0.05, Fault.rate_limited(0.05)), (0.01, Fault.overloaded())], seed=3)
+    picks = [plan.fault_for(i) for i in range(20_000)]
+    assert picks == [FaultPlan(rates=plan.rates, seed=3).fault_for(i) for i in range(20_000)]
+    limited = sum(p is not None and p.status == 429 for p in picks) / len(picks)
+    overloaded = sum(p is not None and p.status == 529 for p in picks) / len(picks)
+    assert 0.045 < limited < 0.055
+    assert 0.007 < overloaded < 0.013
+    assert FaultPlan(by_index={7: Fault("reset-before")}, rates=plan.rates).fault_for(7) == Fault("reset-before")
