@@ -35,6 +35,7 @@ from .core.header import CallConfig
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
+from .providers.retry import RetryingSender
 from .replay.verify import VerifyReport, verify_events
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ async def run_session(
     image: bool = False,
     dispatcher: StepDispatcher | None = None,
     config: CallConfig | None = None,
+    sender: RetryingSender | None = None,
 ) -> SessionResult:
     from .providers.base import Provider
 
@@ -243,6 +245,7 @@ async def run_session(
         pressure=pressure,
         dispatcher=dispatcher,
         on_invariant_violation=metrics.invariant_violation if metrics is not None else None,
+        sender=sender,
     )
     agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
     result = SessionResult(session_id)
@@ -281,6 +284,7 @@ async def run_fork(
     on_step: Callable[[], None],
     metrics: LoopMetrics | None = None,
     dispatcher: StepDispatcher | None = None,
+    sender: RetryingSender | None = None,
 ) -> SessionResult:
     """Fork the parent at the end of its middle step, then continue the child with a new loop instance."""
     from .loop.fork import fork_session
@@ -294,7 +298,9 @@ async def run_fork(
         n += 1
         child_id = f"{base}.{n}"
     fork_session(stores.log, done.id, at, child_id)
-    result = await run_session(child_id, stores, steps, make_provider, on_step, metrics, dispatcher=dispatcher)
+    result = await run_session(
+        child_id, stores, steps, make_provider, on_step, metrics, dispatcher=dispatcher, sender=sender
+    )
     result.note = f"fork of {done.id} at seq {at} (its step/end), continued here"
     return result
 
@@ -319,6 +325,10 @@ def run_demo(
 
     emulator = Emulator()  # one provider account: every session's requests share its prompt cache
     make_provider = emulated_provider_factory(emulator=emulator)
+    # one sender for the process: one adaptive limiter per provider, and the transport metrics beside the loop's
+    from .metrics import ProviderMetrics
+
+    sender = RetryingSender(observer=ProviderMetrics(metrics.registry) if metrics is not None else None)
     ids = [f"demo-{i:03d}" for i in range(sessions)]
     # the embedded default only: the dispatchers serve Messages and Chat, and the Kafka tests count their sessions
     reasoning = REASONING_SESSIONS if backend == "embedded" else ()
@@ -345,16 +355,17 @@ def run_demo(
                     pressure=DEMO_PRESSURE if i == 0 else None,
                     image=i == 1,
                     dispatcher=dispatcher,
+                    sender=sender,
                 )
             )
             for i, sid in enumerate(ids)
         ]
         if fork_id is not None:
-            fork = run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics, dispatcher)
+            fork = run_fork(runs[0], fork_id, stores, steps, make_provider, tick, metrics, dispatcher, sender)
             runs.append(asyncio.ensure_future(fork))
         for spec in reasoning:
             factory = emulated_provider_factory(spec.wire, emulator=emulator)
-            run = run_session(spec.id, stores, steps, factory, tick, metrics, config=spec.config)
+            run = run_session(spec.id, stores, steps, factory, tick, metrics, config=spec.config, sender=sender)
             runs.append(asyncio.ensure_future(run))
         try:
             return list(await asyncio.gather(*runs))

@@ -139,6 +139,11 @@ def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
         stores.close()
     assert sorted(events) == ["demo-000", "demo-001", "demo-002", "demo-responses", "demo-think"]
     check_against_log(samples, events, steps=6)
+    # the transport's families, beside the loop's: every request went through the process's one sender
+    assert value(samples, "foldline_provider_concurrency_limit", provider="anthropic") >= 64
+    assert value(samples, "foldline_provider_requests_in_flight", provider="anthropic") == 0
+    retried = [k for k in samples if k[0] == "foldline_provider_retries_total"]
+    assert retried == []  # the demo's emulator injects no faults
 
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:
