@@ -35,7 +35,14 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
     │   └── MissingHeader               a request boundary with no request/header before it
     ├── ConfigError                     configuration names something that does not exist
-    │   └── AuthenticationFailed        a server refused the configured credentials or TLS handshake
+    │   ├── AuthenticationFailed        a server refused the configured credentials or TLS handshake
+    │   └── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
+    ├── ArchiveError                    the session archive cannot be used (names the object)
+    │   ├── ArchiveObjectMissing        a manifest names a segment that is not there
+    │   ├── ArchiveCorrupt              a segment or manifest does not match its digest, session or seq range
+    │   ├── ArchiveConflict             another archiver changed a manifest first; re-read it and plan again
+    │   └── ArchiveAhead                the archive holds more of a session than the log: restore before use
+    ├── EventsExpired                   events deleted from Kafka (retention) that the archive does not hold
     ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
     └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
 """
@@ -43,6 +50,11 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveAhead",
+    "ArchiveConflict",
+    "ArchiveCorrupt",
+    "ArchiveError",
+    "ArchiveObjectMissing",
     "AttachmentCorrupt",
     "AttachmentError",
     "AttachmentNotFound",
@@ -55,6 +67,7 @@ __all__ = [
     "ContextOverflow",
     "DispatchFailed",
     "DispatchTimeout",
+    "EventsExpired",
     "FencedError",
     "FoldTimeout",
     "FoldlineError",
@@ -75,6 +88,7 @@ __all__ = [
     "StoreBusy",
     "StoreUnavailable",
     "UnknownSchemaError",
+    "UnsafeRetention",
     "ValidationError",
 ]
 
@@ -326,6 +340,67 @@ class ConfigError(FoldlineError):
 
 class AuthenticationFailed(ConfigError):
     """A server refused the configured credentials (e.g. a Kafka SASL login) or the TLS handshake failed."""
+
+
+class UnsafeRetention(ConfigError):
+    """A topic's configuration could delete session events that are not archived; nothing was written.
+
+    ``topic`` and ``setting`` name what is wrong (e.g. ``retention.ms``), ``fix`` says what to change.
+    """
+
+    def __init__(self, topic: str, setting: str, value: str, problem: str, fix: str) -> None:
+        self.topic = topic
+        self.setting = setting
+        self.value = value
+        self.fix = fix
+        super().__init__(f"topic {topic}: {setting}={value} {problem}; {fix}")
+
+
+class ArchiveError(FoldlineError):
+    """The session archive cannot be used; ``object`` names the manifest or segment (``s3://…`` or a path)."""
+
+    def __init__(self, obj: str, message: str) -> None:
+        self.object = obj
+        super().__init__(f"archive object {obj}: {message}")
+
+
+class ArchiveObjectMissing(ArchiveError):
+    """A manifest names a segment the archive store does not have."""
+
+
+class ArchiveCorrupt(ArchiveError):
+    """A segment or manifest does not match its recorded digest, its session or its seq range."""
+
+
+class ArchiveConflict(ArchiveError):
+    """Another archiver changed the manifest since it was read (a conditional write lost); re-read and retry."""
+
+
+class ArchiveAhead(ArchiveError):
+    """The archive holds more events of a session than the log's head (a cluster rebuilt without restoring)."""
+
+    def __init__(self, obj: str, session_id: str, archived: int, head: int) -> None:
+        self.session_id = session_id
+        self.archived = archived
+        self.head = head
+        super().__init__(
+            obj,
+            f"session {session_id!r} is archived up to seq {archived} but the log holds only {head} events; the "
+            "log was rebuilt without its archive — run `foldline restore` before the session is read or written",
+        )
+
+
+class EventsExpired(FoldlineError):
+    """Kafka deleted events of a session (its retention) and the archive does not hold them.
+
+    The session cannot be read whole: it is never returned shorter. ``first_seq`` is the first seq that
+    neither Kafka nor the archive has.
+    """
+
+    def __init__(self, session_id: str, first_seq: int, message: str) -> None:
+        self.session_id = session_id
+        self.first_seq = first_seq
+        super().__init__(f"session {session_id!r}: event seq {first_seq} is gone: {message}")
 
 
 class ForkError(FoldlineError):

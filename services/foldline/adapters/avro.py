@@ -80,6 +80,7 @@ __all__ = [
     "envelope_to_avro",
     "load_schema_json",
     "schema_dir",
+    "writer_schema_documents",
     "writer_schemas",
 ]
 
@@ -160,16 +161,22 @@ def _parse(schema_json: Mapping[str, Any]) -> tuple[Any, bytes]:
 
 
 @cache
-def writer_schemas(directory: Path | None = None) -> Mapping[bytes, Any]:
-    """Every event schema this process can read, by single-object fingerprint (current + previous)."""
+def writer_schema_documents(directory: Path | None = None) -> Mapping[bytes, Mapping[str, Any]]:
+    """The JSON of every event schema this process can read, by single-object fingerprint (current + previous)."""
     root = directory or schema_dir()
-    out: dict[bytes, Any] = {}
+    out: dict[bytes, Mapping[str, Any]] = {}
     files = [root / f"{EVENT_SCHEMA_NAME}.avsc", *sorted((root / "previous").glob(f"{EVENT_SCHEMA_NAME}*.avsc"))]
     for path in files:
         if path.is_file():
-            parsed, fp = _parse(load_schema_json(path.name.removesuffix(".avsc"), path.parent))
-            out[fp] = parsed
+            document = load_schema_json(path.name.removesuffix(".avsc"), path.parent)
+            out[_parse(document)[1]] = document
     return out
+
+
+@cache
+def writer_schemas(directory: Path | None = None) -> Mapping[bytes, Any]:
+    """Every event schema this process can read, parsed, by single-object fingerprint (current + previous)."""
+    return {fp: _parse(document)[0] for fp, document in writer_schema_documents(directory).items()}
 
 
 # ---------------------------------------------------------------- Envelope <-> Avro datum
@@ -443,6 +450,7 @@ class AvroCodec:
             self._registry = SchemaRegistryClient.new_client({"url": registry_url})
         self._schema_id: int | None = None
         self._by_id: dict[int, Any] = {}
+        self._fingerprints: dict[int, bytes] = {}
         self._lock = threading.Lock()
         self._named: dict[str, Any] = {}
         fastavro.parse_schema(dict(schema_json), self._named)
@@ -577,6 +585,23 @@ class AvroCodec:
         if not isinstance(datum, dict):
             raise AvroDecodeError("Avro body is not a record")
         return avro_to_envelope(datum)
+
+    def split(self, data: bytes | None) -> tuple[bytes, bytes]:
+        """``(fingerprint, body)`` of a framed record without decoding it: the single-object fingerprint of its
+        writer schema (for Confluent framing, of the registry schema its id names) and its Avro body."""
+        if not data:
+            raise AvroDecodeError("empty record value")
+        if data[:2] == SINGLE_OBJECT_MAGIC and len(data) >= 10:
+            return bytes(data[2:10]), data[10:]
+        if data[:1] == CONFLUENT_MAGIC and len(data) >= 5:
+            schema_id = struct.unpack(">I", data[1:5])[0]
+            fingerprint = self._fingerprints.get(schema_id)
+            if fingerprint is None:
+                writer = self._writer_by_id(schema_id)
+                canonical = fastavro.schema.to_parsing_canonical_form(writer)
+                fingerprint = self._fingerprints[schema_id] = crc64_avro(canonical.encode()).to_bytes(8, "little")
+            return fingerprint, data[5:]
+        raise AvroDecodeError(f"not a framed Avro record (starts with {bytes(data[:2]).hex()!r})")
 
     def _writer_by_id(self, schema_id: int) -> Any:
         writer = self._by_id.get(schema_id)

@@ -1,0 +1,149 @@
+"""Reading sessions' archives from an archive store: manifests, and segments checked against their digests.
+
+:class:`SessionArchive` is the :class:`~foldline.ports.archive.ArchiveReader` of one
+:class:`~foldline.ports.archive.ArchiveStore`. It keeps the manifests it has read (manifests only grow:
+a kept one is never wrong, at most behind) and the decoded events of recently read segments (segments
+never change). Every segment it reads is checked before use:
+
+* the object exists (else :class:`~foldline.errors.ArchiveObjectMissing` naming it);
+* its sha256 is the one its manifest records, its container metadata names its session and range, and
+  its records decode into exactly the seqs of that range (else :class:`~foldline.errors.ArchiveCorrupt`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+from ...core.events import Envelope
+from ...errors import ArchiveCorrupt, ArchiveObjectMissing
+from ...ports.archive import ArchiveReader, ArchiveStore, Manifest, SegmentRef
+from .layout import SESSIONS_PREFIX, decode_manifest, manifest_key, segment_key, session_of_manifest_key
+from .segments import read_segment
+
+__all__ = ["SessionArchive"]
+
+
+class SessionArchive(ArchiveReader):
+    """The archives of the sessions in ``store``; see the module docstring. Thread-safe.
+
+    ``max_manifests`` manifests and the decoded events of segments holding ``cache_events`` events in
+    all are kept (least recently used first out).
+    """
+
+    def __init__(self, store: ArchiveStore, *, max_manifests: int = 100_000, cache_events: int = 20_000) -> None:
+        self.store = store
+        self._max_manifests = max_manifests
+        self._cache_events = cache_events
+        self._lock = threading.Lock()
+        self._manifests: OrderedDict[str, tuple[Manifest | None, str | None]] = OrderedDict()
+        self._segments: OrderedDict[tuple[str, str, str], list[Envelope]] = OrderedDict()
+        self._cached_events = 0
+
+    # -------------------------------------------------------------- manifests
+
+    def versioned(self, session_id: str, *, refresh: bool = False) -> tuple[Manifest | None, str | None]:
+        """The session's manifest and its store version (``(None, None)``: no archive yet)."""
+        if not refresh:
+            with self._lock:
+                known = self._manifests.get(session_id)
+                if known is not None:
+                    self._manifests.move_to_end(session_id)
+                    return known
+        key = manifest_key(session_id)
+        stored = self.store.read(key)
+        if stored is None:
+            found: tuple[Manifest | None, str | None] = (None, None)
+        else:
+            found = (decode_manifest(stored.data, session_id, self.store.where(key)), stored.version)
+        self.remember(session_id, *found)
+        return found
+
+    def remember(self, session_id: str, manifest: Manifest | None, version: str | None) -> None:
+        """Keep ``manifest`` as the session's (unless a longer one is kept already)."""
+        with self._lock:
+            known = self._manifests.get(session_id)
+            if (
+                known is not None
+                and known[0] is not None
+                and manifest is not None
+                and known[0].next_seq > manifest.next_seq
+            ):
+                return
+            self._manifests[session_id] = (manifest, version)
+            self._manifests.move_to_end(session_id)
+            while len(self._manifests) > self._max_manifests:
+                self._manifests.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._manifests.pop(session_id, None)
+
+    def manifest(self, session_id: str, *, refresh: bool = False) -> Manifest | None:
+        return self.versioned(session_id, refresh=refresh)[0]
+
+    def watermark(self, session_id: str, *, refresh: bool = False) -> int:
+        manifest = self.manifest(session_id, refresh=refresh)
+        return 0 if manifest is None else manifest.next_seq
+
+    def sessions(self) -> list[str]:
+        found = (session_of_manifest_key(k) for k in self.store.keys(SESSIONS_PREFIX))
+        return sorted(s for s in found if s is not None)
+
+    # -------------------------------------------------------------- events
+
+    def read(self, session_id: str, from_seq: int, to_seq: int) -> list[Envelope]:
+        from_seq = max(from_seq, 0)
+        if from_seq >= to_seq:
+            return []
+        manifest = self.manifest(session_id)
+        if manifest is None or manifest.next_seq < to_seq:
+            manifest = self.manifest(session_id, refresh=True)
+        watermark = 0 if manifest is None else manifest.next_seq
+        if manifest is None or watermark < to_seq:
+            raise ValueError(
+                f"session {session_id!r}: seqs up to {to_seq} asked of an archive that ends at {watermark}"
+            )
+        out: list[Envelope] = []
+        for ref in manifest.segments:
+            if ref.end <= from_seq or ref.first >= to_seq:
+                continue
+            events = self.segment(session_id, ref)
+            out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
+        return out
+
+    def segment(self, session_id: str, ref: SegmentRef) -> list[Envelope]:
+        """The events of one segment (checked as the module docstring says)."""
+        cache_key = (session_id, ref.key, ref.sha256)
+        with self._lock:
+            cached = self._segments.get(cache_key)
+            if cached is not None:
+                self._segments.move_to_end(cache_key)
+                return cached
+        key = segment_key(session_id, ref)
+        where = self.store.where(key)
+        stored = self.store.read(key)
+        if stored is None:
+            raise ArchiveObjectMissing(
+                where,
+                f"the manifest of session {session_id!r} lists it (seqs {ref.first}..{ref.end}) but the store has no "
+                "such object; restore it from a copy of the archive",
+            )
+        digest = hashlib.sha256(stored.data).hexdigest()
+        if digest != ref.sha256:
+            raise ArchiveCorrupt(
+                where, f"its sha256 is {digest}, the manifest of session {session_id!r} records {ref.sha256}"
+            )
+        events = read_segment(stored.data, session_id, ref.first, ref.end, where)
+        with self._lock:
+            if cache_key not in self._segments and len(events) <= self._cache_events:
+                self._segments[cache_key] = events
+                self._cached_events += len(events)
+                while self._cached_events > self._cache_events:
+                    _, dropped = self._segments.popitem(last=False)
+                    self._cached_events -= len(dropped)
+        return events
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,208 @@
+"""Segments: a contiguous run of one session's events as an Avro object container file (fastavro).
+
+A segment is a standard Avro object container file — any Avro reader opens it — whose records are the
+session's events under the event schema (``schemas/foldline.session_event.avsc``), the schema written in
+the file's header. Its metadata names the session and the seq range (``foldline.session``,
+``foldline.first``, ``foldline.end``), so a segment read from the wrong key is caught. Blocks are
+``deflate``-compressed (docs/RETENTION.md says why deflate rather than zstd).
+
+The bytes of a segment are a function of its events: the sync marker is derived from the session and
+the range instead of drawn at random, so two archivers writing the same range write the same object,
+and the digest a manifest records can be re-derived.
+
+Writing takes the events' Avro bodies as they are on the Kafka topic (single-object encoding without
+its 10-byte prefix): no event is decoded or re-encoded to archive it. Reading decodes every record into
+an envelope through the same datum mapping as the Kafka codec (:func:`foldline.adapters.avro.avro_to_envelope`)
+and checks the seqs are exactly the range.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from functools import cache
+from typing import Any, cast
+
+import fastavro
+import fastavro.schema
+
+from ...core.events import Envelope
+from ...errors import ArchiveCorrupt, FormatError
+from ..avro import (
+    SINGLE_OBJECT_MAGIC,
+    AvroCodec,
+    avro_to_envelope,
+    crc64_avro,
+    load_schema_json,
+    writer_schema_documents,
+)
+
+__all__ = ["BLOCK_BYTES", "CODEC", "SegmentEncoder", "body_of", "build_segment", "event_head", "read_segment"]
+
+CODEC = "deflate"
+BLOCK_BYTES = 256 * 1024  # uncompressed bytes per container block
+_META_SESSION = "foldline.session"
+_META_FIRST = "foldline.first"
+_META_END = "foldline.end"
+
+
+class _Block:
+    """What ``fastavro``'s ``Writer.write_block`` takes: a record count and the records' encoded bytes."""
+
+    __slots__ = ("bytes_", "num_records")
+
+    def __init__(self, num_records: int, data: bytes) -> None:
+        self.num_records = num_records
+        self.bytes_ = io.BytesIO(data)
+
+
+def sync_marker(session_id: str, first: int, end: int) -> bytes:
+    return hashlib.sha256(f"foldline-segment\0{session_id}\0{first}\0{end}".encode()).digest()[:16]
+
+
+def _blocks(bodies: Sequence[bytes]) -> Iterator[_Block]:
+    start = 0
+    size = 0
+    for i, body in enumerate(bodies):
+        size += len(body)
+        if size >= BLOCK_BYTES:
+            yield _Block(i + 1 - start, b"".join(bodies[start : i + 1]))
+            start, size = i + 1, 0
+    if start < len(bodies):
+        yield _Block(len(bodies) - start, b"".join(bodies[start:]))
+
+
+def build_segment(session_id: str, first: int, bodies: Sequence[bytes], fingerprint: bytes) -> bytes:
+    """The segment of seqs ``first`` .. ``first + len(bodies)``: Avro bodies of the schema ``fingerprint``."""
+    if not bodies:
+        raise ValueError("a segment holds at least one event")
+    document = writer_schema_documents().get(fingerprint)
+    if document is None:
+        raise FormatError("avro-unknown-schema", f"no event schema has fingerprint {fingerprint.hex()}")
+    end = first + len(bodies)
+    out = io.BytesIO()
+    writer = fastavro.write.Writer(
+        out,
+        dict(document),
+        codec=CODEC,
+        sync_marker=sync_marker(session_id, first, end),
+        metadata={_META_SESSION: session_id, _META_FIRST: str(first), _META_END: str(end)},
+    )
+    for block in _blocks(bodies):
+        writer.write_block(block)
+    writer.flush()
+    return out.getvalue()
+
+
+class SegmentEncoder:
+    """Avro bodies of envelopes under the current event schema (for logs that do not store Avro)."""
+
+    def __init__(self, codec: AvroCodec | None = None) -> None:
+        self._codec = codec or AvroCodec()
+        if self._codec.framing != "single-object":
+            self._codec = AvroCodec()
+        self.fingerprint = self._codec.fingerprint
+
+    def body(self, env: Envelope) -> bytes:
+        return self._codec.encode(env)[10:]
+
+
+def _long(data: bytes, at: int) -> tuple[int, int]:
+    """The zigzag varint long at ``at`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), at
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def event_head(body: bytes) -> tuple[str, int]:
+    """``(type, seq)`` of an event's Avro body, read without decoding the rest (the schema's first two fields).
+
+    Raises ``ValueError`` for bytes that do not start like an event record.
+    """
+    try:
+        size, at = _long(body, 0)
+        if not 0 < size <= 256:
+            raise ValueError(f"event type of {size} bytes")
+        kind = bytes(body[at : at + size]).decode()
+        seq, _ = _long(body, at + size)
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not an event record: {exc}") from exc
+    if seq < 0:
+        raise ValueError(f"negative seq {seq}")
+    return kind, seq
+
+
+def body_of(value: bytes | None) -> tuple[bytes, bytes] | None:
+    """``(fingerprint, body)`` of a single-object-encoded record value (``None`` for any other framing)."""
+    if value is None or len(value) < 10 or value[:2] != SINGLE_OBJECT_MAGIC:
+        return None
+    return bytes(value[2:10]), value[10:]
+
+
+# ---------------------------------------------------------------- reading
+
+
+@cache
+def _current() -> tuple[Any, bytes]:
+    document = load_schema_json()
+    parsed = fastavro.parse_schema(document)
+    return parsed, crc64_avro(fastavro.schema.to_parsing_canonical_form(parsed).encode()).to_bytes(8, "little")
+
+
+_resolution_lock = threading.Lock()
+_needs_resolution: dict[str, bool] = {}
+
+
+def _reader_schema(schema_text: str) -> Any:
+    """``None`` when a file's writer schema is the current one (no resolution), else the current schema."""
+    with _resolution_lock:
+        known = _needs_resolution.get(schema_text)
+    if known is None:
+        parsed = fastavro.parse_schema(json.loads(schema_text))
+        fp = crc64_avro(fastavro.schema.to_parsing_canonical_form(parsed).encode()).to_bytes(8, "little")
+        known = fp != _current()[1]
+        with _resolution_lock:
+            _needs_resolution[schema_text] = known
+    return _current()[0] if known else None
+
+
+def read_segment(data: bytes, session_id: str, first: int, end: int, where: str) -> list[Envelope]:
+    """The events of a segment that must hold seqs ``first`` .. ``end`` of ``session_id``; ArchiveCorrupt otherwise."""
+    try:
+        records = fastavro.reader(io.BytesIO(data), return_record_name=True, return_record_name_override=True)
+        meta = records.metadata
+        named = (meta.get(_META_SESSION), meta.get(_META_FIRST), meta.get(_META_END))
+        if named != (session_id, str(first), str(end)):
+            raise ArchiveCorrupt(
+                where,
+                f"the segment names session {named[0]!r} seqs {named[1]}..{named[2]}, "
+                f"not {session_id!r} {first}..{end}",
+            )
+        resolve = _reader_schema(meta["avro.schema"])
+        if resolve is not None:  # written under an older schema: read it as the current one
+            records = fastavro.reader(
+                io.BytesIO(data), reader_schema=resolve, return_record_name=True, return_record_name_override=True
+            )
+        events = [avro_to_envelope(cast(dict[str, Any], datum)) for datum in records]
+    except ArchiveCorrupt:
+        raise
+    except FormatError as exc:
+        raise ArchiveCorrupt(where, f"a record does not decode into an event: {exc}") from exc
+    except Exception as exc:  # fastavro raises many types for bytes that are not a container file
+        raise ArchiveCorrupt(where, f"not a readable Avro container file: {type(exc).__name__}: {exc}") from exc
+    if len(events) != end - first:
+        raise ArchiveCorrupt(where, f"holds {len(events)} events, its range {first}..{end} needs {end - first}")
+    for i, env in enumerate(events):
+        if env.seq != first + i:
+            raise ArchiveCorrupt(where, f"record {i} has seq {env.seq}, expected {first + i}")
+    return events

@@ -1,0 +1,247 @@
+"""The archive store on S3: archive objects under ``<prefix>`` in one bucket (docs/RETENTION.md).
+
+* :meth:`S3ArchiveStore.create` is ``PutObject`` with ``If-None-Match: *``: 412 means the key was taken
+  (the object is left as it is). 409 ``ConditionalRequestConflict`` (a conditional write in flight on
+  AWS) is retried with backoff.
+* :meth:`S3ArchiveStore.replace` is ``PutObject`` with ``If-Match: <ETag>`` (or ``If-None-Match: *`` for a
+  first version): a lost race is 412, :class:`~foldline.errors.ArchiveConflict`. The version is the ETag.
+* Every write carries ``x-amz-checksum-sha256``, so the server refuses bytes damaged on the way; every read
+  asks for the stored checksum (``ChecksumMode=ENABLED``) and compares it with the sha256 of the bytes
+  received.
+
+botocore exceptions are translated here and nowhere else (``_translate``); messages name the operation,
+``s3://bucket/key``, the HTTP status and S3 error code, never a credential or the server's own text.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    FlexibleChecksumError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from ..errors import ArchiveConflict, ArchiveCorrupt, ArchiveError, ConfigError, FoldlineError, StoreUnavailable
+from ..ports.archive import ArchiveStore, StoredObject
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = ["S3ArchiveStore"]
+
+_T = TypeVar("_T")
+
+
+def _b64_sha256(data: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
+class S3ArchiveStore(ArchiveStore):
+    """Archive objects in ``bucket`` under ``prefix``, through a ready boto3 ``client`` (its retries and
+    timeouts bound every request; credentials come only from boto3's chain)."""
+
+    def __init__(self, bucket: str, *, client: S3Client, prefix: str = "", max_attempts: int = 5) -> None:
+        if not bucket:
+            raise ConfigError("the S3 archive store needs a bucket name (FOLDLINE_ARCHIVE_BUCKET)")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        self.bucket = bucket
+        self.prefix = prefix
+        self.client = client
+        self.max_attempts = max(1, max_attempts)
+
+    def where(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{key}"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it does not exist (a bucket someone else owns is left to the error)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return
+        except ClientError as exc:
+            if _status_code(exc)[0] not in (404, 400):
+                self._raise(exc, "HeadBucket", "")
+        except BotoCoreError as exc:
+            self._raise(exc, "HeadBucket", "")
+        try:
+            self.client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _status_code(exc)[1] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                self._raise(exc, "CreateBucket", "")
+        except BotoCoreError as exc:
+            self._raise(exc, "CreateBucket", "")
+
+    # -------------------------------------------------------------- writes
+
+    def create(self, key: str, data: bytes) -> bool:
+        full = self.prefix + key
+        sha = _b64_sha256(data)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                response = self.client.put_object(
+                    Bucket=self.bucket, Key=full, Body=data, ChecksumSHA256=sha, IfNoneMatch="*"
+                )
+            except ClientError as exc:
+                status, code = _status_code(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    return False
+                if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
+                    time.sleep(random.random() * min(2.0, 0.05 * 2**attempt))
+                    continue
+                self._raise(exc, "PutObject", key)
+            except BotoCoreError as exc:
+                self._raise(exc, "PutObject", key)
+            self._check_echo(key, response, sha)
+            return True
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def replace(self, key: str, data: bytes, expected: str | None) -> str:
+        full = self.prefix + key
+        sha = _b64_sha256(data)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                if expected is None:
+                    response = self.client.put_object(
+                        Bucket=self.bucket, Key=full, Body=data, ChecksumSHA256=sha, IfNoneMatch="*"
+                    )
+                else:
+                    response = self.client.put_object(
+                        Bucket=self.bucket, Key=full, Body=data, ChecksumSHA256=sha, IfMatch=expected
+                    )
+            except ClientError as exc:
+                status, code = _status_code(exc)
+                if status == 412 or code == "PreconditionFailed" or (status == 404 and code != "NoSuchBucket"):
+                    raise ArchiveConflict(
+                        self.where(key), "another writer changed it since it was read (conditional write refused)"
+                    ) from exc
+                if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
+                    time.sleep(random.random() * min(2.0, 0.05 * 2**attempt))
+                    continue
+                self._raise(exc, "PutObject", key)
+            except BotoCoreError as exc:
+                self._raise(exc, "PutObject", key)
+            self._check_echo(key, response, sha)
+            return str(response["ETag"])
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_echo(self, key: str, response: Any, sha: str) -> None:
+        echoed = response.get("ChecksumSHA256")
+        if echoed is not None and echoed != sha:
+            raise ArchiveCorrupt(self.where(key), "the server recorded another SHA-256 than the one sent")
+
+    def delete(self, key: str) -> None:
+        self._call("DeleteObject", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=self.prefix + key))
+
+    # -------------------------------------------------------------- reads
+
+    def read(self, key: str) -> StoredObject | None:
+        full = self.prefix + key
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=full, ChecksumMode="ENABLED")
+            body = response["Body"]
+            try:
+                data = body.read()
+            finally:
+                body.close()
+        except ClientError as exc:
+            status, code = _status_code(exc)
+            if status == 404 and code != "NoSuchBucket":
+                return None
+            self._raise(exc, "GetObject", key)
+        except BotoCoreError as exc:
+            self._raise(exc, "GetObject", key)
+        stored = response.get("ChecksumSHA256")
+        if stored and "-" not in stored and stored != _b64_sha256(data):
+            raise ArchiveCorrupt(self.where(key), "its bytes do not match the SHA-256 checksum the store keeps")
+        return StoredObject(data, str(response["ETag"]))
+
+    def keys(self, prefix: str = "", start_after: str = "") -> Iterator[str]:
+        token: str | None = None
+        strip = len(self.prefix)
+        while True:
+            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+            if token is not None:
+                args["ContinuationToken"] = token
+            elif start_after:
+                args["StartAfter"] = self.prefix + start_after
+            page = self._call("ListObjectsV2", prefix, functools.partial(self.client.list_objects_v2, **args))
+            for item in page.get("Contents", []):
+                yield item["Key"][strip:]
+            if not page.get("IsTruncated"):
+                return
+            token = page["NextContinuationToken"]
+
+    # -------------------------------------------------------------- error translation
+
+    def _call(self, op: str, key: str, fn: Callable[[], _T]) -> _T:
+        try:
+            return fn()
+        except (ClientError, BotoCoreError) as exc:
+            self._raise(exc, op, key)
+
+    def _raise(self, exc: ClientError | BotoCoreError, op: str, key: str) -> NoReturn:
+        raise _translate(exc, op, self.where(key), _endpoint(self.client)) from exc
+
+
+def _endpoint(client: S3Client) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(client.meta.endpoint_url)
+    return f"{parts.scheme}://{parts.hostname or '?'}" + (f":{parts.port}" if parts.port else "")
+
+
+def _status_code(exc: ClientError) -> tuple[int, str]:
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    code = str(exc.response.get("Error", {}).get("Code", "?"))
+    return status, code
+
+
+def _translate(exc: ClientError | BotoCoreError, op: str, where: str, endpoint: str) -> FoldlineError:
+    if isinstance(exc, ClientError):
+        status, code = _status_code(exc)
+        request_id = exc.response.get("ResponseMetadata", {}).get("RequestId") or "-"
+        said = f"{op} {where}: HTTP {status} {code} (request id {request_id})"
+        if code == "NoSuchBucket":
+            return ConfigError(f"{said}: the archive bucket does not exist — create it or fix FOLDLINE_ARCHIVE_BUCKET")
+        if code in ("BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"):
+            return ArchiveCorrupt(where, f"{said}; the server rejected the bytes' checksum")
+        if status in (401, 403):
+            return ArchiveError(
+                where,
+                f"{said}; access denied — check the credentials and permissions boto3's configuration chain "
+                "supplies (environment, profile, role)",
+            )
+        if status >= 500 or status == 429:
+            return StoreUnavailable(f"archive: {said} after the allowed retries ({endpoint})")
+        return ArchiveError(where, said)
+    name = type(exc).__name__
+    if isinstance(exc, FlexibleChecksumError):
+        return ArchiveCorrupt(where, f"{op}: the body does not match its stored checksum")
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return ConfigError(
+            f"archive: {op} {where}: no usable AWS credentials ({name}); configure them through the standard "
+            "chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
+        )
+    if isinstance(exc, (BotoConnectionError, ReadTimeoutError)):
+        return StoreUnavailable(
+            f"archive: {op} {where}: S3 endpoint {endpoint} did not answer ({name}) after the allowed retries; "
+            "is the server up? (locally: bash deploy/local/up.sh s3)"
+        )
+    return ArchiveError(where, f"{op}: {name}")
