@@ -25,7 +25,12 @@ lease epoch against it before anything is sent; if its producer is fenced the co
 that transaction becomes visible, and each waiting append takes its session over again and re-checks.
 
 **Reading one session** costs the session's size (:mod:`.reader`): the index partition is tailed (one
-small entry per session after compaction), then exactly the listed offsets are fetched.
+small entry per session after compaction), then exactly the listed offsets are fetched. With an archive
+(``archive``), the seqs below a session's archive watermark are read from it instead, the tail from Kafka
+(:mod:`.archive_tail`): the log outlives the topic's retention.
+
+**Topics** are created with, and checked against, the log's :class:`~.retention.TopicPolicy` before
+anything is written: a setting that could delete events not yet archived is refused (:mod:`.retention`).
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ from confluent_kafka import KafkaException
 from ...core.events import Envelope
 from ...core.validation import LogRules
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
+from ...ports.archive import ArchiveReader
 from ...ports.event_log import EventLog, WriterLease
 from ..avro import AvroCodec
+from .archive_tail import ArchiveAndTail
 from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
 from .index import SessionState, encode_index
 from .partitioning import partition_for
@@ -58,6 +65,7 @@ from .records import (
     dlq_topic,
     index_topic,
 )
+from .retention import TopicCheck, TopicPolicy
 from .topics import ensure_topics
 from .writer import AppendRequest, Committer, GroupWriter, Retry, SessionWriter, WriterContext, WriterIds
 
@@ -128,6 +136,9 @@ class KafkaEventLog(EventLog):
     ``writers`` transactional producers share the partitions (writer ``k`` commits partitions
     ``p % writers == k``): more writers mean more transactions in flight and a smaller share of
     sessions disturbed when another instance takes one over.
+
+    ``archive`` is the session archive reads consult below each session's archive watermark; ``policy``
+    the topics' settings (default: ``replication_factor``, ``min.insync.replicas`` 1, infinite retention).
     """
 
     def __init__(
@@ -145,6 +156,8 @@ class KafkaEventLog(EventLog):
         create_topics: bool = True,
         client_config: Mapping[str, Any] | None = None,
         writers: int = 1,
+        archive: ArchiveReader | None = None,
+        policy: TopicPolicy | None = None,
     ) -> None:
         if partitions < 1:
             raise ConfigError("partitions must be >= 1")
@@ -158,7 +171,10 @@ class KafkaEventLog(EventLog):
         self.index_topic = index_topic(topic)
         self.dlq_topic = dlq_topic(topic)
         self.partitions = partitions
-        self.replication_factor = replication_factor
+        self.policy = policy if policy is not None else TopicPolicy(replication_factor=replication_factor)
+        self.replication_factor = self.policy.replication_factor
+        self.archive = archive
+        self.topic_checks: list[TopicCheck] = []
         self.timeout_s = timeout_s
         self.codec = codec or AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
         self._max_writers = max_writers
@@ -173,6 +189,7 @@ class KafkaEventLog(EventLog):
             partitions=partitions,
             decode=self.codec.decode,
         )
+        self._events = ArchiveAndTail(self._reader, archive)
         self._ids = WriterIds()
         self._context = WriterContext(self._clients, topic, self.index_topic, self._encode, self._ids)
         self._ready_lock = threading.Lock()
@@ -261,7 +278,7 @@ class KafkaEventLog(EventLog):
         end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
         if from_seq >= end:
             return []
-        return self._reader.events(session_id, state, max(from_seq, 0), end, deadline)
+        return self._events.events(session_id, state, max(from_seq, 0), end, deadline)
 
     def head(self, session_id: str) -> int:
         self._ensure_ready()
@@ -474,7 +491,7 @@ class KafkaEventLog(EventLog):
     def _rules_for(self, session_id: str, state: SessionState, deadline: float) -> LogRules:
         rules = LogRules()
         if state.next_seq:
-            rules.check_batch(self._reader.events(session_id, state, 0, state.next_seq, deadline))
+            rules.check_batch(self._events.events(session_id, state, 0, state.next_seq, deadline))
         return rules
 
     def _load_state(self, session_id: str, deadline: float) -> SessionState:
@@ -482,6 +499,15 @@ class KafkaEventLog(EventLog):
         return self._reader.state(session_id, deadline)
 
     # -------------------------------------------------------------- topics and writers
+
+    def check_topics(self) -> list[TopicCheck]:
+        """Create the topics if they are missing and check them (:mod:`.retention`): the checks made.
+
+        Raises :class:`~foldline.errors.UnsafeRetention` for a setting that could lose events. Runs once per
+        instance, before its first read or write; call it at start-up to fail before anything else.
+        """
+        self._ensure_ready()
+        return self.topic_checks
 
     def _ensure_ready(self) -> None:
         if self._writers and not self._closed:
@@ -491,12 +517,8 @@ class KafkaEventLog(EventLog):
                 raise StoreUnavailable("this KafkaEventLog is closed")
             if self._writers:
                 return
-            ensure_topics(
-                self._clients,
-                self.topic,
-                partitions=self.partitions,
-                replication_factor=self.replication_factor,
-                create=self._create_topics,
+            self.topic_checks = ensure_topics(
+                self._clients, self.topic, partitions=self.partitions, policy=self.policy, create=self._create_topics
             )
             self._writers = [GroupWriter(self._context, k) for k in range(min(self._writer_count, self.partitions))]
 

@@ -13,11 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ...core.events import Envelope
-from ...errors import FormatError, StoreUnavailable
+from ...errors import EventsExpired, FormatError, StoreUnavailable
 from .clients import TRANSIENT_CODES, KafkaClients, kafka_error
 from .index import CHUNK_MARK, IndexEntry, PendingBatch, SessionState, decode_chunk, decode_index, expand, runs
 from .partitioning import partition_for
@@ -44,15 +45,23 @@ class Watermarks:
         :class:`~foldline.errors.StoreUnavailable` when the broker does not answer by ``deadline``
         (default: the clients' timeout from now).
         """
+        return self.bounds(topic, part, deadline)[1]
+
+    def low(self, topic: str, part: int, deadline: float | None = None) -> int:
+        """The partition's log start offset: records below it were deleted (retention, or deleted records)."""
+        return self.bounds(topic, part, deadline)[0]
+
+    def bounds(self, topic: str, part: int, deadline: float | None = None) -> tuple[int, int]:
+        """The partition's ``(log start offset, high watermark)``, asked of the broker now."""
         clients = self._clients
         until = clients.deadline() if deadline is None else deadline
         consumer = self._open()
         while True:
             try:
-                _low, high = consumer.get_watermark_offsets(
+                low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, part), timeout=clients.remaining(until), cached=False
                 )
-                return int(high)
+                return int(low), int(high)
             except KafkaException as exc:
                 err = kafka_error(exc)
                 if err is None or not (err.retriable() or err.code() in TRANSIENT_CODES) or time.monotonic() > until:
@@ -220,36 +229,71 @@ class SessionReader:
         high = self.watermarks.high(self.index_topic, part, deadline)
         with self.lock:
             self._catch_up_index(part, deadline, high)
-            with self._index_lock:
-                entry = self._index.get(session_id)
-                chunks = dict(self._chunks.get(session_id, {}))
-            if entry is None:
-                return SessionState()
-            offsets: list[int] = []
-            for n in range(entry.chunks):
-                chunk = chunks.get(n)
-                if chunk is None:
-                    raise FormatError("kafka-index", f"session {session_id!r}: index chunk {n} is missing")
-                offsets.extend(expand(chunk))
-            if len(offsets) != entry.sealed:
-                raise FormatError(
-                    "kafka-index",
-                    f"session {session_id!r}: index chunks hold {len(offsets)} offsets, not {entry.sealed}",
-                )
-            tail = [list(r) for r in entry.tail]
-            offsets.extend(expand(tail))
-            if entry.pending is not None:
-                found = self._scan_batch(session_id, part, entry.pending, deadline)
-                offsets.extend(found)
-                runs(found, tail)
-            return SessionState(entry.epoch, offsets, entry.owner, entry.chunks, entry.sealed, tail)
+            return self._state_of(session_id, part, deadline)
+
+    def _state_of(self, session_id: str, part: int, deadline: float) -> SessionState:
+        with self._index_lock:
+            entry = self._index.get(session_id)
+            chunks = dict(self._chunks.get(session_id, {}))
+        if entry is None:
+            return SessionState()
+        offsets: list[int] = []
+        for n in range(entry.chunks):
+            chunk = chunks.get(n)
+            if chunk is None:
+                raise FormatError("kafka-index", f"session {session_id!r}: index chunk {n} is missing")
+            offsets.extend(expand(chunk))
+        if len(offsets) != entry.sealed:
+            raise FormatError(
+                "kafka-index",
+                f"session {session_id!r}: index chunks hold {len(offsets)} offsets, not {entry.sealed}",
+            )
+        tail = [list(r) for r in entry.tail]
+        offsets.extend(expand(tail))
+        if entry.pending is not None:
+            found = self._scan_batch(session_id, part, entry.pending, deadline)
+            offsets.extend(found)
+            runs(found, tail)
+        return SessionState(entry.epoch, offsets, entry.owner, entry.chunks, entry.sealed, tail)
 
     def events(
         self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float
     ) -> list[Envelope]:
-        """Events ``from_seq`` up to ``to_seq`` (exclusive) of a session in ``state``, fetched by offset."""
+        """Events ``from_seq`` up to ``to_seq`` (exclusive) of a session in ``state``, fetched by offset.
+
+        Raises :class:`~foldline.errors.EventsExpired` when Kafka deleted some of them (retention).
+        """
+        with self.lock:
+            messages = self._fetch(session_id, state, from_seq, to_seq, deadline)
+        out: list[Envelope] = []
+        decode = self._decode
+        for seq, msg in enumerate(messages, start=from_seq):
+            env = decode(msg.value())
+            if env.seq != seq:
+                raise FormatError("seq-gapless", f"offset {msg.offset()} holds seq {env.seq}", seq=seq)
+            out.append(env)
+        return out
+
+    def records(
+        self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float
+    ) -> list[Record]:
+        """The committed records of events ``from_seq`` up to ``to_seq`` of a session, undecoded, in seq order."""
         with self.lock:
             return self._fetch(session_id, state, from_seq, to_seq, deadline)
+
+    def states(self, session_ids: Sequence[str], deadline: float) -> dict[str, SessionState]:
+        """The committed state of each session, catching up each index partition once."""
+        by_part: dict[int, list[str]] = {}
+        for sid in session_ids:
+            by_part.setdefault(partition_for(sid, self.partitions), []).append(sid)
+        out: dict[str, SessionState] = {}
+        for part, sids in by_part.items():
+            high = self.watermarks.high(self.index_topic, part, deadline)
+            with self.lock:
+                self._catch_up_index(part, deadline, high)
+                for sid in sids:
+                    out[sid] = self._state_of(sid, part, deadline)
+        return out
 
     def close(self) -> None:
         """Close the reading consumers (each of them, even when one fails)."""
@@ -266,9 +310,7 @@ class SessionReader:
 
     # -------------------------------------------------------------- internals
 
-    def _fetch(
-        self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float
-    ) -> list[Envelope]:
+    def _fetch(self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float) -> list[Record]:
         wanted = state.offsets[from_seq:to_seq]
         part = partition_for(session_id, self.partitions)
         by_offset: dict[int, Message] = {}
@@ -286,20 +328,29 @@ class SessionReader:
                 if off in want:
                     by_offset[off] = msg
             i = j + 1
-        out: list[Envelope] = []
+        out: list[Record] = []
         for seq, off in enumerate(wanted, start=from_seq):
             found = by_offset.get(off)
             if found is None:
-                raise FormatError("kafka-index", f"session {session_id!r}: event seq {seq} is missing at offset {off}")
+                self._missing(session_id, part, seq, off, deadline)
             msg = found
             key = msg.key()
             if key is None or key.decode() != session_id:
                 raise FormatError("kafka-index", f"offset {off} holds another session's record", seq=seq)
-            env = self._decode(msg.value())
-            if env.seq != seq:
-                raise FormatError("seq-gapless", f"offset {off} holds seq {env.seq}", seq=seq)
-            out.append(env)
+            out.append(msg)
         return out
+
+    def _missing(self, session_id: str, part: int, seq: int, off: int, deadline: float) -> NoReturn:
+        """An event the index names is not in its partition: deleted by retention, or a broken index."""
+        low = self.watermarks.low(self.topic, part, deadline)
+        if off < low:
+            raise EventsExpired(
+                session_id,
+                seq,
+                f"Kafka deleted it: {self.topic}[{part}] now starts at offset {low} and the event was at offset {off} "
+                "(the topic's retention.ms / retention.bytes), and no archive holds it",
+            )
+        raise FormatError("kafka-index", f"session {session_id!r}: event seq {seq} is missing at offset {off}")
 
     def _consumer(self, which: str) -> Consumer:
         with self._consumers_lock:

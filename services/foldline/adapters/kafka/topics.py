@@ -1,4 +1,8 @@
-"""Creating and checking the log's topics (events, index, dead letters), and waiting for one to exist."""
+"""Creating and checking the log's topics (events, index, dead letters), and waiting for one to exist.
+
+Topics are created with the settings of the log's :class:`~.retention.TopicPolicy` and every existing
+topic is checked against it before anything is written (:mod:`.retention`).
+"""
 
 from __future__ import annotations
 
@@ -13,27 +17,27 @@ from confluent_kafka.cimpl import NewTopic
 
 from ...errors import ConfigError
 from .clients import KafkaClients, client_settings, kafka_error
-from .records import MAX_MESSAGE_BYTES, dlq_topic, index_topic
+from .records import index_topic
+from .retention import TopicCheck, TopicPolicy, check_topics, enforce
 
 __all__ = ["ensure_topics", "wait_for_topic"]
 
 _LOG = logging.getLogger("foldline.kafka")
 
 
-def ensure_topics(clients: KafkaClients, topic: str, *, partitions: int, replication_factor: int, create: bool) -> None:
-    """Create the missing topics of the log ``topic`` (with ``create``) and check their partition counts.
+def ensure_topics(
+    clients: KafkaClients, topic: str, *, partitions: int, policy: TopicPolicy, create: bool
+) -> list[TopicCheck]:
+    """Create the missing topics of the log ``topic`` (with ``create``) and check them; the checks made.
 
     Raises :class:`~foldline.errors.ConfigError` for topics that are missing (``create`` off) or have
-    another partition count (sessions would map to the wrong partitions), and
+    another partition count (sessions would map to the wrong partitions),
+    :class:`~foldline.errors.UnsafeRetention` for a setting that could lose events (:mod:`.retention`), and
     :class:`~foldline.errors.StoreUnavailable` when the broker does not answer within the clients' timeout.
     """
     admin = clients.admin()
     timeout_s = clients.timeout_s
-    wanted = {
-        topic: {"max.message.bytes": str(MAX_MESSAGE_BYTES)},
-        index_topic(topic): {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES)},
-        dlq_topic(topic): {"max.message.bytes": str(MAX_MESSAGE_BYTES)},
-    }
+    wanted = policy.topic_configs(topic)
     try:
         md = admin.list_topics(timeout=timeout_s)
         missing = [t for t in wanted if t not in md.topics]
@@ -41,7 +45,7 @@ def ensure_topics(clients: KafkaClients, topic: str, *, partitions: int, replica
             raise ConfigError(f"Kafka topics {missing} do not exist and create_topics is off")
         if missing:
             futures = admin.create_topics(
-                [NewTopic(t, partitions, replication_factor, config=wanted[t]) for t in missing],
+                [NewTopic(t, partitions, policy.replication_factor, config=wanted[t]) for t in missing],
                 request_timeout=timeout_s,
             )
             for fut in futures.values():
@@ -67,8 +71,16 @@ def ensure_topics(clients: KafkaClients, topic: str, *, partitions: int, replica
                     f"topic {t} has {count} partitions but this log is configured for {partitions}; "
                     "sessions would map to the wrong partitions"
                 )
+        replicas = {
+            t: min((len(p.replicas) for p in meta.partitions.values()), default=0)
+            for t in wanted
+            if (meta := md.topics.get(t)) is not None
+        }
     except (KafkaException, TimeoutError) as exc:  # TimeoutError: a topic creation did not answer in time
         raise clients.not_answering(exc) from exc
+    checks = check_topics(clients, topic, policy, replicas)
+    enforce(checks)
+    return checks
 
 
 def wait_for_topic(

@@ -1,0 +1,198 @@
+"""What an archiver reads of the Kafka log: committed records as they are, the index, partition bounds.
+
+:class:`ArchiveFeed` is a consumer-group member of the archivers' group on the session-event topic
+(``read_committed``, offsets committed only by :meth:`ArchiveFeed.commit`, explicitly per partition). It
+hands records over undecoded, as :class:`~foldline.ports.archive.RawEvent`: the Avro body of the event
+without its framing, its type and seq read from the body's first two fields, the record's timestamp —
+archiving needs no decoding. Lease records (no value) are skipped; a record that does not parse as an
+event is skipped too (it is not the log's: the index never names it).
+
+Which records are the log's is the index's answer: :meth:`ArchiveFeed.offsets` gives each session's
+offsets by seq from ``<topic>.index``, so an archiver archives a record only where the index names it
+(a foreign record on the topic, an event of a fenced writer, is never archived). :meth:`ArchiveFeed.fetch`
+reads a session's records by those offsets, for the part of a session an archiver did not meet in the
+stream. :meth:`ArchiveFeed.bounds` and :meth:`ArchiveFeed.committed` are what ``foldline doctor`` and the
+archiver compare to tell whether Kafka deleted anything not archived.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ...errors import ConfigError, FormatError, StoreUnavailable
+from ...ports.archive import RawEvent
+from ..archive.segments import SegmentEncoder, event_head
+from ..avro import AvroCodec
+from .clients import KafkaClients, client_settings
+from .reader import SessionReader
+from .records import Record, index_topic
+
+__all__ = ["ArchiveFeed"]
+
+_LOG = logging.getLogger("foldline.archiver")
+
+
+class ArchiveFeed:
+    """The archivers' consumer and index reader on one log topic; see the module docstring. Not thread-safe
+    for :meth:`poll` / :meth:`commit` (one thread); :meth:`offsets` and :meth:`fetch` may run on others."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        *,
+        topic: str,
+        partitions: int,
+        timeout_s: float = 10.0,
+        registry_url: str | None = None,
+        client_config: Mapping[str, Any] | None = None,
+        on_assigned: Callable[[set[int]], None] | None = None,
+        on_revoked: Callable[[set[int]], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.codec = AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
+        self._encoder = SegmentEncoder()
+        self.fingerprint = self._encoder.fingerprint
+        self._clients = KafkaClients(bootstrap, timeout_s=timeout_s, client_config=client_config)
+        self._reader = SessionReader(
+            self._clients, topic=topic, index_topic=index_topic(topic), partitions=partitions, decode=self.codec.decode
+        )
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        try:
+            self._consumer = Consumer(
+                client_settings(
+                    bootstrap,
+                    client_config,
+                    {
+                        "group.id": group,
+                        "isolation.level": "read_committed",
+                        "enable.auto.commit": False,
+                        "enable.auto.offset.store": False,
+                        "auto.offset.reset": "earliest",
+                        "session.timeout.ms": 6000,
+                    },
+                )
+            )
+            self._consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
+        except KafkaException as exc:
+            raise ConfigError(f"cannot start the archivers' consumer of {topic}: {exc}") from exc
+
+    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._on_assigned is not None:
+            self._on_assigned({tp.partition for tp in partitions})
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._on_revoked is not None:
+            self._on_revoked({tp.partition for tp in partitions})
+
+    # -------------------------------------------------------------- the stream
+
+    def poll(self, max_records: int = 5000, timeout_s: float = 0.1) -> tuple[list[RawEvent], dict[int, int]]:
+        """The next events, and per partition the offset after the last record polled."""
+        try:
+            messages = self._consumer.consume(max_records, timeout=timeout_s)
+        except KafkaException as exc:
+            raise StoreUnavailable(f"consuming {self.topic} failed: {exc}") from exc
+        events: list[RawEvent] = []
+        ends: dict[int, int] = {}
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise StoreUnavailable(f"consuming {self.topic} failed: {err}")
+            part, off = msg.partition(), msg.offset()
+            if part is None or off is None:
+                continue
+            ends[part] = off + 1
+            event = self._event(msg, part, off)
+            if event is not None:
+                events.append(event)
+        return events, ends
+
+    def _event(self, msg: Record, part: int, off: int) -> RawEvent | None:
+        value = msg.value()
+        key = msg.key()
+        if value is None or key is None:  # a lease record, or not ours
+            return None
+        try:
+            fingerprint, body = self.codec.split(value)
+            if fingerprint != self.fingerprint:  # another schema version: archived under the current one
+                env = self.codec.decode(value)
+                fingerprint, body = self.fingerprint, self._encoder.body(env)
+            kind, seq = event_head(body)
+        except (FormatError, ValueError) as exc:
+            _LOG.debug("%s[%d]@%d is not an event record (%s); not archived", self.topic, part, off, exc)
+            return None
+        return RawEvent(key.decode(errors="replace"), seq, kind, msg.timestamp()[1], body, fingerprint, part, off)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit ``offsets`` (partition → the next offset to read after a restart)."""
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())], asynchronous=False
+            )
+        except KafkaException as exc:
+            raise StoreUnavailable(f"committing the archivers' offsets failed: {exc}") from exc
+
+    def assignment(self) -> set[int]:
+        try:
+            return {tp.partition for tp in self._consumer.assignment()}
+        except KafkaException as exc:
+            raise StoreUnavailable(f"reading the archivers' assignment failed: {exc}") from exc
+
+    # -------------------------------------------------------------- the index and positions
+
+    def offsets(self, session_ids: Sequence[str]) -> dict[str, list[int]]:
+        """Each session's record offsets by seq, as the index names them."""
+        states = self._reader.states(session_ids, self._clients.deadline())
+        return {sid: state.offsets for sid, state in states.items()}
+
+    def fetch(self, session_id: str, from_seq: int, to_seq: int) -> list[RawEvent]:
+        """The session's events ``from_seq`` up to ``to_seq``, read by the offsets the index names.
+
+        Raises :class:`~foldline.errors.EventsExpired` when Kafka deleted one of them.
+        """
+        deadline = self._clients.deadline()
+        state = self._reader.state(session_id, deadline)
+        out: list[RawEvent] = []
+        for seq, msg in enumerate(self._reader.records(session_id, state, from_seq, to_seq, deadline), start=from_seq):
+            part, off = msg.partition(), msg.offset()
+            event = self._event(msg, part if part is not None else -1, off if off is not None else -1)
+            if event is None or event.seq != seq:
+                raise FormatError("kafka-index", f"session {session_id!r}: the index names offset {off} for seq {seq}")
+            out.append(event)
+        return out
+
+    def bounds(self, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """``(log start offset, high watermark)`` of each partition."""
+        deadline = self._clients.deadline()
+        return {p: self._reader.watermarks.bounds(self.topic, p, deadline) for p in partitions}
+
+    def committed(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The archivers' committed offset of each partition (partitions never committed are left out)."""
+        try:
+            found = self._consumer.committed(
+                [TopicPartition(self.topic, p) for p in partitions], timeout=self._clients.timeout_s
+            )
+        except KafkaException as exc:
+            raise StoreUnavailable(f"reading the archivers' committed offsets failed: {exc}") from exc
+        return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
+
+    def close(self) -> None:
+        failures: list[Exception] = []
+        for close in (self._consumer.close, self._reader.close):
+            try:
+                close()
+            except (KafkaException, StoreUnavailable) as exc:
+                failures.append(exc)
+        if failures:
+            raise StoreUnavailable(f"closing the archivers' Kafka clients failed: {failures[0]}") from failures[0]
