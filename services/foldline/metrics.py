@@ -37,6 +37,11 @@ Public API::
     provider.first_token(provider, stream, seconds)  # request start to the first token (unstreamed: first byte)
     provider.concurrency(provider, limit, in_flight) # the adaptive limiter's limit and requests in flight
 
+    archiver = ArchiverMetrics(registry)
+    archiver.segment_written(events, seconds)        # one segment durable and in its manifest
+    archiver.set_backlog(events=..., oldest_seconds=...)  # what is buffered and not yet archived
+    archiver.archive_error(kind); archiver.expired(events)  # events Kafka deleted before they were archived
+
 A loop is measured from what it appends: :class:`~foldline.adapters.metered_log.MeteredEventLog`
 wraps any event log and feeds every successful append to :meth:`LoopMetrics.observe_events`; a
 :class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way. Invariant
@@ -69,6 +74,7 @@ from .core.events import (
 __all__ = [
     "CACHE_READ_RATIO_BUCKETS",
     "LATENCY_BUCKETS",
+    "ArchiverMetrics",
     "DispatcherMetrics",
     "LoopMetrics",
     "ProjectorMetrics",
@@ -498,3 +504,69 @@ class ProviderMetrics:
     def concurrency(self, provider: str, limit: float, in_flight: int) -> None:
         self.limit.labels(provider).set(int(limit))
         self.in_flight.labels(provider).set(in_flight)
+
+
+class ArchiverMetrics:
+    """An archiver process: segments written, the backlog not yet archived, events lost to retention."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.events_archived = Counter(
+            "archive_events",
+            "Events written to the archive (in segments their manifests list).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.segments = Counter(
+            "archive_segments",
+            "Segments made durable and committed to their session's manifest.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.segment_seconds = Histogram(
+            "archive_segment_duration_seconds",
+            "Time to archive one segment (intent, object, commit).",
+            namespace=NAMESPACE,
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self.backlog_events = Gauge(
+            "archive_backlog_events",
+            "Events read by this archiver and not yet archived.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.oldest_seconds = Gauge(
+            "archive_oldest_unarchived_seconds",
+            "Age of the oldest event this archiver read and has not archived yet (0 when none).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.errors = Counter(
+            "archive_errors",
+            "Segment writes that failed (retried), by error type.",
+            ("kind",),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.expired_events = Counter(
+            "archive_expired_events",
+            "Events Kafka deleted before they were archived (the retention outran the archiver).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def segment_written(self, events: int, seconds: float) -> None:
+        self.segments.inc()
+        self.events_archived.inc(events)
+        self.segment_seconds.observe(seconds)
+
+    def set_backlog(self, *, events: int, oldest_seconds: float) -> None:
+        self.backlog_events.set(events)
+        self.oldest_seconds.set(oldest_seconds)
+
+    def archive_error(self, kind: str) -> None:
+        self.errors.labels(kind).inc()
+
+    def expired(self, events: int) -> None:
+        self.expired_events.inc(events)
