@@ -47,6 +47,8 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_PROJECTOR_GROUP": "prod-projectors",
     "FOLDLINE_KAFKA_TIMEOUT": "20",
     "FOLDLINE_KAFKA_TRANSACTION_TIMEOUT": "7.5",
+    "FOLDLINE_KAFKA_MIN_INSYNC_REPLICAS": "2",
+    "FOLDLINE_KAFKA_RETENTION": "1209600",
     "FOLDLINE_REDIS_URL": "redis://:hunter2@redis:6379/1",
     "FOLDLINE_REDIS_SOCKET_TIMEOUT": "3",
     "FOLDLINE_REDIS_CONNECT_TIMEOUT": "1.5",
@@ -94,6 +96,16 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_PROVIDER_LOG_CHUNKS": "true",
     "FOLDLINE_METRICS_PORT": "9464",
     "FOLDLINE_METRICS_HOST": "0.0.0.0",
+    "FOLDLINE_ARCHIVE": "s3",
+    "FOLDLINE_ARCHIVE_BUCKET": "prod-archive",
+    "FOLDLINE_ARCHIVE_PREFIX": "",
+    "FOLDLINE_ARCHIVE_DIR": "/srv/archive",
+    "FOLDLINE_ARCHIVE_SESSIONS": "team-*,audit-*",
+    "FOLDLINE_ARCHIVE_IDLE": "30",
+    "FOLDLINE_ARCHIVE_MAX_DELAY": "600",
+    "FOLDLINE_ARCHIVE_SEGMENT_EVENTS": "5000",
+    "FOLDLINE_ARCHIVE_GROUP": "prod-archivers",
+    "FOLDLINE_ARCHIVE_CONCURRENCY": "8",
 }
 SECRETS = ("hunter2", "sk-ant-secret-value", "sk-openai-secret-value", "kafka-secret-pw", "key-secret-pw")
 SASL = {

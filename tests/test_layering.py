@@ -6,7 +6,7 @@
     config                                settings, and the factories that build adapters from them
     replay                                the request at a boundary, its records, the invariant, verify
     loop                                  the agent loop
-    projector, dispatcher, demo, ...      long-running workers and jobs built on the layers above
+    projector, dispatcher, archiver, ...  long-running workers and jobs built on the layers above
     cli                                   the ``foldline`` command (and ``python -m`` entry points)
 
 The check reads the source (every ``import``, including those under ``TYPE_CHECKING`` and inside

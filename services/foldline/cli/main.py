@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import audit_commands, config_commands, demo_commands, session_commands, worker_commands
+from . import archive_commands, audit_commands, config_commands, demo_commands, session_commands, worker_commands
 
 app = typer.Typer(
     name="foldline",
@@ -17,6 +17,7 @@ demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
 worker_commands.register(app)
+archive_commands.register(app)
 config_commands.register(app)
 
 

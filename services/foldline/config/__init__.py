@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from .factories import Stores, open_stores
 from .settings import (
+    ARCHIVE_STORES,
     BACKENDS,
     KAFKA_SECURITY_VARIABLES,
     SETTINGS,
+    ArchiveConfig,
     Backend,
     Config,
     DispatchConfig,
@@ -30,9 +32,11 @@ from .settings import (
 )
 
 __all__ = [
+    "ARCHIVE_STORES",
     "BACKENDS",
     "KAFKA_SECURITY_VARIABLES",
     "SETTINGS",
+    "ArchiveConfig",
     "Backend",
     "Config",
     "DispatchConfig",

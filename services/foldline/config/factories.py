@@ -2,9 +2,15 @@
 
 * :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
   ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
-* :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`providers` — one adapter each,
-  for the factories of the worker processes (:func:`foldline.projector.factory.open_projector`,
-  :func:`foldline.dispatcher.factory.open_dispatcher`) and for tests.
+* :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`archive_store`,
+  :func:`session_archive`, :func:`providers` — one adapter each, for the factories of the worker processes
+  (:func:`foldline.projector.factory.open_projector`, :func:`foldline.dispatcher.factory.open_dispatcher`,
+  :func:`foldline.archiver.factory.open_archiver`) and for tests.
+
+The Kafka log reads below each session's archive watermark from the archive when one is configured
+(``config.archive``), and its topics are created with and checked against :func:`topic_policy`: a
+process that opens stores on Kafka checks the topic before anything is written (a retention that could
+delete unarchived events is :class:`~foldline.errors.UnsafeRetention`).
 
 A secured Kafka connection (``security.protocol`` other than ``PLAINTEXT``) is checked before any client
 starts (:func:`~foldline.adapters.kafka.check_kafka_access`): wrong credentials or an untrusted
@@ -21,9 +27,13 @@ from ..errors import ConfigError
 from .settings import Config, KafkaConfig
 
 if TYPE_CHECKING:
-    from ..adapters.kafka import KafkaEventLog
+    from mypy_boto3_s3 import S3Client
+
+    from ..adapters.archive import SessionArchive
+    from ..adapters.kafka import KafkaEventLog, TopicPolicy
     from ..adapters.redis_folds import RedisFoldStore
     from ..adapters.s3_attachments import S3AttachmentStore
+    from ..ports.archive import ArchiveStore
     from ..ports.attachments import AttachmentStore
     from ..ports.event_log import EventLog
     from ..ports.fold_store import FoldStore
@@ -32,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Stores",
     "aiokafka_credentials",
+    "archive_store",
     "attachment_store",
     "check_kafka",
     "emulated_providers",
@@ -39,6 +50,9 @@ __all__ = [
     "kafka_log",
     "open_stores",
     "providers",
+    "s3",
+    "session_archive",
+    "topic_policy",
 ]
 
 
@@ -58,23 +72,63 @@ class Stores:
 # ------------------------------------------------------------------ one adapter each
 
 
-def kafka_log(config: Config, **tuning: Any) -> KafkaEventLog:
-    """The Kafka event log of ``config.kafka`` (``tuning``: the adapter's own knobs, e.g. ``max_writers``)."""
+def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEventLog:
+    """The Kafka event log of ``config.kafka``, reading the configured archive below each session's archive
+    watermark (``archive=False``: Kafka only, as ``foldline restore`` writes and compares); ``tuning``: the
+    adapter's own knobs, e.g. ``max_writers``. Its topics are checked on first use (:meth:`check_topics`)."""
     from ..adapters.kafka import KafkaEventLog
 
     k = config.kafka
     check_kafka(k)
+    reader = session_archive(config) if archive and config.archive.enabled else None
     return KafkaEventLog(
         k.bootstrap,
         topic=k.topic,
         partitions=k.partitions,
-        replication_factor=k.replication_factor,
         timeout_s=k.timeout_s,
         registry_url=k.registry_url,
         transaction_timeout_ms=int(k.transaction_timeout_s * 1000),
         client_config=k.librdkafka(),
+        archive=reader,
+        policy=topic_policy(config),
         **tuning,
     )
+
+
+def topic_policy(config: Config) -> TopicPolicy:
+    """What the log's topics are created with and checked against (docs/RETENTION.md, "Operator checks")."""
+    from ..adapters.kafka import TopicPolicy
+
+    k, a = config.kafka, config.archive
+    return TopicPolicy(
+        replication_factor=k.replication_factor,
+        min_insync_replicas=k.min_insync_replicas,
+        archive_max_delay_s=a.max_delay_s if a.enabled else None,
+        archive_all_sessions="*" in a.patterns,
+        retention_ms=int(k.retention_s * 1000),
+    )
+
+
+def archive_store(config: Config) -> ArchiveStore | None:
+    """The store of the session archive ``config.archive`` names (``None`` when it is off)."""
+    a = config.archive
+    if a.store == "off":
+        return None
+    if a.store == "dir":
+        from ..adapters.dir_archive import DirectoryArchiveStore
+
+        return DirectoryArchiveStore(a.directory(config.data_dir))
+    from ..adapters.s3_archive import S3ArchiveStore
+
+    return S3ArchiveStore(a.bucket, client=s3(config), prefix=a.prefix, max_attempts=config.s3.max_attempts)
+
+
+def session_archive(config: Config) -> SessionArchive | None:
+    """The reader of the session archive (``None`` when it is off)."""
+    from ..adapters.archive import SessionArchive
+
+    store = archive_store(config)
+    return None if store is None else SessionArchive(store)
 
 
 def check_kafka(kafka: KafkaConfig) -> None:
@@ -103,10 +157,18 @@ def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
 
 def attachment_store(config: Config, **tuning: Any) -> S3AttachmentStore:
     """The S3 attachment store of ``config.s3`` (``tuning``: ``multipart_threshold``, ``spool_dir``)."""
-    from ..adapters.s3_attachments import S3AttachmentStore, s3_client
+    from ..adapters.s3_attachments import S3AttachmentStore
 
     s = config.s3
-    client = s3_client(
+    return S3AttachmentStore(s.bucket, prefix=s.prefix, client=s3(config), max_attempts=s.max_attempts, **tuning)
+
+
+def s3(config: Config) -> S3Client:
+    """A boto3 S3 client with the ``config.s3`` endpoint, region, retries, timeouts and pool."""
+    from ..adapters.s3_attachments import s3_client
+
+    s = config.s3
+    return s3_client(
         endpoint_url=s.endpoint,
         region=s.region,
         max_attempts=s.max_attempts,
@@ -114,7 +176,6 @@ def attachment_store(config: Config, **tuning: Any) -> S3AttachmentStore:
         read_timeout_s=s.read_timeout_s,
         max_connections=s.max_connections,
     )
-    return S3AttachmentStore(s.bucket, prefix=s.prefix, client=client, max_attempts=s.max_attempts, **tuning)
 
 
 def emulated_providers() -> dict[str, Provider]:
@@ -157,11 +218,12 @@ def open_stores(config: Config) -> Stores:
     if config.backend == "embedded":
         embedded = SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
         return Stores(embedded, FilesystemAttachmentStore(config.data_dir / "attachments"))
-    if config.backend == "kafka":
-        return Stores(kafka_log(config), FilesystemAttachmentStore(config.data_dir / "attachments"))
-    if config.backend == "distributed":
+    if config.backend in ("kafka", "distributed"):
         log = kafka_log(config)
         try:
+            log.check_topics()  # before anything is written: a topic that could lose the log is refused
+            if config.backend == "kafka":
+                return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
             return Stores(log, attachment_store(config), fold_store(config))
         except BaseException:
             log.close()

@@ -32,9 +32,11 @@ from ..errors import ConfigError
 from ..providers.settings import TransportSettings
 
 __all__ = [
+    "ARCHIVE_STORES",
     "BACKENDS",
     "KAFKA_SECURITY_VARIABLES",
     "SETTINGS",
+    "ArchiveConfig",
     "Backend",
     "Config",
     "DispatchConfig",
@@ -103,7 +105,9 @@ class KafkaConfig:
     bootstrap: str = "127.0.0.1:19092"
     topic: str = "foldline.session-events"
     partitions: int = 12  # must match the topic: sessions map to partitions by this count
-    replication_factor: int = 1  # of the topics the log creates
+    replication_factor: int = 1  # of the topics the log creates (checked at start-up: at least this)
+    min_insync_replicas: int = 1  # of the topics the log creates (checked at start-up: at least this)
+    retention_s: float = 604_800.0  # the event topic's retention when an archive keeps the log (created topics)
     registry_url: str | None = None  # Confluent Schema Registry; unset: Avro single-object encoding
     projector_group: str | None = None  # unset: "<topic>.projectors" (see :attr:`group`)
     timeout_s: float = 10.0  # bounds every broker wait of one call (metadata, take-over, reads)
@@ -214,6 +218,47 @@ class MetricsConfig:
     host: str = "127.0.0.1"
 
 
+ArchiveStoreKind = Literal["off", "s3", "dir"]
+ARCHIVE_STORES: tuple[str, ...] = ("off", "s3", "dir")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveConfig:
+    """The session archive (docs/RETENTION.md): where it is, which sessions go there, and when.
+
+    ``store`` is ``off`` (no archive: the topic must keep events forever), ``s3`` (``bucket`` under
+    ``prefix``, through the ``s3`` section's endpoint, region and timeouts) or ``dir`` (``dir``, default
+    ``<data dir>/archive``: the embedded backend's backup). An event is archived at the latest
+    ``max_delay_s`` after it was written; a session's events go sooner once it has been idle ``idle_s``
+    after a ``turn/end``, or when ``segment_events`` of them wait.
+    """
+
+    store: ArchiveStoreKind = "off"
+    bucket: str = "foldline-archive"
+    prefix: str = "archive/"
+    dir: Path | None = None
+    sessions: str = "*"  # comma-separated fnmatch patterns of the session ids archived
+    idle_s: float = 60.0
+    max_delay_s: float = 3600.0
+    segment_events: int = 10_000
+    group: str | None = None  # the archivers' consumer group; unset: "<topic>.archivers"
+    concurrency: int = 16  # segments written at once per archiver process
+
+    @property
+    def enabled(self) -> bool:
+        return self.store != "off"
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.sessions.split(",") if p.strip())
+
+    def group_for(self, topic: str) -> str:
+        return self.group or f"{topic}.archivers"
+
+    def directory(self, data_dir: Path) -> Path:
+        return self.dir if self.dir is not None else data_dir / "archive"
+
+
 @dataclass(frozen=True, slots=True)
 class EmbeddedConfig:
     """The embedded backend's SQLite log."""
@@ -237,6 +282,7 @@ class Config:
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
     transport: TransportSettings = field(default_factory=TransportSettings)  # provider HTTP, retries, limits
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    archive: ArchiveConfig = field(default_factory=ArchiveConfig)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -420,6 +466,18 @@ SETTINGS: tuple[Setting, ...] = (
         _seconds,
         "seconds a writer transaction may stay open",
     ),
+    Setting(
+        "FOLDLINE_KAFKA_MIN_INSYNC_REPLICAS",
+        "kafka.min_insync_replicas",
+        _positive_int,
+        "min.insync.replicas of the topics the log creates (and at least this on existing ones)",
+    ),
+    Setting(
+        "FOLDLINE_KAFKA_RETENTION",
+        "kafka.retention_s",
+        _seconds,
+        "seconds the event topic keeps events when an archive is configured (created topics; else forever)",
+    ),
     Setting("FOLDLINE_REDIS_URL", "redis.url", _text, "Redis of the folds and the step stream", secret=True),
     Setting("FOLDLINE_REDIS_SOCKET_TIMEOUT", "redis.socket_timeout_s", _seconds, "seconds one Redis command may take"),
     Setting("FOLDLINE_REDIS_CONNECT_TIMEOUT", "redis.connect_timeout_s", _seconds, "seconds to connect to Redis"),
@@ -539,6 +597,30 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
     Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
+    Setting("FOLDLINE_ARCHIVE", "archive.store", _choice(ARCHIVE_STORES), "session archive: off, s3 or dir"),
+    Setting("FOLDLINE_ARCHIVE_BUCKET", "archive.bucket", _text, "bucket of the session archive (s3)"),
+    Setting("FOLDLINE_ARCHIVE_PREFIX", "archive.prefix", str, "key prefix of the archive's objects", empty_ok=True),
+    Setting(
+        "FOLDLINE_ARCHIVE_DIR",
+        "archive.dir",
+        Path,
+        "directory of the session archive (dir; default <data dir>/archive)",
+    ),
+    Setting("FOLDLINE_ARCHIVE_SESSIONS", "archive.sessions", _text, "comma-separated patterns of archived session ids"),
+    Setting(
+        "FOLDLINE_ARCHIVE_IDLE", "archive.idle_s", _seconds, "seconds a session idles after turn/end before archiving"
+    ),
+    Setting(
+        "FOLDLINE_ARCHIVE_MAX_DELAY", "archive.max_delay_s", _seconds, "seconds within which every event is archived"
+    ),
+    Setting(
+        "FOLDLINE_ARCHIVE_SEGMENT_EVENTS",
+        "archive.segment_events",
+        _positive_int,
+        "events waiting that start a segment at once",
+    ),
+    Setting("FOLDLINE_ARCHIVE_GROUP", "archive.group", _text, "archivers' consumer group (unset: <topic>.archivers)"),
+    Setting("FOLDLINE_ARCHIVE_CONCURRENCY", "archive.concurrency", _positive_int, "segments written at once"),
 )
 
 #: Variables that set one librdkafka property each; they override the client-properties file.
@@ -591,7 +673,16 @@ def _kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
 # ------------------------------------------------------------------ checks
 
 
-_AT_LEAST_ONE = {"partitions", "replication_factor", "max_connections", "max_attempts", "concurrency", "max_batch"}
+_AT_LEAST_ONE = {
+    "partitions",
+    "replication_factor",
+    "min_insync_replicas",
+    "max_connections",
+    "max_attempts",
+    "concurrency",
+    "max_batch",
+    "segment_events",
+}
 
 
 def _validate(config: Config) -> None:
@@ -615,6 +706,17 @@ def _validate(config: Config) -> None:
     ):
         if not value:
             raise ConfigError(f"{what} is empty; set it or leave it unset for the default")
+    if config.archive.store not in ARCHIVE_STORES:
+        raise ConfigError(f"FOLDLINE_ARCHIVE must be one of {', '.join(ARCHIVE_STORES)}, not {config.archive.store!r}")
+    if not config.archive.patterns:
+        raise ConfigError("FOLDLINE_ARCHIVE_SESSIONS names no session pattern; use * to archive every session")
+    if config.archive.store == "s3" and not config.archive.bucket:
+        raise ConfigError("FOLDLINE_ARCHIVE_BUCKET is empty; name the bucket of the session archive")
+    if config.kafka.min_insync_replicas > config.kafka.replication_factor:
+        raise ConfigError(
+            f"FOLDLINE_KAFKA_MIN_INSYNC_REPLICAS ({config.kafka.min_insync_replicas}) exceeds "
+            f"FOLDLINE_KAFKA_REPLICATION_FACTOR ({config.kafka.replication_factor}): every append would be refused"
+        )
     _validate_kafka_properties(config.kafka.client_properties)
 
 

@@ -39,6 +39,7 @@ from ..adapters.kafka import (
     ConsumedItem,
     DeadLetterWriter,
     KafkaClients,
+    KafkaEventLog,
     dlq_topic,
     fetch_records,
     wait_for_topic,
@@ -336,11 +337,14 @@ class ProjectorRuntime(ABC):
         _LOG.info("metrics on %s/metrics", self._server.url)
 
     def _wait_for_topic(self) -> None:
-        """Not ready until the topic exists: writers create it on their first append."""
+        """Not ready until the topic exists (writers create it on their first append); then check its settings:
+        a topic that could delete events not yet archived is refused before anything is folded."""
         s = self.settings
         wait_for_topic(
             s.bootstrap, s.topic, client_config=s.client_config, stopped=self._stop.is_set, pause=self._stop.wait
         )
+        if isinstance(self.log, KafkaEventLog) and not self._stop.is_set():
+            self.log.check_topics()
 
     def _shutdown(self) -> None:
         """Stop serving, flush the dead letters, close the adapters this runtime built."""

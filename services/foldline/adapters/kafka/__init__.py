@@ -13,6 +13,9 @@ module             holds
 ``writer``         committing appends: the group writer and a session's own writer
 ``reader``         partition ends, index catch-up, fetching one session's records
 ``topics``         creating and checking the log's topics; waiting for a topic to exist
+``retention``      :class:`TopicPolicy`: topic settings that cannot lose the log, and the start-up checks
+``archive_tail``   one reader over a session's archive (below its watermark) and its Kafka tail
+``archive_feed``   :class:`ArchiveFeed`: what an archiver reads — raw committed records, the index, bounds
 ``log``            :class:`KafkaEventLog`, the ``EventLog`` port on Kafka
 ``dead_letters``   the record checks and the one dead-letter writer every consumer runtime uses
 ``consumer``       :class:`SessionEventConsumer`, a consumer-group member reading typed items
@@ -22,6 +25,7 @@ module             holds
 
 from __future__ import annotations
 
+from .archive_feed import ArchiveFeed, PartitionProgress, archive_progress
 from .clients import KafkaClients
 from .consumer import SessionEventConsumer
 from .dead_letters import (
@@ -53,9 +57,11 @@ from .records import (
     dlq_topic,
     index_topic,
 )
-from .topics import wait_for_topic
+from .retention import TopicCheck, TopicPolicy
+from .topics import inspect_topics, wait_for_topic
 
 __all__ = [
+    "ArchiveFeed",
     "DLQ_HEADER_ERROR",
     "DLQ_HEADER_OFFSET",
     "DLQ_HEADER_PARTITION",
@@ -74,15 +80,20 @@ __all__ = [
     "DeadLetterWriter",
     "KafkaClients",
     "KafkaEventLog",
+    "PartitionProgress",
     "Record",
     "RecordChecker",
     "SessionEventConsumer",
+    "TopicCheck",
+    "TopicPolicy",
     "Watermarks",
     "check_kafka_access",
+    "archive_progress",
     "consumed_record",
     "dlq_topic",
     "fetch_records",
     "index_topic",
+    "inspect_topics",
     "partition_for",
     "wait_for_topic",
 ]

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from ...errors import ConfigError, FormatError, StoreUnavailable
 from ...ports.archive import RawEvent
 from ..archive.segments import SegmentEncoder, event_head
 from ..avro import AvroCodec
 from .clients import KafkaClients, client_settings
-from .reader import SessionReader
+from .reader import SessionReader, Watermarks
 from .records import Record, index_topic
+from .retention import TopicCheck, TopicPolicy, enforce
+from .topics import inspect_topics, wait_for_topic
 
-__all__ = ["ArchiveFeed"]
+__all__ = ["ArchiveFeed", "PartitionProgress", "archive_progress"]
 
 _LOG = logging.getLogger("foldline.archiver")
 
@@ -55,6 +58,8 @@ class ArchiveFeed:
     ) -> None:
         self.topic = topic
         self.partitions = partitions
+        self._bootstrap = bootstrap
+        self._client_config = client_config
         self.codec = AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
         self._encoder = SegmentEncoder()
         self.fingerprint = self._encoder.fingerprint
@@ -90,6 +95,18 @@ class ArchiveFeed:
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._on_revoked is not None:
             self._on_revoked({tp.partition for tp in partitions})
+
+    # -------------------------------------------------------------- the topic
+
+    def wait_for_topic(self, *, stopped: Callable[[], bool], pause: Callable[[float], object]) -> None:
+        """Block until the topic exists (writers create it) or ``stopped()``."""
+        wait_for_topic(self._bootstrap, self.topic, client_config=self._client_config, stopped=stopped, pause=pause)
+
+    def check_topics(self, policy: TopicPolicy) -> list[TopicCheck]:
+        """The log's topics checked against ``policy``; the first failure raised (:mod:`.retention`)."""
+        checks = inspect_topics(self._clients, self.topic, partitions=self.partitions, policy=policy)
+        enforce(checks)
+        return checks
 
     # -------------------------------------------------------------- the stream
 
@@ -196,3 +213,44 @@ class ArchiveFeed:
                 failures.append(exc)
         if failures:
             raise StoreUnavailable(f"closing the archivers' Kafka clients failed: {failures[0]}") from failures[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """How far the archivers' group got in one partition, against what Kafka still holds."""
+
+    partition: int
+    low: int  # log start offset: records below it were deleted
+    high: int  # high watermark
+    committed: int | None  # the group's committed offset (None: never committed)
+
+    @property
+    def deleted_unarchived(self) -> int:
+        """Records Kafka deleted before the group committed past them (0 when none)."""
+        return max(0, self.low - self.committed) if self.committed is not None else 0
+
+    @property
+    def behind(self) -> int:
+        """Offsets the group has not committed past yet (records, leases and transaction markers)."""
+        return self.high - (self.committed if self.committed is not None else self.low)
+
+
+def archive_progress(clients: KafkaClients, group: str, topic: str, partitions: int) -> list[PartitionProgress]:
+    """Each partition's bounds and the archivers' committed offset, asked without joining the group."""
+    admin = clients.admin()
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    try:
+        found = admin.list_consumer_group_offsets(request, request_timeout=clients.timeout_s)[group].result(
+            timeout=clients.timeout_s
+        )
+    except (KafkaException, TimeoutError) as exc:
+        raise clients.not_answering(exc) from exc
+    committed = {tp.partition: tp.offset for tp in found.topic_partitions or [] if tp.error is None and tp.offset >= 0}
+    watermarks = Watermarks(clients)
+    try:
+        deadline = clients.deadline()
+        return [
+            PartitionProgress(p, *watermarks.bounds(topic, p, deadline), committed.get(p)) for p in range(partitions)
+        ]
+    finally:
+        watermarks.close()

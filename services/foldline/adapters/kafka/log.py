@@ -137,8 +137,9 @@ class KafkaEventLog(EventLog):
     ``p % writers == k``): more writers mean more transactions in flight and a smaller share of
     sessions disturbed when another instance takes one over.
 
-    ``archive`` is the session archive reads consult below each session's archive watermark; ``policy``
-    the topics' settings (default: ``replication_factor``, ``min.insync.replicas`` 1, infinite retention).
+    ``archive`` is the session archive reads consult below each session's archive watermark (closed with
+    the log); ``policy`` the topics' settings (default: ``replication_factor``, ``min.insync.replicas`` 1,
+    infinite retention).
     """
 
     def __init__(
@@ -307,7 +308,11 @@ class KafkaEventLog(EventLog):
             self._owned.clear()
         for solo in solos:
             solo.close()
-        self._reader.close()
+        try:
+            self._reader.close()
+        finally:
+            if self.archive is not None:
+                self.archive.close()
 
     # -------------------------------------------------------------- owning sessions
 

@@ -20,7 +20,7 @@ from .clients import KafkaClients, client_settings, kafka_error
 from .records import index_topic
 from .retention import TopicCheck, TopicPolicy, check_topics, enforce
 
-__all__ = ["ensure_topics", "wait_for_topic"]
+__all__ = ["ensure_topics", "inspect_topics", "wait_for_topic"]
 
 _LOG = logging.getLogger("foldline.kafka")
 
@@ -80,6 +80,48 @@ def ensure_topics(
         raise clients.not_answering(exc) from exc
     checks = check_topics(clients, topic, policy, replicas)
     enforce(checks)
+    return checks
+
+
+def inspect_topics(clients: KafkaClients, topic: str, *, partitions: int, policy: TopicPolicy) -> list[TopicCheck]:
+    """Every check of the log's topics as an operator reads them (``foldline doctor``); nothing is created.
+
+    A missing topic or a partition count other than ``partitions`` is a failed check like the others;
+    only a broker that does not answer raises (:class:`~foldline.errors.StoreUnavailable`).
+    """
+    admin = clients.admin()
+    try:
+        md = admin.list_topics(timeout=clients.timeout_s)
+    except KafkaException as exc:
+        raise clients.not_answering(exc) from exc
+    names = list(policy.topic_configs(topic))
+    checks: list[TopicCheck] = []
+    replicas: dict[str, int] = {}
+    for name in names:
+        meta = md.topics.get(name)
+        count = len(meta.partitions) if meta is not None else 0
+        if meta is None:
+            checks.append(
+                TopicCheck(name, "exists", "no", False, "the topic does not exist", "fix: the first writer creates it")
+            )
+            continue
+        replicas[name] = min((len(p.replicas) for p in meta.partitions.values()), default=0)
+        if name != names[2]:
+            ok = count == partitions
+            checks.append(
+                TopicCheck(
+                    name,
+                    "partitions",
+                    str(count),
+                    ok,
+                    f"{count} partitions, as configured"
+                    if ok
+                    else f"the log is configured for {partitions}: sessions would map to the wrong partitions",
+                    "" if ok else f"fix: set FOLDLINE_KAFKA_PARTITIONS={count}",
+                )
+            )
+    if all(name in replicas for name in names):
+        checks += check_topics(clients, topic, policy, replicas)
     return checks
 
 

@@ -1,0 +1,228 @@
+"""``foldline doctor``: can this deployment lose the log? Every check an operator needs, answered.
+
+:func:`run_checks` asks, for the configured backend:
+
+* **kafka** — the log's topics exist with the configured partition count, and every setting that could
+  delete or lose events is safe (:mod:`foldline.adapters.kafka.retention`: cleanup policy, retention by
+  time and size against the archive's maximum delay, replication, ``min.insync.replicas``, unclean
+  leader election);
+* **archive** — the archive store answers; on Kafka, how far the archivers' consumer group got in every
+  partition, and whether Kafka deleted records the group never archived (a failure: those events are
+  neither in Kafka nor in the archive);
+* **audit** (``audit=True``) — every archive object is accounted for (no orphan, no missing or corrupt
+  segment; :func:`~foldline.adapters.archive.audit_archive`), and no archived session is ahead of the log
+  (a log rebuilt without ``foldline restore``).
+
+Each answer is a :class:`Check`: ``ok``, ``warn`` (works, but read it) or ``fail``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from ..adapters.archive import audit_archive
+from ..adapters.archive.layout import SESSIONS_PREFIX
+from ..adapters.archive.reader import SessionArchive
+from ..config import Config
+from ..config.factories import archive_store, check_kafka, topic_policy
+from ..errors import FoldlineError
+from ..ports.archive import ArchiveStore
+from ..ports.event_log import EventLog
+
+__all__ = ["Check", "Status", "run_checks"]
+
+Status = Literal["ok", "warn", "fail"]
+_LISTED = 10  # objects named per failed audit check
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    area: str  # kafka | archive | audit | log
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"area": self.area, "name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+
+
+def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
+    """Every check for ``config`` (see the module docstring); a server that does not answer is a failed check."""
+    checks: list[Check] = []
+    store: ArchiveStore | None = None
+    try:
+        store = archive_store(config)
+    except FoldlineError as exc:
+        checks.append(Check("archive", "store", "fail", f"{type(exc).__name__}: {exc}"))
+    try:
+        if config.backend == "embedded":
+            checks += _embedded(config)
+        else:
+            checks += _kafka(config, archived=store is not None)
+        if store is not None:
+            checks += _archive(config, store)
+            if audit:
+                checks += _audit(config, store)
+        elif audit:
+            checks.append(Check("audit", "archive", "warn", "no archive is configured (FOLDLINE_ARCHIVE=off)"))
+    finally:
+        if store is not None:
+            store.close()
+    return checks
+
+
+def _embedded(config: Config) -> list[Check]:
+    from ..adapters.sqlite_log import SqliteEventLog
+
+    try:
+        with SqliteEventLog(config.data_dir) as log:
+            count = len(log.sessions())
+    except FoldlineError as exc:
+        return [Check("log", "embedded log", "fail", f"{type(exc).__name__}: {exc}")]
+    return [Check("log", "embedded log", "ok", f"{config.data_dir}: {count} session(s); SQLite keeps every event")]
+
+
+def _kafka(config: Config, *, archived: bool) -> list[Check]:
+    from ..adapters.kafka import KafkaClients, archive_progress, inspect_topics
+
+    k = config.kafka
+    try:
+        check_kafka(k)
+        clients = KafkaClients(k.bootstrap, timeout_s=k.timeout_s, client_config=k.librdkafka())
+        topic_checks = inspect_topics(clients, k.topic, partitions=k.partitions, policy=topic_policy(config))
+    except FoldlineError as exc:
+        return [Check("kafka", f"broker {k.bootstrap}", "fail", f"{type(exc).__name__}: {exc}")]
+    out = [
+        Check("kafka", f"{c.topic} {c.setting}", "ok" if c.ok else "fail", f"{c.value}: {c.detail}", c.fix)
+        for c in topic_checks
+    ]
+    if not archived or any(c.setting == "exists" for c in topic_checks if not c.ok):
+        return out
+    group = config.archive.group_for(k.topic)
+    try:
+        progress = archive_progress(clients, group, k.topic, k.partitions)
+    except FoldlineError as exc:
+        return [*out, Check("archive", f"group {group}", "fail", f"{type(exc).__name__}: {exc}")]
+    lost = [p for p in progress if p.deleted_unarchived]
+    for p in lost:
+        out.append(
+            Check(
+                "archive",
+                f"{k.topic}[{p.partition}]",
+                "fail",
+                f"Kafka deleted offsets {p.committed}..{p.low - 1} before the archivers' group {group} archived them: "
+                "events there are neither in Kafka nor in the archive",
+                "see docs/RETENTION.md, 'When the archiver falls behind'",
+            )
+        )
+    committed = [p for p in progress if p.committed is not None]
+    holding = [p for p in progress if p.high > p.low]
+    if not committed and holding:
+        finite = any(c.setting == "retention.ms" and c.value not in ("-1", "") for c in topic_checks)
+        out.append(
+            Check(
+                "archive",
+                f"group {group}",
+                "fail" if finite else "warn",
+                "no archiver has committed on any partition while the topic holds events"
+                + ("; its retention will delete them unarchived" if finite else ""),
+                "fix: run `foldline archiver` (the chart's archiver deployment)",
+            )
+        )
+    elif not lost:
+        behind = sum(p.behind for p in progress)
+        out.append(
+            Check(
+                "archive",
+                f"group {group}",
+                "ok",
+                f"committed on {len(committed)}/{len(progress)} partitions, {behind} offsets not yet past; "
+                "nothing deleted unarchived",
+            )
+        )
+    return out
+
+
+def _archive(config: Config, store: ArchiveStore) -> list[Check]:
+    where = store.where(SESSIONS_PREFIX)
+    try:
+        list(itertools.islice(store.keys(SESSIONS_PREFIX), 1))
+    except FoldlineError as exc:
+        return [Check("archive", "store", "fail", f"{where}: {type(exc).__name__}: {exc}")]
+    return [
+        Check(
+            "archive",
+            "store",
+            "ok",
+            f"{where} answers; every event archived within {config.archive.max_delay_s:g}s of being written "
+            f"(sessions {config.archive.sessions})",
+        )
+    ]
+
+
+def _log_of(config: Config) -> EventLog:
+    from ..adapters.sqlite_log import SqliteEventLog
+    from ..config.factories import kafka_log
+
+    return SqliteEventLog(config.data_dir) if config.backend == "embedded" else kafka_log(config, archive=False)
+
+
+def _audit(config: Config, store: ArchiveStore) -> list[Check]:
+    try:
+        report = audit_archive(store, verify=True)
+    except FoldlineError as exc:
+        return [Check("audit", "archive", "fail", f"{type(exc).__name__}: {exc}")]
+
+    def named(keys: list[str]) -> str:
+        more = f" and {len(keys) - _LISTED} more" if len(keys) > _LISTED else ""
+        return ", ".join(store.where(k) for k in keys[:_LISTED]) + more
+
+    out = [
+        Check(
+            "audit",
+            "objects",
+            "ok" if report.clean else "fail",
+            f"{report.sessions} session(s), {report.segments} segment(s), {report.events} event(s)"
+            + ("" if report.clean else "; see the lines below"),
+        )
+    ]
+    for what, keys, fix in (
+        ("orphans", report.orphans, "no manifest names them: delete them once you know where they came from"),
+        ("missing", report.missing, "restore them from a copy of the archive"),
+        ("corrupt", report.corrupt, "restore them from a copy of the archive"),
+    ):
+        if keys:
+            out.append(Check("audit", what, "fail", f"{len(keys)}: {named(keys)}", fix))
+    if report.pending:
+        out.append(
+            Check(
+                "audit",
+                "pending",
+                "warn",
+                f"{len(report.pending)} segment(s) announced, not committed yet: {named(report.pending)}",
+                "the next append to each session completes it",
+            )
+        )
+    try:
+        archive = SessionArchive(store, cache_events=0)
+        with _log_of(config) as log:
+            ahead = [(sid, w, h) for sid in archive.sessions() if (w := archive.watermark(sid)) > (h := log.head(sid))]
+    except FoldlineError as exc:
+        return [*out, Check("audit", "archive against the log", "fail", f"{type(exc).__name__}: {exc}")]
+    if ahead:
+        listed = ", ".join(f"{sid!r} (archived {w}, log {h})" for sid, w, h in ahead[:_LISTED])
+        out.append(
+            Check(
+                "audit",
+                "archive against the log",
+                "fail",
+                f"{len(ahead)} session(s) hold more events in the archive than in the log: {listed}",
+                "fix: foldline restore (the log was rebuilt without its archive)",
+            )
+        )
+    else:
+        out.append(Check("audit", "archive against the log", "ok", "no archived session is ahead of the log"))
+    return out

@@ -1,0 +1,162 @@
+"""The log outliving Kafka's retention: ``foldline archiver``, ``foldline restore`` and ``foldline doctor``.
+
+* ``archiver`` runs an archiver (a member of the archivers' consumer group on Kafka, a poller of the
+  embedded log) until SIGTERM;
+* ``restore`` puts archived sessions back into the log (a cluster rebuilt from the archive);
+* ``doctor`` prints every check that says whether this deployment can lose the log, and exits 1 when one
+  fails (and never 0 without having checked something).
+
+docs/RETENTION.md has the model behind all three.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import orjson
+import typer
+from rich.markup import escape
+
+from ..errors import ConfigError
+from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
+from .output import console, err_console, fail_on_errors
+
+if TYPE_CHECKING:
+    from ..archiver.worker import ArchiverWorker
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("archiver")(fail_on_errors(archiver))
+    app.command("restore")(fail_on_errors(restore))
+    app.command("doctor")(fail_on_errors(doctor))
+
+
+def _announce(worker: ArchiverWorker) -> None:
+    url = worker.metrics_url
+    extra = f" metrics={url}" if url else ""
+    sys.stdout.write(f"archiver ready{extra}\n")
+    sys.stdout.flush()
+
+
+def archiver(
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Consumer group of the archivers [env FOLDLINE_ARCHIVE_GROUP; default <topic>.archivers].",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every segment written.")] = False,
+) -> None:
+    """Archive sessions to the configured archive (FOLDLINE_ARCHIVE) until SIGINT/SIGTERM.
+
+    On Kafka, start N archivers with the same group to share the partitions; "archiver ready" is printed
+    on stdout once one is running. Which sessions are archived, and when, is configuration
+    (FOLDLINE_ARCHIVE_SESSIONS, _IDLE, _MAX_DELAY, _SEGMENT_EVENTS).
+    """
+    from ..archiver.factory import open_archiver
+    from ..metrics import ArchiverMetrics, new_registry
+
+    config = config_for(data_dir, backend, archive__group=group, metrics__port=metrics_port, metrics__host=metrics_host)
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    metrics = ArchiverMetrics(new_registry()) if config.metrics.port is not None else None
+    worker = open_archiver(config, metrics=metrics, on_ready=_announce)
+
+    def stop(_signum: int, _frame: object) -> None:
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker.run()
+    err_console.print(
+        f"archiver stopped: {worker.archiver.archived_events} events in {worker.archiver.segments} segment(s)"
+    )
+
+
+def restore(
+    sessions: Annotated[
+        list[str] | None, typer.Argument(help="Sessions to restore (default: every archived one).")
+    ] = None,
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = None,
+) -> None:
+    """Put archived sessions back into the log (Kafka or the embedded log), under its fencing rules.
+
+    Each session gets a new writer lease and the events the log lacks, appended after the prefix the log
+    already holds (which must equal the archive's). Restoring again is a no-op.
+    """
+    from ..archiver.factory import open_archive, restore_target
+    from ..archiver.restore import restore_session
+
+    config = config_for(data_dir, backend)
+    archive = open_archive(config)
+    try:
+        ids = sessions or archive.sessions()
+        if not ids:
+            raise ConfigError(f"the archive at {archive.store.where('')} holds no session")
+        log = restore_target(config)
+        try:
+            appended = 0
+            for sid in ids:
+                result = restore_session(archive, log, sid)
+                appended += result.appended
+                console.print(
+                    f"{sid}: archived {result.archived}, the log held {result.present}, appended {result.appended}"
+                )
+        finally:
+            log.close()
+    finally:
+        archive.close()
+    console.print(f"restored {len(ids)} session(s), {appended} event(s) appended")
+
+
+_MARK = {"ok": "[green]OK  [/]", "warn": "[yellow]WARN[/]", "fail": "[bold red]FAIL[/]"}
+
+
+def doctor(
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = None,
+    audit: Annotated[
+        bool,
+        typer.Option(
+            "--audit", help="Also read every archive object: orphans, missing or corrupt segments, sessions ahead."
+        ),
+    ] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Check that the log cannot be lost: topic settings, the archive and the archivers' progress.
+
+    Exits 0 when every check passed, 1 when one failed.
+    """
+    from ..archiver.doctor import run_checks
+
+    config = config_for(data_dir, backend)
+    checks = run_checks(config, audit=audit)
+    failed = [c for c in checks if c.status == "fail"]
+    if json:
+        sys.stdout.write(
+            orjson.dumps({"ok": not failed and bool(checks), "checks": [c.to_json() for c in checks]}).decode() + "\n"
+        )
+    else:
+        console.print(f"backend {config.backend}, archive {config.archive.store}")
+        for c in checks:
+            fix = f"\n        {escape(c.fix)}" if c.fix and c.status != "ok" else ""
+            console.print(f"{_MARK[c.status]} {c.area:8} {escape(c.name)}: {escape(c.detail)}{fix}", soft_wrap=True)
+        colour = "red" if failed or not checks else "green"
+        console.print(f"[{colour}]{len(checks) - len(failed)}/{len(checks)} checks passed[/]")
+    if failed or not checks:
+        raise typer.Exit(1)
