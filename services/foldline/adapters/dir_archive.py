@@ -42,7 +42,7 @@ class DirectoryArchiveStore(ArchiveStore):
             raise StoreUnavailable(f"archive directory {self.root} cannot be created: {exc}") from exc
 
     def where(self, key: str) -> str:
-        return str(self._path(key))
+        return str(self.root.joinpath(*(part for part in key.split("/") if part)))
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
