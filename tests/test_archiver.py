@@ -84,7 +84,8 @@ def test_the_policy_decides_when_each_session_is_archived(tmp_path: Path) -> Non
     assert archive.watermark("running") == 0
     _settle(archiver, T0 + 1801)  # half the maximum delay: archived, so every event is within the bound
     assert archive.watermark("running") == len(open_turn)
-    assert archive.watermark("private-1") == 0 and archiver.backlog == 0
+    assert archive.watermark("private-1") == 0
+    assert archiver.backlog == 0
     assert archive.read("finished", 0, len(finished)) == finished
     # the running session goes on: its next events form the next segment
     more = [env(len(open_turn), finished[-1].data)]
@@ -92,7 +93,8 @@ def test_the_policy_decides_when_each_session_is_archived(tmp_path: Path) -> Non
     archiver.offer(feed.poll())
     _settle(archiver, T0 + 1801 + 61)
     manifest = archive.manifest("running")
-    assert manifest is not None and [(s.first, s.end) for s in manifest.segments] == [
+    assert manifest is not None
+    assert [(s.first, s.end) for s in manifest.segments] == [
         (0, len(open_turn)),
         (len(open_turn), len(finished)),
     ]
@@ -148,8 +150,8 @@ def test_the_embedded_archiver_backs_up_and_the_cli_restores_and_audits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`foldline demo` writes sessions; the archiver (embedded: a poller) backs them up to a directory;
-    `foldline restore` rebuilds them in a data directory holding only the attachments, where `foldline verify` proves every
-    request; `foldline doctor --audit` passes, then fails on an object nobody names."""
+    `foldline restore` rebuilds them in a data directory holding only the attachments, where `foldline
+    verify` proves every request; `foldline doctor --audit` passes, then fails on an object nobody names."""
     runner = CliRunner()
     archive_dir = tmp_path / "backup"
     for var in ("FOLDLINE_BACKEND", "FOLDLINE_ARCHIVE_SESSIONS"):
@@ -189,7 +191,8 @@ def test_the_embedded_archiver_backs_up_and_the_cli_restores_and_audits(
     res = runner.invoke(app, ["doctor", "--audit", "--json", *second])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["ok"] and {c["status"] for c in report["checks"]} == {"ok"}
+    assert report["ok"]
+    assert {c["status"] for c in report["checks"]} == {"ok"}
     stray = archive_dir / "sessions" / "00" / "nobody" / "seg-000000000000-000000000001.avro"
     stray.parent.mkdir(parents=True)
     stray.write_bytes(b"left by hand")

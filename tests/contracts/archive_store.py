@@ -45,7 +45,8 @@ class ArchiveStoreContract(abc.ABC):
         assert store.create("a/b", b"first") is True
         assert store.create("a/b", b"second") is False
         stored = store.read("a/b")
-        assert stored is not None and stored.data == b"first"
+        assert stored is not None
+        assert stored.data == b"first"
 
     def test_concurrent_creates_have_one_winner(self, store: ArchiveStore) -> None:
         wins: list[int] = []
@@ -63,7 +64,8 @@ class ArchiveStoreContract(abc.ABC):
             t.join()
         assert len(wins) == 1
         stored = store.read("race")
-        assert stored is not None and stored.data == f"writer {wins[0]}".encode()
+        assert stored is not None
+        assert stored.data == f"writer {wins[0]}".encode()
 
     def test_replace_is_compare_and_set(self, store: ArchiveStore) -> None:
         first = store.replace("m", b"v1", None)
@@ -75,7 +77,8 @@ class ArchiveStoreContract(abc.ABC):
             store.replace("m", b"stale", first)
         assert store.where("m") in str(info.value)
         stored = store.read("m")
-        assert stored is not None and (stored.data, stored.version) == (b"v2", second)
+        assert stored is not None
+        assert (stored.data, stored.version) == (b"v2", second)
         with pytest.raises(ArchiveConflict):
             store.replace("absent", b"x", second)
 
@@ -99,7 +102,8 @@ class ArchiveStoreContract(abc.ABC):
             t.join()
         assert len(wins) == 1
         stored = store.read("m")
-        assert stored is not None and stored.data == f"w{wins[0]}".encode()
+        assert stored is not None
+        assert stored.data == f"w{wins[0]}".encode()
 
     def test_keys_list_in_order_under_a_prefix(self, store: ArchiveStore) -> None:
         for key in ("p/b", "p/a/x", "q/z", "p/c"):
@@ -151,7 +155,8 @@ class ArchiveStoreContract(abc.ABC):
         self.tamper(store, key, good.data[:-5] + b"xxxxx")
         with pytest.raises(ArchiveCorrupt) as corrupt:
             SessionArchive(store).read(sid, 0, len(events))
-        assert store.where(key) in str(corrupt.value) and corrupt.value.object == store.where(key)
+        assert store.where(key) in str(corrupt.value)
+        assert corrupt.value.object == store.where(key)
         store.delete(key)
         with pytest.raises(ArchiveObjectMissing) as missing:
             SessionArchive(store).read(sid, 0, 2)
@@ -192,14 +197,17 @@ class ArchiveStoreContract(abc.ABC):
         assert reader.watermark(sid) == 5  # the pending segment is not part of the archive yet
         assert reader.read(sid, 0, 5) == events[:5]
         report = audit_archive(store)
-        assert report.orphans == [] and len(report.pending) == 1
+        assert report.orphans == []
+        assert len(report.pending) == 1
         # the next append (another archiver, which reached seq 20 meanwhile) completes it first
         manifest = ArchiveAppender(SessionArchive(store)).append(sid, 20, segment_for)
         assert [(s.first, s.end) for s in manifest.segments] == [(0, 5), (5, 12), (12, 20)]
         assert manifest.pending is None
         assert SessionArchive(store).read(sid, 0, 20) == events[:20]
         report = audit_archive(store, verify=True)
-        assert report.clean and report.pending == [] and report.segments == 3
+        assert report.clean
+        assert report.pending == []
+        assert report.segments == 3
 
     def test_concurrent_appenders_never_overlap_or_orphan(self, store: ArchiveStore) -> None:
         sid = "s-contended"
@@ -225,7 +233,8 @@ class ArchiveStoreContract(abc.ABC):
         assert errors == []
         reader = SessionArchive(store)
         manifest = reader.manifest(sid)
-        assert manifest is not None and manifest.pending is None
+        assert manifest is not None
+        assert manifest.pending is None
         assert manifest.next_seq >= len(events) - 3
         assert reader.read(sid, 0, manifest.next_seq) == events[: manifest.next_seq]
         report = audit_archive(store, verify=True)

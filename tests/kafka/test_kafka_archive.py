@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from typer.testing import CliRunner
 
 from foldline.adapters.archive import audit_archive
@@ -121,11 +122,13 @@ def test_sessions_outlive_the_topics_retention(
     no_archive = config.overridden(archive__store="off")
     with pytest.raises(UnsafeRetention) as refused:
         open_stores(no_archive)
-    assert refused.value.setting == "retention.ms" and "no archive is configured" in str(refused.value)
+    assert refused.value.setting == "retention.ms"
+    assert "no archive is configured" in str(refused.value)
     with monkeypatch.context() as m:
         m.setenv("FOLDLINE_ARCHIVE", "off")
         res = runner.invoke(app, ["demo", "--sessions", "1", "--steps", "1"])
-        assert res.exit_code == 2 and "UnsafeRetention" in res.output
+        assert res.exit_code == 2
+        assert "UnsafeRetention" in res.output
     assert all(high == 0 for _, high in _bounds(kafka_bootstrap, topic).values())
 
     # an archiver runs; sessions are written
@@ -186,7 +189,8 @@ def test_sessions_outlive_the_topics_retention(
         bounds = _bounds(kafka_bootstrap, topic)
         for sid in ids:
             low, high = bounds[partition_for(sid, PARTITIONS)]
-            assert low > 0 and low == high  # the partition's log start moved past all of its records
+            assert low > 0
+            assert low == high
         assert "now starts at offset" in str(expired[0])
         time.sleep(1.0)  # the archiver keeps running past the deletion
 
@@ -206,7 +210,8 @@ def test_sessions_outlive_the_topics_retention(
         resumed = json.loads(_invoke(runner, "resume", ids[1], "--steps", "2", "--json"))
         assert resumed == resumed_copy
         report = audit_archive(archive.store, verify=True)
-        assert report.clean and report.orphans == []
+        assert report.clean
+        assert report.orphans == []
         archive.close()
     finally:
         worker.stop()

@@ -7,13 +7,17 @@ delete events not yet archived is :class:`~foldline.errors.UnsafeRetention`, nam
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import KafkaEventLog, TopicPolicy
@@ -94,7 +98,8 @@ def test_created_topics_carry_an_explicit_policy(kafka_bootstrap: str, admin: Ad
     )
     try:
         checks = log.check_topics()
-        assert checks and all(c.ok for c in checks)
+        assert checks
+        assert all(c.ok for c in checks)
         events = _configs(admin, topic)
         assert {k: events[k] for k in ("retention.ms", "retention.bytes", "cleanup.policy", "min.insync.replicas")} == {
             "retention.ms": "-1",
@@ -161,7 +166,8 @@ def test_a_setting_that_could_lose_events_is_refused_before_anything_is_written(
         with pytest.raises(UnsafeRetention) as info:
             log.append("s", 0, simple_log())
         assert info.value.setting == setting
-        assert fix in str(info.value) and info.value.fix in str(info.value)
+        assert fix in str(info.value)
+        assert info.value.fix in str(info.value)
         assert "kafka-configs.sh --alter" in info.value.fix or "FOLDLINE_" in info.value.fix
     finally:
         log.close()
@@ -174,7 +180,8 @@ def test_an_archive_whose_delay_fits_the_retention_is_accepted(kafka_bootstrap: 
     try:
         assert log.append("s", 0, simple_log()) == len(simple_log())
         retention = [c for c in log.topic_checks if c.setting == "retention.ms"]
-        assert retention[0].ok and "archived first" in retention[0].detail
+        assert retention[0].ok
+        assert "archived first" in retention[0].detail
     finally:
         log.close()
 
@@ -185,7 +192,7 @@ def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
     topic = make_topic({"retention.ms": "60000"})  # type: ignore[operator]
     monkeypatch.delenv("FOLDLINE_ARCHIVE", raising=False)
     config = Config.from_env().overridden(data_dir=tmp_path, backend="kafka", kafka__topic=topic, kafka__partitions=2)
-    with pytest.raises(UnsafeRetention, match="retention.ms=60000 deletes events after 1 min"):
+    with pytest.raises(UnsafeRetention, match=re.escape("retention.ms=60000 deletes events after 1 min")):
         open_stores(config)  # a loop or a CLI command on the log
     with pytest.raises(UnsafeRetention):
         open_dispatcher_stores(config.overridden(backend="distributed"))
@@ -199,7 +206,8 @@ def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
         env={"FOLDLINE_KAFKA_TOPIC": topic, "FOLDLINE_KAFKA_PARTITIONS": "2"},
     )
     assert res.exit_code == 2
-    assert "UnsafeRetention" in res.output and "retention.ms" in res.output
+    assert "UnsafeRetention" in res.output
+    assert "retention.ms" in res.output
 
 
 def test_doctor_prints_every_check_and_fails_on_an_unsafe_one(
@@ -215,7 +223,8 @@ def test_doctor_prints_every_check_and_fails_on_an_unsafe_one(
     report = json.loads(res.stdout)
     names = {c["name"] for c in report["checks"]}
     assert {f"{good} retention.ms", f"{good} retention.bytes", f"{good}.index cleanup.policy"} <= names
-    assert report["ok"] and all(c["status"] == "ok" for c in report["checks"])
+    assert report["ok"]
+    assert all(c["status"] == "ok" for c in report["checks"])
     res = runner.invoke(app, args, env={**base, "FOLDLINE_KAFKA_TOPIC": bad})
     assert res.exit_code == 1
     failed = [c for c in json.loads(res.stdout)["checks"] if c["status"] == "fail"]
