@@ -171,22 +171,26 @@ def drop_prefix(url: str, prefix: str) -> None:
 
 @dataclass
 class WorkerProcess:
-    """``python -m foldline.projector`` as a child process (the shipped entry point, not a test double)."""
+    """``python -m foldline.projector`` (or another worker ``module`` announcing ``<kind> ready``) as a child
+    process (the shipped entry point, not a test double)."""
 
     args: list[str]
     env: dict[str, str]
+    module: str = "foldline.projector"
     proc: subprocess.Popen[str] | None = None
     lines: list[str] = field(default_factory=list)
     starts: int = 0
     _reader: threading.Thread | None = None
     _stderr: IO[str] | None = None
+    _ready: threading.Event = field(default_factory=threading.Event)
 
-    def start(self, ready_timeout_s: float = 60.0) -> WorkerProcess:
+    def start(self, ready_timeout_s: float = 60.0, *, wait: bool = True) -> WorkerProcess:
+        """Start the process; with ``wait``, return once it announced it is ready."""
         self.lines = []
         self.starts += 1
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "foldline.projector", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
@@ -200,16 +204,26 @@ class WorkerProcess:
             assert proc.stdout is not None
             for line in proc.stdout:
                 self.lines.append(line)
-                if line.startswith("projector ready"):
+                if line.startswith(f"{self.kind} ready"):
                     ready.set()
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
-        if not ready.wait(ready_timeout_s):
+        self._ready = ready
+        if wait:
+            self.wait_ready(ready_timeout_s)
+        return self
+
+    def wait_ready(self, ready_timeout_s: float = 60.0) -> WorkerProcess:
+        if not self._ready.wait(ready_timeout_s):
             stderr = self.stderr()
             self.kill()
-            raise AssertionError(f"projector did not report ready in {ready_timeout_s:g}s: {stderr[-2000:]}")
+            raise AssertionError(f"{self.kind} did not report ready in {ready_timeout_s:g}s: {stderr[-2000:]}")
         return self
+
+    @property
+    def kind(self) -> str:
+        return self.module.rsplit(".", 1)[-1]
 
     def stderr(self) -> str:
         if self._stderr is None:
