@@ -301,9 +301,8 @@ class Archiver:
                 foreign.add(e.offset)
                 continue
             bodies[e.seq] = e
-        if not bodies:
-            watermark = self.appender.archive.watermark(session_id)
-            return FlushOutcome(session_id, watermark, 0, time.perf_counter() - started, frozenset(foreign))
+        if not bodies:  # nothing of the log's: the records were foreign
+            return FlushOutcome(session_id, -1, 0, time.perf_counter() - started, frozenset(foreign))
         end = max(bodies) + 1
         fingerprint = next(iter(bodies.values())).fingerprint
 
@@ -314,14 +313,19 @@ class Archiver:
                     bodies.setdefault(e.seq, e)
             return build_segment(session_id, first, [bodies[q].body for q in range(first, stop)], fingerprint)
 
-        before = watermark = self.appender.archive.watermark(session_id)
+        cached = self.appender.archive.cached(session_id)
+        watermark = 0 if cached is None or cached[0] is None else cached[0].next_seq
+        new = cached is None and 0 in bodies  # met from seq 0, never archived by this process: no manifest read
         limit = self.policy.max_segment_events
+        archived = 0
         while watermark < end:
-            manifest = self.appender.append(session_id, min(end, watermark + limit), segment_for)
+            manifest, written = self.appender.append_counted(
+                session_id, min(end, watermark + limit), segment_for, new=new
+            )
+            new = False
+            archived += written
             watermark = manifest.next_seq
-        return FlushOutcome(
-            session_id, watermark, watermark - before, time.perf_counter() - started, frozenset(foreign)
-        )
+        return FlushOutcome(session_id, watermark, archived, time.perf_counter() - started, frozenset(foreign))
 
     # -------------------------------------------------------------- positions
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..core.events import Envelope
 
@@ -109,14 +110,13 @@ class Manifest:
         return self.segments[-1].end if self.segments else 0
 
 
-@dataclass(frozen=True, slots=True)
-class RawEvent:
+class RawEvent(NamedTuple):
     """An event as an archiver meets it: its seq, where it was read, and its Avro body without framing.
 
     ``body`` is the Avro binary encoding of the event under the schema with ``fingerprint`` (the 8-byte
     CRC-64-AVRO fingerprint of single-object encoding). ``offset`` is its position in its source (a
     Kafka partition offset; ``-1`` where there is none), ``time_ms`` when it was written, ``kind`` its
-    event type (``turn/end`` ends an idle wait).
+    event type (``turn/end`` ends an idle wait). A tuple: an archiver makes one per event it reads.
     """
 
     session_id: str

@@ -60,6 +60,11 @@ class SessionArchive(ArchiveReader):
         self.remember(session_id, *found)
         return found
 
+    def cached(self, session_id: str) -> tuple[Manifest | None, str | None] | None:
+        """The manifest and version kept for the session, without asking the store (``None``: none kept)."""
+        with self._lock:
+            return self._manifests.get(session_id)
+
     def remember(self, session_id: str, manifest: Manifest | None, version: str | None) -> None:
         """Keep ``manifest`` as the session's (unless a longer one is kept already)."""
         with self._lock:

@@ -130,16 +130,30 @@ def event_head(body: bytes) -> tuple[str, int]:
     Raises ``ValueError`` for bytes that do not start like an event record.
     """
     try:
-        size, at = _long(body, 0)
-        if not 0 < size <= 256:
-            raise ValueError(f"event type of {size} bytes")
-        kind = bytes(body[at : at + size]).decode()
-        seq, _ = _long(body, at + size)
+        first = body[0]
+        if first < 0x80 and not first & 1:  # a type of up to 63 bytes (all of foldline's): one length byte
+            end = 1 + (first >> 1)
+            byte = body[end]
+            if byte < 0x80:  # seqs below 64
+                if first and not byte & 1:
+                    return body[1:end].decode(), byte >> 1
+            elif body[end + 1] < 0x80:  # seqs below 8192
+                value = (byte & 0x7F) | (body[end + 1] << 7)
+                if first and not value & 1:
+                    return body[1:end].decode(), value >> 1
+        return _event_head(body)
     except (IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"not an event record: {exc}") from exc
+
+
+def _event_head(body: bytes) -> tuple[str, int]:
+    size, at = _long(body, 0)
+    if not 0 < size <= 1024:
+        raise ValueError(f"an event type of {size} bytes")
+    seq = _long(body, at + size)[0]
     if seq < 0:
         raise ValueError(f"negative seq {seq}")
-    return kind, seq
+    return body[at : at + size].decode(), seq
 
 
 def body_of(value: bytes | None) -> tuple[bytes, bytes] | None:

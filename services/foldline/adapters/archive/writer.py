@@ -49,23 +49,34 @@ class ArchiveAppender:
         self.archive = archive
         self.store = archive.store
 
-    def append(self, session_id: str, end: int, segment_for: SegmentSource) -> Manifest:
+    def append(self, session_id: str, end: int, segment_for: SegmentSource, *, new: bool = False) -> Manifest:
         """Archive the session up to ``end`` (one segment from the watermark); the manifest afterwards.
 
-        Returns at once when the watermark is at or past ``end`` already. Raises
-        :class:`~foldline.errors.ArchiveConflict` only when other archivers kept winning for many rounds.
+        Returns at once when the watermark is at or past ``end`` already. ``new``: the caller believes the
+        session has no archive yet (it met its seq 0), so a manifest it does not know of is not read first
+        — a wrong guess costs one refused write. Raises :class:`~foldline.errors.ArchiveConflict` only when
+        other archivers kept winning for many rounds.
         """
+        return self.append_counted(session_id, end, segment_for, new=new)[0]
+
+    def append_counted(
+        self, session_id: str, end: int, segment_for: SegmentSource, *, new: bool = False
+    ) -> tuple[Manifest, int]:
+        """:meth:`append`, and how many events the segment this call committed holds (0: none)."""
         key = manifest_key(session_id)
+        guess = new and self.archive.cached(session_id) is None
         for _ in range(_MAX_ROUNDS):
-            manifest, version = self.archive.versioned(session_id)
-            if manifest is None:
-                manifest = Manifest(session_id)
+            if guess:
+                manifest, version, guess = Manifest(session_id), None, False
+            else:
+                found, version = self.archive.versioned(session_id)
+                manifest = found if found is not None else Manifest(session_id)
             try:
                 if manifest.pending is not None:
                     self._complete(session_id, manifest, version, segment_for)
                     continue
                 if manifest.next_seq >= end:
-                    return manifest
+                    return manifest, 0
                 first = manifest.next_seq
                 data = segment_for(first, end)
                 ref = SegmentRef(segment_name(first, end), first, end, hashlib.sha256(data).hexdigest(), len(data))
@@ -73,7 +84,7 @@ class ArchiveAppender:
                 version = self.store.replace(key, encode_manifest(intent), version)
                 self.archive.remember(session_id, intent, version)
                 self._write_segment(session_id, ref, data)
-                return self._commit(session_id, intent, version)
+                return self._commit(session_id, intent, version), ref.events
             except ArchiveConflict:
                 self.archive.forget(session_id)  # another archiver moved it: read it again
         raise ArchiveConflict(
