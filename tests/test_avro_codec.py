@@ -56,6 +56,7 @@ from foldline.core.frozen import FrozenDict, freeze_json
 from foldline.core.header import ToolSpec
 from foldline.core.wire import KNOWN_TYPES, encode_event
 from foldline.errors import AvroDecodeError, FormatError, UnknownSchemaError, ValidationError
+from tests.factories import env, simple_log
 from tests.strategies import logs
 
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480)
@@ -160,6 +161,38 @@ def test_random_valid_logs_round_trip(log: list[Envelope]) -> None:
         back = codec.decode(codec.encode(event))
         assert back == event
         assert encode_event(back) == encode_event(event)
+
+
+def _datum(event: Envelope) -> dict[str, object]:
+    """The datum fastavro reads back for an event (``return_record_name`` form)."""
+    body = io.BytesIO()
+    schema = fastavro.parse_schema(load_schema_json())
+    fastavro.schemaless_writer(body, schema, envelope_to_avro(event))
+    body.seek(0)
+    datum = fastavro.schemaless_reader(body, schema, None, return_record_name=True, return_record_name_override=True)
+    assert isinstance(datum, dict)
+    return datum
+
+
+@settings(max_examples=60, deadline=None)
+@given(logs)
+def test_the_direct_datum_path_agrees_with_the_checked_one(log: list[Envelope]) -> None:
+    """Common shapes are built straight from the datum; anything the direct path answers, the checked path
+    (the logged JSON form, the core's validating reader) answers equally — and both give the event back."""
+    for event in log:
+        datum = _datum(event)
+        fast = avro_module._fast_envelope(datum)
+        assert avro_module._checked_envelope(datum) == event
+        assert fast is None or fast == event
+
+
+def test_the_direct_datum_path_takes_the_plain_shapes_and_leaves_the_rest() -> None:
+    """The loop's everyday events take the direct path; a surface replace and an ignorable event do not."""
+    plain = simple_log(turns=2)
+    assert all(avro_module._fast_envelope(_datum(e)) == e for e in plain if e.type != "request/header")
+    replace = env(len(plain), UserMessage("s", (TextBlock("summary"),), "compaction", ReplaceOp(1, 2), (1, 2)))
+    assert avro_module._fast_envelope(_datum(replace)) is None
+    assert avro_module._checked_envelope(_datum(replace)) == replace
 
 
 def _public_writer_bytes(codec: AvroCodec, event: Envelope) -> bytes:

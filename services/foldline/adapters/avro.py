@@ -45,8 +45,10 @@ from ..core.content import (
     ToolCallBlock,
     ToolResultBlock,
     ToolResultPart,
+    Usage,
 )
 from ..core.events import (
+    TURN_END_REASONS,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
@@ -360,8 +362,105 @@ def _content_from_avro(content: list[Any], reasoning: list[Any] | None) -> list[
     return merged
 
 
+_TEXT_BLOCK = _NS + "TextBlock"
+_CALL_BLOCK = _NS + "ToolCallBlock"
+_PLAIN = frozenset({"turn/start", "turn/end", "step/start", "step/end", "tool/call", "request/dispatch"})
+
+
+def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
+    """Text and tool-call blocks (text only for tool-result parts); None for anything else."""
+    out: list[Any] = []
+    for name, d in items:
+        if name == _TEXT_BLOCK:
+            out.append(TextBlock(d["text"]))
+        elif name == _CALL_BLOCK and not parts:
+            out.append(ToolCallBlock(d["id"], d["name"], d["arguments"]))
+        else:
+            return None
+    return tuple(out)
+
+
+def _fast_plain(etype: str, d: Mapping[str, Any]) -> EventData | None:
+    """Turn, step, tool-call and dispatch records: the values the core's readers accept, else None."""
+    turn = d["turn"]
+    if turn < 0:
+        return None
+    if etype == "turn/start":
+        return TurnStart(turn)
+    if etype == "turn/end":
+        reason = d["reason"]
+        return TurnEnd(turn, reason) if reason in TURN_END_REASONS else None
+    step = d["step"]
+    if step < 0:
+        return None
+    if etype == "step/start":
+        return StepStart(turn, step)
+    if etype == "step/end":
+        return StepEnd(turn, step)
+    if etype == "tool/call":
+        return ToolCall(turn, step, d["callId"], d["name"], d["arguments"])
+    digest, version, size = d["digest"], d["serializerVersion"], d["bytes"]
+    hexpart = digest[len(codec.DIGEST_PREFIX) :]
+    if (
+        version < 0
+        or size < 0
+        or not digest.startswith(codec.DIGEST_PREFIX)
+        or len(hexpart) != 64
+        or hexpart.strip("0123456789abcdef")
+    ):
+        return None
+    return RequestDispatch(turn, step, d["serializer"], version, digest, size)
+
+
+def _fast_envelope(datum: Mapping[str, Any]) -> Envelope | None:
+    """The envelope of a datum of the common shapes, built directly (the schema already guarantees every
+    field's type); ``None`` for anything else, which :func:`avro_to_envelope` then reads through the logged
+    JSON form and the core's validating reader. Both return equal envelopes (tests hold them together)."""
+    etype, seq, time = datum["type"], datum["seq"], datum["time"]
+    if datum.get("ignorable") or seq < 0 or time < 0:
+        return None
+    name, d = datum["data"]
+    if etype in _PLAIN:
+        if name != _NS + _RECORD_NAMES[etype]:
+            return None
+        data = _fast_plain(etype, d)
+        return None if data is None else Envelope(seq, time, data)
+    if etype not in ("user/message", "assistant/message", "tool/result"):
+        return None
+    op = d["surfaceOp"]
+    if type(op) is tuple:  # (the enum's record name, its symbol): the union also holds ReplaceOp
+        op = op[1]
+    if name != _NS + _RECORD_NAMES[etype] or op != "append" or d["sourceEventSeqs"] is not None:
+        return None
+    if d.get("reasoning"):  # reasoning blocks woven back into the content: the checked path
+        return None
+    if etype == "user/message":
+        content = _fast_blocks(d["content"])
+        return None if content is None else Envelope(seq, time, UserMessage(d["id"], content, d["source"]))
+    if etype == "assistant/message":
+        content = _fast_blocks(d["content"])
+        u = d["usage"]
+        if content is None or (u is not None and min(u.values()) < 0):
+            return None
+        usage = None if u is None else Usage(u["input"], u["output"], u["cacheRead"], u["cacheWrite"])
+        return Envelope(seq, time, AssistantMessage(d["id"], content, usage, d["stopReason"]))
+    parts = _fast_blocks(d["content"], parts=True)
+    if parts is None:
+        return None
+    return Envelope(seq, time, ToolResult(d["callId"], d["name"], parts, bool(d["isError"])))
+
+
 def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
     """Rebuild the envelope from a decoded datum (``return_record_name`` form); every core rule applies."""
+    try:
+        fast = _fast_envelope(datum)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        fast = None
+    return fast if fast is not None else _checked_envelope(datum)
+
+
+def _checked_envelope(datum: Mapping[str, Any]) -> Envelope:
+    """The envelope of any datum, through the logged JSON form and the core's validating reader."""
     seq = datum.get("seq")
     try:
         etype = datum["type"]
