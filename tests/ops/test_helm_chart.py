@@ -25,6 +25,7 @@ VARIANTS: dict[str, list[str]] = {
     "autoscaled, existing secret, real providers": [
         "--set", "projector.autoscaling.enabled=true",
         "--set", "dispatcher.autoscaling.enabled=true",
+        "--set", "archiver.autoscaling.enabled=true",
         "--set", "secret.existingSecret=foldline-credentials",
         "--set", "dispatcher.anthropicUrl=https://api.anthropic.com",
         "--set", "dispatcher.openaiUrl=https://api.openai.com",
@@ -47,6 +48,8 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "serviceMonitor.enabled=false",
         "--set", "prometheusRule.enabled=false",
         "--set", "projector.enabled=false",
+        "--set", "archiver.enabled=false",
+        "--set", "archive.enabled=false",
         "--set", "dispatcher.podDisruptionBudget.enabled=false",
     ],
 }  # fmt: skip
@@ -122,6 +125,9 @@ def test_values_schema_rejects_bad_values(deploy_tools: DeployTools) -> None:
         (["--set", "config.kafkaSecurityProtocol=TLS"], "/config/kafkaSecurityProtocol"),
         (["--set", "config.kafkaSecurityProtocol=SASL_SSL"], "/config/kafkaSaslMechanism"),
         (["--set", "secret.kafkaCaPem=not a certificate"], "/secret/kafkaCaPem"),
+        (["--set", "archive.maxDelaySeconds=0"], "/archive/maxDelaySeconds"),
+        (["--set", "config.kafkaMinInsyncReplicas=0"], "/config/kafkaMinInsyncReplicas"),
+        (["--set", "archiver.concurrenzy=4"], "concurrenzy"),
         (["--set-string", "config.kafkaClientProperties.sasl\\.password=x"], "sasl.password"),
     ):
         done = run(deploy_tools.helm, "template", "fl", CHART, "--kube-version", KUBE_VERSION, *bad)
@@ -145,9 +151,10 @@ def test_prometheus_rule_is_the_rule_file(deploy_tools: DeployTools) -> None:
 def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) -> None:
     docs = render(deploy_tools, "--set", "metrics.port=9500")
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind(docs, "Deployment")}
-    assert set(deployments) == {"projector", "dispatcher"}
+    assert set(deployments) == {"projector", "dispatcher", "archiver"}
     assert deployments["projector"]["spec"]["replicas"] == 3
     assert deployments["dispatcher"]["spec"]["replicas"] == 2
+    assert deployments["archiver"]["spec"]["replicas"] == 2
     for name, d in deployments.items():
         [c] = d["spec"]["template"]["spec"]["containers"]
         assert c["command"] == ["foldline"]
@@ -167,16 +174,23 @@ def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) ->
     [config] = by_kind(docs, "ConfigMap")
     assert config["data"]["FOLDLINE_BACKEND"] == "distributed"
     assert config["data"]["FOLDLINE_KAFKA_PARTITIONS"] == "12"
+    assert config["data"]["FOLDLINE_KAFKA_REPLICATION_FACTOR"] == "3"
+    assert config["data"]["FOLDLINE_KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+    assert config["data"]["FOLDLINE_ARCHIVE"] == "s3"
     [secret] = by_kind(docs, "Secret")
     assert set(secret["stringData"]) == {"FOLDLINE_REDIS_URL"}  # empty credentials are not rendered
     services = by_kind(docs, "Service")
-    assert {s["spec"]["selector"]["app.kubernetes.io/component"] for s in services} == {"projector", "dispatcher"}
+    assert {s["spec"]["selector"]["app.kubernetes.io/component"] for s in services} == {
+        "projector",
+        "dispatcher",
+        "archiver",
+    }
     assert all(s["spec"]["ports"][0]["name"] == "metrics" for s in services)
     [monitor] = by_kind(docs, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    assert monitor["spec"]["selector"]["matchExpressions"][0]["values"] == ["projector", "dispatcher"]
+    assert monitor["spec"]["selector"]["matchExpressions"][0]["values"] == ["projector", "dispatcher", "archiver"]
     pdbs = by_kind(docs, "PodDisruptionBudget")
-    assert sorted(p["spec"]["maxUnavailable"] for p in pdbs) == [1, 1]
+    assert sorted(p["spec"]["maxUnavailable"] for p in pdbs) == [1, 1, 1]
     assert not by_kind(docs, "HorizontalPodAutoscaler")
 
 
@@ -184,6 +198,7 @@ def test_autoscaling_and_an_existing_secret(deploy_tools: DeployTools) -> None:
     docs = render(deploy_tools, *VARIANTS["autoscaled, existing secret, real providers"])
     hpas = by_kind(docs, "HorizontalPodAutoscaler")
     assert sorted(h["spec"]["scaleTargetRef"]["name"] for h in hpas) == [
+        "fl-foldline-archiver",
         "fl-foldline-dispatcher",
         "fl-foldline-projector",
     ]
@@ -269,3 +284,35 @@ def test_the_rendered_environment_is_the_configuration_foldline_reads(
         d for d in by_kind(render(deploy_tools), "Deployment") if d["metadata"]["name"].endswith("projector")
     ]
     assert "--group" not in projector["spec"]["template"]["spec"]["containers"][0]["args"]  # foldline's default group
+
+
+def test_the_charts_topics_and_archive_pass_the_start_up_check(deploy_tools: DeployTools) -> None:
+    """Defaults of a production cluster: three replicas, two in sync, a week of retention behind an archive whose
+    maximum delay fits twice into it — the policy every worker checks the topic against; with the archive off,
+    topics are created to keep events forever."""
+    from foldline.config.factories import topic_policy
+
+    def config_of(*args: str) -> Config:
+        [configmap] = [
+            d for d in by_kind(render(deploy_tools, *args), "ConfigMap") if d["metadata"]["name"] == "fl-foldline"
+        ]
+        return Config.from_env(configmap["data"])
+
+    config = config_of()
+    policy = topic_policy(config)
+    assert (policy.replication_factor, policy.min_insync_replicas) == (3, 2)
+    assert config.archive.enabled
+    assert config.archive.bucket == "foldline-archive"
+    assert policy.min_retention_ms is not None
+    assert policy.created_retention_ms() == 604_800_000 >= policy.min_retention_ms
+    off = topic_policy(config_of("--set", "archive.enabled=false"))
+    assert not off.archived
+    assert off.created_retention_ms() == -1
+    [archiver] = [
+        d
+        for d in by_kind(render(deploy_tools, "--set", "archiver.group=prod-archivers"), "Deployment")
+        if d["metadata"]["name"].endswith("archiver")
+    ]
+    args = archiver["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:1] == ["archiver"]
+    assert args[args.index("--group") + 1] == "prod-archivers"

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from foldline.metrics import DispatcherMetrics, ProjectorMetrics
+from foldline.metrics import ArchiverMetrics, DispatcherMetrics, ProjectorMetrics
 
 from .conftest import REPO, DeployTools, run
 
@@ -39,6 +39,7 @@ def families() -> dict[str, str]:
     registry = CollectorRegistry()
     DispatcherMetrics(registry)  # with its LoopMetrics
     ProjectorMetrics(registry)
+    ArchiverMetrics(registry)
     return {fam.name: fam.type for fam in registry.collect()}
 
 

@@ -72,6 +72,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 - --max-batch
 - {{ $c.maxBatch | quote }}
 {{- end }}
+{{- if eq $name "archiver" }}
+{{- with $c.group }}
+- --group
+- {{ . | quote }}
+{{- end }}
+- --concurrency
+- {{ $c.concurrency | quote }}
+{{- end }}
 {{- if eq $name "dispatcher" }}
 - --concurrency
 - {{ $c.concurrency | quote }}

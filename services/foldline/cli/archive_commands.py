@@ -54,6 +54,15 @@ def archiver(
             show_default=False,
         ),
     ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Segments written at once [env FOLDLINE_ARCHIVE_CONCURRENCY; default 16].",
+            show_default=False,
+        ),
+    ] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every segment written.")] = False,
