@@ -15,14 +15,17 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...core.events import Envelope
 from ...errors import ArchiveCorrupt, ArchiveObjectMissing
-from ...ports.archive import ArchiveReader, ArchiveStore, Manifest, SegmentRef
+from ...ports.archive import ArchiveReader, ArchiveStore, Manifest, SegmentRef, StoredObject
 from .layout import SESSIONS_PREFIX, decode_manifest, manifest_key, segment_key, session_of_manifest_key
 from .segments import read_segment
 
 __all__ = ["SessionArchive"]
+
+_FETCHERS = 8  # segments of one read fetched at once
 
 
 class SessionArchive(ArchiveReader):
@@ -40,6 +43,7 @@ class SessionArchive(ArchiveReader):
         self._manifests: OrderedDict[str, tuple[Manifest | None, str | None]] = OrderedDict()
         self._segments: OrderedDict[tuple[str, str, str], list[Envelope]] = OrderedDict()
         self._cached_events = 0
+        self._pool: ThreadPoolExecutor | None = None
 
     # -------------------------------------------------------------- manifests
 
@@ -110,16 +114,29 @@ class SessionArchive(ArchiveReader):
             raise ValueError(
                 f"session {session_id!r}: seqs up to {to_seq} asked of an archive that ends at {watermark}"
             )
+        refs = [ref for ref in manifest.segments if ref.end > from_seq and ref.first < to_seq]
+        fetched = self._fetch_all(session_id, refs)
         out: list[Envelope] = []
-        for ref in manifest.segments:
-            if ref.end <= from_seq or ref.first >= to_seq:
-                continue
-            events = self.segment(session_id, ref)
+        for ref in refs:
+            events = self.segment(session_id, ref, fetched.get(ref.key))
             out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
         return out
 
-    def segment(self, session_id: str, ref: SegmentRef) -> list[Envelope]:
-        """The events of one segment (checked as the module docstring says)."""
+    def _fetch_all(self, session_id: str, refs: list[SegmentRef]) -> dict[str, Future[StoredObject | None]]:
+        """Start reading the segments not in the cache, several at once (the waits are the store's)."""
+        with self._lock:
+            missing = [r for r in refs if (session_id, r.key, r.sha256) not in self._segments]
+            if len(missing) < 2:
+                return {}
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=_FETCHERS, thread_name_prefix="foldline-archive-read")
+            pool = self._pool
+        return {r.key: pool.submit(self.store.read, segment_key(session_id, r)) for r in missing}
+
+    def segment(
+        self, session_id: str, ref: SegmentRef, fetching: Future[StoredObject | None] | None = None
+    ) -> list[Envelope]:
+        """The events of one segment (checked as the module docstring says); ``fetching``: its read, started."""
         cache_key = (session_id, ref.key, ref.sha256)
         with self._lock:
             cached = self._segments.get(cache_key)
@@ -128,7 +145,7 @@ class SessionArchive(ArchiveReader):
                 return cached
         key = segment_key(session_id, ref)
         where = self.store.where(key)
-        stored = self.store.read(key)
+        stored = self.store.read(key) if fetching is None else fetching.result()
         if stored is None:
             raise ArchiveObjectMissing(
                 where,
@@ -151,4 +168,8 @@ class SessionArchive(ArchiveReader):
         return events
 
     def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self.store.close()
