@@ -94,16 +94,6 @@ class _Buffer:
     retry_at: float = 0.0
     failures: int = 0
 
-    def add(self, e: RawEvent) -> None:
-        if not self.events:
-            self.oldest_ms, self.first_offset, self.partition = e.time_ms, e.offset, e.partition
-        else:
-            self.oldest_ms = min(self.oldest_ms, e.time_ms)
-            self.first_offset = min(self.first_offset, e.offset)
-        self.events.append(e)
-        if e.time_ms >= self.last_time_ms:
-            self.last_time_ms, self.last_kind = e.time_ms, e.kind
-
     def keep(self, events: list[RawEvent]) -> int:
         """Keep only ``events`` (a subset); how many were dropped."""
         dropped = len(self.events) - len(events)
@@ -164,14 +154,25 @@ class Archiver:
         """Buffer ``events`` (sessions the policy archives); ``read_to``: per partition, the offset after them."""
         policy = self.policy
         buffers = self._buffers
-        for e in events:
+        added = 0
+        for e in events:  # an archiver's hot loop: kept flat
             buf = buffers.get(e.session_id)
             if buf is None:
                 if not policy.archives(e.session_id):
                     continue
                 buf = buffers[e.session_id] = _Buffer()
-            buf.add(e)
-            self._buffered += 1
+            held = buf.events
+            time_ms = e.time_ms
+            if not held:
+                buf.oldest_ms, buf.first_offset, buf.partition = time_ms, e.offset, e.partition
+            else:
+                buf.oldest_ms = min(buf.oldest_ms, time_ms)
+                buf.first_offset = min(buf.first_offset, e.offset)
+            held.append(e)
+            if time_ms >= buf.last_time_ms:
+                buf.last_time_ms, buf.last_kind = time_ms, e.kind
+            added += 1
+        self._buffered += added
         if read_to:
             for part, off in read_to.items():
                 self._read_to[part] = max(off, self._read_to.get(part, 0))
