@@ -78,7 +78,7 @@ def _embedded(config: Config) -> list[Check]:
     from ..adapters.sqlite_log import SqliteEventLog
 
     try:
-        with SqliteEventLog(config.data_dir) as log:
+        with SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s) as log:
             count = len(log.sessions())
     except FoldlineError as exc:
         return [Check("log", "embedded log", "fail", f"{type(exc).__name__}: {exc}")]
@@ -167,7 +167,9 @@ def _log_of(config: Config) -> EventLog:
     from ..adapters.sqlite_log import SqliteEventLog
     from ..config.factories import kafka_log
 
-    return SqliteEventLog(config.data_dir) if config.backend == "embedded" else kafka_log(config, archive=False)
+    if config.backend == "embedded":
+        return SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
+    return kafka_log(config, archive=False)
 
 
 def _audit(config: Config, store: ArchiveStore) -> list[Check]:

@@ -61,7 +61,9 @@ def open_archiver(
     port, host = config.metrics.port, config.metrics.host
     concurrency = config.archive.concurrency
     if config.backend == "embedded":
-        log_feed = LogFeed(SqliteEventLog(config.data_dir), archive, policy)
+        log_feed = LogFeed(
+            SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s), archive, policy
+        )
         engine = Archiver(appender, log_feed, policy, concurrency=concurrency, metrics=metrics)
         return LogArchiverWorker(engine, log_feed, metrics_port=port, metrics_host=host, on_ready=on_ready)
     from ..adapters.kafka import ArchiveFeed
@@ -105,7 +107,7 @@ def open_archiver(
 def restore_target(config: Config) -> EventLog:
     """The log ``foldline restore`` writes to: the configured backend's, read without the archive."""
     if config.backend == "embedded":
-        return SqliteEventLog(config.data_dir)
+        return SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
     log = kafka_log(config, archive=False)
     try:
         log.check_topics()
