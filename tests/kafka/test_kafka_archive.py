@@ -30,6 +30,7 @@ from foldline.cli.main import app
 from foldline.config import Config, open_stores
 from foldline.config.factories import fold_store, kafka_log
 from foldline.errors import EventsExpired, UnsafeRetention
+from tests.kafka.conftest import MakeLog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.redis]
 
@@ -222,3 +223,25 @@ def test_sessions_outlive_the_topics_retention(
 def _events(path: Path) -> list[dict[str, object]]:
     lines = path.read_text().splitlines()
     return [json.loads(line) for line in lines[1:]]
+
+
+def test_an_archive_that_does_not_answer_does_not_stop_reads_kafka_can_serve(make_log: MakeLog) -> None:
+    """The archive store is down (nothing listens at its endpoint): a session Kafka still holds reads whole."""
+    from foldline.adapters.archive import SessionArchive
+    from foldline.adapters.s3_archive import S3ArchiveStore
+    from foldline.adapters.s3_attachments import s3_client
+    from foldline.errors import StoreUnavailable
+    from tests.factories import simple_log
+
+    dead = s3_client(
+        endpoint_url="http://127.0.0.1:9", region="us-east-1", max_attempts=1, connect_timeout_s=0.5,
+        read_timeout_s=0.5, max_connections=2,
+    )  # fmt: skip
+    archive = SessionArchive(S3ArchiveStore("unreachable", client=dead))
+    with pytest.raises(StoreUnavailable):
+        archive.watermark("s-down")
+    log = make_log(archive=archive)
+    events = simple_log()
+    log.append("s-down", 0, events)
+    assert log.read("s-down") == events
+    assert log.read("s-down", 3, 7) == events[3:7]

@@ -126,11 +126,9 @@ class KafkaArchiverWorker(ArchiverWorker):
         self.max_batch = max_batch
         self.poll_timeout_s = poll_timeout_s
         self.commit_interval_s = commit_interval_s
-        self._assigned: set[int] = set()
         self._to_check: set[int] = set()
 
     def on_assigned(self, partitions: set[int]) -> None:
-        self._assigned |= partitions
         self._to_check |= partitions
 
     def on_revoked(self, partitions: set[int]) -> None:
@@ -142,7 +140,6 @@ class KafkaArchiverWorker(ArchiverWorker):
             except StoreUnavailable as exc:  # the next owner reads from the last commit: more to skip, nothing lost
                 _LOG.warning("committing revoked partitions %s failed: %s", sorted(partitions), exc)
         self.archiver.forget_partitions(partitions)
-        self._assigned -= partitions
         self._to_check -= partitions
 
     def run(self) -> None:
@@ -162,8 +159,7 @@ class KafkaArchiverWorker(ArchiverWorker):
                 if self._to_check:
                     self._check_deleted(feed, self._to_check)
                     self._to_check = set()
-                if self._assigned or ends:
-                    self._set_ready()
+                self._set_ready()  # polled, the topic checked: a member without partitions is ready too
                 if time.monotonic() >= next_commit:
                     feed.commit(archiver.safe_offsets())
                     next_commit = time.monotonic() + self.commit_interval_s

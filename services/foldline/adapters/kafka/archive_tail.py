@@ -10,12 +10,16 @@ archive's. Seqs between it and the archive's are read from Kafka while Kafka sti
 has deleted some (:class:`~foldline.errors.EventsExpired`), the manifest is read again and the range is
 retried from the archive. Only when neither holds an event does the read fail — with ``EventsExpired``
 naming the seq, never a shorter session. The result is checked to be gapless across the seam.
+
+An archive store that does not answer (``StoreUnavailable``) does not stop a read Kafka can serve alone:
+the range is read from the topic, and only a seq Kafka no longer has makes the read fail (still
+``StoreUnavailable``: the archive is needed and not there).
 """
 
 from __future__ import annotations
 
 from ...core.events import Envelope
-from ...errors import ArchiveAhead, EventsExpired, FormatError
+from ...errors import ArchiveAhead, EventsExpired, FormatError, StoreUnavailable
 from ...ports.archive import ArchiveReader
 from .index import SessionState
 from .reader import SessionReader
@@ -39,7 +43,12 @@ class ArchiveAndTail:
             return self.reader.events(session_id, state, from_seq, to_seq, deadline)
         refresh = False
         while True:
-            watermark = archive.watermark(session_id, refresh=refresh)
+            try:
+                watermark = archive.watermark(session_id, refresh=refresh)
+            except StoreUnavailable:
+                if refresh:
+                    raise
+                return self._tail_only(session_id, state, from_seq, to_seq, deadline)
             if watermark > state.next_seq:
                 raise ArchiveAhead(f"the archive of session {session_id!r}", session_id, watermark, state.next_seq)
             out = archive.read(session_id, from_seq, min(watermark, to_seq)) if from_seq < watermark else []
@@ -66,3 +75,15 @@ class ArchiveAndTail:
                         seq=from_seq + i,
                     )
             return out
+
+    def _tail_only(
+        self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float
+    ) -> list[Envelope]:
+        """The archive does not answer: Kafka alone serves the read while it holds every event of it."""
+        try:
+            return self.reader.events(session_id, state, from_seq, to_seq, deadline)
+        except EventsExpired as exc:
+            raise StoreUnavailable(
+                f"session {session_id!r}: event seq {exc.first_seq} is only in the archive, which does not answer; "
+                "retry when the archive store is reachable"
+            ) from exc
