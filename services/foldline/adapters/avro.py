@@ -365,6 +365,23 @@ def _content_from_avro(content: list[Any], reasoning: list[Any] | None) -> list[
 _TEXT_BLOCK = _NS + "TextBlock"
 _CALL_BLOCK = _NS + "ToolCallBlock"
 _PLAIN = frozenset({"turn/start", "turn/end", "step/start", "step/end", "tool/call", "request/dispatch"})
+_SURFACE = ("surfaceOp", "sourceEventSeqs")
+_USAGE_FIELDS = frozenset({"input", "output", "cacheRead", "cacheWrite"})
+# the fields of each record the direct path reads; a record with any other field (a newer schema) takes the
+# checked path, so nothing the direct path does not know is ever dropped
+_FIELDS: dict[str, frozenset[str]] = {
+    "user/message": frozenset({"id", "content", "source", "reasoning", *_SURFACE}),
+    "assistant/message": frozenset(
+        {"id", "content", "usage", "stopReason", "reasoning", "providerRequestId", "providerMessageId", *_SURFACE}
+    ),
+    "tool/result": frozenset({"callId", "name", "content", "isError", *_SURFACE}),
+    "turn/start": frozenset({"turn"}),
+    "turn/end": frozenset({"turn", "reason"}),
+    "step/start": frozenset({"turn", "step"}),
+    "step/end": frozenset({"turn", "step"}),
+    "tool/call": frozenset({"turn", "step", "callId", "name", "arguments"}),
+    "request/dispatch": frozenset({"turn", "step", "serializer", "serializerVersion", "digest", "bytes"}),
+}
 
 
 def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
@@ -420,17 +437,16 @@ def _fast_envelope(datum: Mapping[str, Any]) -> Envelope | None:
     if datum.get("ignorable") or seq < 0 or time < 0:
         return None
     name, d = datum["data"]
+    fields = _FIELDS.get(etype)
+    if fields is None or name != _NS + _RECORD_NAMES[etype] or d.keys() != fields:
+        return None
     if etype in _PLAIN:
-        if name != _NS + _RECORD_NAMES[etype]:
-            return None
         data = _fast_plain(etype, d)
         return None if data is None else Envelope(seq, time, data)
-    if etype not in ("user/message", "assistant/message", "tool/result"):
-        return None
     op = d["surfaceOp"]
     if type(op) is tuple:  # (the enum's record name, its symbol): the union also holds ReplaceOp
         op = op[1]
-    if name != _NS + _RECORD_NAMES[etype] or op != "append" or d["sourceEventSeqs"] is not None:
+    if op != "append" or d["sourceEventSeqs"] is not None:
         return None
     if d.get("reasoning"):  # reasoning blocks woven back into the content: the checked path
         return None
@@ -440,10 +456,18 @@ def _fast_envelope(datum: Mapping[str, Any]) -> Envelope | None:
     if etype == "assistant/message":
         content = _fast_blocks(d["content"])
         u = d["usage"]
-        if content is None or (u is not None and min(u.values()) < 0):
+        if content is None or (u is not None and (u.keys() != _USAGE_FIELDS or min(u.values()) < 0)):
             return None
         usage = None if u is None else Usage(u["input"], u["output"], u["cacheRead"], u["cacheWrite"])
-        return Envelope(seq, time, AssistantMessage(d["id"], content, usage, d["stopReason"]))
+        message = AssistantMessage(
+            d["id"],
+            content,
+            usage,
+            d["stopReason"],
+            provider_request_id=d["providerRequestId"],
+            provider_message_id=d["providerMessageId"],
+        )
+        return Envelope(seq, time, message)
     parts = _fast_blocks(d["content"], parts=True)
     if parts is None:
         return None
