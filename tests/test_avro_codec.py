@@ -193,6 +193,11 @@ def test_the_direct_datum_path_takes_the_plain_shapes_and_leaves_the_rest() -> N
     replace = env(len(plain), UserMessage("s", (TextBlock("summary"),), "compaction", ReplaceOp(1, 2), (1, 2)))
     assert avro_module._fast_envelope(_datum(replace)) is None
     assert avro_module._checked_envelope(_datum(replace)) == replace
+    # a record with a field the direct path does not know (a newer schema) is left to the checked path
+    datum: dict[str, Any] = _datum(plain[2])
+    name, fields = datum["data"]
+    assert avro_module._fast_envelope(datum) == plain[2]
+    assert avro_module._fast_envelope({**datum, "data": (name, {**fields, "futureField": 1})}) is None
 
 
 def _public_writer_bytes(codec: AvroCodec, event: Envelope) -> bytes:
