@@ -10,7 +10,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from tests.factories import simple_log
 pytestmark = pytest.mark.kafka
 
 SAFE = {"retention.ms": "-1", "retention.bytes": "-1"}
+MakeTopic = Callable[..., str]
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def admin(kafka_bootstrap: str) -> AdminClient:
 
 
 @pytest.fixture
-def make_topic(admin: AdminClient) -> Iterator[object]:
+def make_topic(admin: AdminClient) -> Iterator[MakeTopic]:
     """Creates a log's three topics with the given settings (event topic, index); deletes them afterwards."""
     made: list[str] = []
 
@@ -153,14 +154,14 @@ def test_created_topics_carry_an_explicit_policy(kafka_bootstrap: str, admin: Ad
 def test_a_setting_that_could_lose_events_is_refused_before_anything_is_written(
     kafka_bootstrap: str,
     admin: AdminClient,
-    make_topic: object,
+    make_topic: MakeTopic,
     events: dict[str, str],
     index: dict[str, str] | None,
     policy: TopicPolicy,
     setting: str,
     fix: str,
 ) -> None:
-    topic = make_topic(events, index)  # type: ignore[operator]
+    topic = make_topic(events, index)
     log = KafkaEventLog(kafka_bootstrap, topic=topic, partitions=2, policy=policy)
     try:
         with pytest.raises(UnsafeRetention) as info:
@@ -174,8 +175,8 @@ def test_a_setting_that_could_lose_events_is_refused_before_anything_is_written(
     assert _high(admin, kafka_bootstrap, topic) == 0  # nothing was written
 
 
-def test_an_archive_whose_delay_fits_the_retention_is_accepted(kafka_bootstrap: str, make_topic: object) -> None:
-    topic = make_topic({"retention.ms": "60000"})  # type: ignore[operator]
+def test_an_archive_whose_delay_fits_the_retention_is_accepted(kafka_bootstrap: str, make_topic: MakeTopic) -> None:
+    topic = make_topic({"retention.ms": "60000"})
     log = KafkaEventLog(kafka_bootstrap, topic=topic, partitions=2, policy=TopicPolicy(archive_max_delay_s=30.0))
     try:
         assert log.append("s", 0, simple_log()) == len(simple_log())
@@ -187,9 +188,9 @@ def test_an_archive_whose_delay_fits_the_retention_is_accepted(kafka_bootstrap: 
 
 
 def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
-    kafka_bootstrap: str, make_topic: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, make_topic: MakeTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = make_topic({"retention.ms": "60000"})  # type: ignore[operator]
+    topic = make_topic({"retention.ms": "60000"})
     monkeypatch.delenv("FOLDLINE_ARCHIVE", raising=False)
     config = Config.from_env().overridden(data_dir=tmp_path, backend="kafka", kafka__topic=topic, kafka__partitions=2)
     with pytest.raises(UnsafeRetention, match=re.escape("retention.ms=60000 deletes events after 1 min")):
@@ -211,11 +212,11 @@ def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
 
 
 def test_doctor_prints_every_check_and_fails_on_an_unsafe_one(
-    kafka_bootstrap: str, make_topic: object, tmp_path: Path
+    kafka_bootstrap: str, make_topic: MakeTopic, tmp_path: Path
 ) -> None:
     runner = CliRunner()
-    good = make_topic(SAFE)  # type: ignore[operator]
-    bad = make_topic({"retention.ms": "60000"})  # type: ignore[operator]
+    good = make_topic(SAFE)
+    bad = make_topic({"retention.ms": "60000"})
     base = {"FOLDLINE_KAFKA_PARTITIONS": "2", "FOLDLINE_ARCHIVE": "off"}
     args = ["doctor", "--backend", "kafka", "--data-dir", str(tmp_path), "--json"]
     res = runner.invoke(app, args, env={**base, "FOLDLINE_KAFKA_TOPIC": good})
