@@ -833,13 +833,11 @@ def _fast_data(etype: Any, d: Any) -> EventData | None:
             if type(u) is not dict or u.keys() != _USAGE or not all(_nat(x) for x in u.values()):
                 return None
             usage = Usage(u["input"], u["output"], u["cacheRead"], u["cacheWrite"])
-        stop, request_id, message_id = d.get("stopReason"), d.get("providerRequestId"), d.get("providerMessageId")
-        if (
-            (stop is not None and type(stop) is not str)
-            or (request_id is not None and type(request_id) is not str)
-            or (message_id is not None and type(message_id) is not str)
-        ):
+        # An optional string is absent or a string; an explicit null is the validating reader's to refuse.
+        optional = ("stopReason", "providerRequestId", "providerMessageId")
+        if any(key in d and type(d[key]) is not str for key in optional):
             return None
+        stop, request_id, message_id = d.get("stopReason"), d.get("providerRequestId"), d.get("providerMessageId")
         return AssistantMessage(id_, content, usage, stop, "append", None, request_id, message_id)
     if etype == "tool/result":
         if not d.keys() <= _APPEND_RESULT or d.get("surfaceOp") != "append":
