@@ -9,7 +9,8 @@ Two framings, both self-describing:
 
 Encoding goes through the logged JSON form (:func:`foldline.core.wire.envelope_to_json`) and decoding
 back through :func:`foldline.core.wire.envelope_from_json`, so the Avro form carries exactly the logged
-field names and every shape rule of the core is checked on decode. Every failure is typed:
+field names and every shape rule of the core is checked on decode; encoding first holds the event to the
+values every backend can hold (:func:`foldline.core.validation.check_values`). Every failure is typed:
 :class:`AvroDecodeError` (bytes that are not a record of ours) and :class:`UnknownSchemaError` (a
 fingerprint / schema id we have no writer schema for), both :class:`~foldline.errors.FormatError`.
 
@@ -70,6 +71,7 @@ from ..core.events import (
     UnknownEvent,
     UserMessage,
 )
+from ..core.validation import check_values
 from ..core.wire import envelope_from_json, envelope_to_json, image_to_json
 from ..errors import AvroDecodeError, ConfigError, StoreUnavailable, UnknownSchemaError
 
@@ -601,6 +603,7 @@ class AvroCodec:
     # -- encode
 
     def encode(self, env: Envelope) -> bytes:
+        check_values(env)  # the values every backend can hold (ValidationError), before Avro sees a long
         datum = envelope_to_avro(env)
         if self._write_data is not None:
             out = bytearray(self._single_object if self._registry is None else self._prefix())

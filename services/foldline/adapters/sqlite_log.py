@@ -3,12 +3,25 @@
 Each append is one ``BEGIN IMMEDIATE`` transaction: the head and writer epoch are checked, the batch is
 validated against the session's rules, every event is inserted and the head moved — or nothing is.
 SQLite's journal makes that hold under ``kill -9`` too. With ``durability="normal"`` (default) a commit
-survives a process crash; ``"full"`` also fsyncs every commit so it survives power loss.
+survives a process crash; ``"full"`` also fsyncs every commit so it survives power loss. :meth:`create`
+writes a whole new session in one such transaction while its events stream in, so an import of any size
+holds one event in memory at a time.
+
+Events live in a rowid table with a unique ``(session_id, seq)`` index: rows are added at the end of the
+table however sessions interleave, so its pages stay full, and a row up to a page long stays on its page.
+(A clustered ``WITHOUT ROWID`` table split half-full pages when sessions interleaved and moved most of a
+1-4 KB event to an overflow page: up to 4x the event bytes on disk.) Files written that way are read the
+same. docs/FORMAT.md §6 has the layout.
 
 Checkpoints (copying the WAL back into the database file, with an fsync) run on a background thread with
 its own connection instead of inside whichever commit crosses SQLite's auto-checkpoint threshold: that
 commit used to stall for tens of milliseconds, and every commit paid for the threshold check. A PASSIVE
-checkpoint never blocks a writer or a reader; ``close`` runs a last one.
+checkpoint never blocks a writer or a reader; ``close`` runs a last one. ``journal_size_limit`` gives the
+WAL's disk space back after a large write.
+
+``read_only=True`` opens the log for reading only, and never creates or changes a file: a missing
+database reads as an empty log; a read-only directory or a read-only copy without its ``-shm`` file is
+opened as an immutable file (nothing can be writing it then). Appends are refused.
 
 Every sqlite3 call is translated here (:func:`_translate`): a lock held by another writer past the busy
 timeout is :class:`~foldline.errors.StoreBusy`; a full disk, a read-only file, a damaged database or any
@@ -19,18 +32,21 @@ is rolled back: nothing of it is written.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote
 
 from ..core.events import SESSION_FORMAT_VERSION, Envelope
+from ..core.validation import LogRules, check_session_id
 from ..core.wire import decode_event, encode_event
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
 from ..ports.event_log import EventLog, RulesCache, WriterLease
 
-__all__ = ["SqliteEventLog"]
+__all__ = ["DB_NAME", "SqliteEventLog"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,10 +60,13 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     body BLOB NOT NULL,
     PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
+);
 """
 
 DB_NAME = "log.sqlite3"
+PAGE_SIZE = 4096  # a new database's page size (docs/FORMAT.md §6)
+_WAL_KEEP = 64 << 20  # journal_size_limit: the WAL is truncated to this after a checkpoint
+_DB_SUFFIXES = frozenset({".sqlite3", ".sqlite", ".db"})
 
 
 def _translate(exc: sqlite3.Error, path: Path, what: str, busy_timeout_s: float) -> StoreUnavailable:
@@ -58,17 +77,28 @@ def _translate(exc: sqlite3.Error, path: Path, what: str, busy_timeout_s: float)
             f"event log {path} is locked by another writer (waited {busy_timeout_s:g}s while {what}); another "
             "foldline process is writing this data directory — retry when it has finished. Nothing was written."
         )
-    if name.startswith("SQLITE_FULL"):
-        cause = "the disk is full — free space and retry"
+    if name.startswith("SQLITE_FULL") or "database or disk is full" in str(exc):
+        cause = "the disk is full — free space and retry; nothing of this write was kept"
     elif name.startswith("SQLITE_READONLY"):
         cause = "the database is read-only — check the file's permissions"
     elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         cause = "the database file is damaged or not a foldline log — restore it from a copy"
     elif name.startswith("SQLITE_CANTOPEN"):
         cause = "the database file cannot be opened — check the path and its permissions"
+    elif name.startswith("SQLITE_IOERR"):
+        cause = "the disk refused a read or write (full, too large for the file-size limit, or failing) — check it"
     else:
         cause = f"{name or type(exc).__name__}"
-    return StoreUnavailable(f"event log {path}: {what} failed: {exc} ({cause})")
+    return StoreUnavailable(f"event log {path}: {what} failed: {' '.join(str(exc).split())} ({cause})")
+
+
+def database_path(path: str | Path) -> Path:
+    """The database file a log path names: the path itself for an existing file or a ``.sqlite3`` /
+    ``.sqlite`` / ``.db`` name, else ``<path>/log.sqlite3`` (a data directory, dots in its name or not)."""
+    path = Path(path)
+    if path.is_file() or (not path.is_dir() and path.suffix in _DB_SUFFIXES):
+        return path
+    return path / DB_NAME
 
 
 class SqliteEventLog(EventLog):
@@ -79,20 +109,31 @@ class SqliteEventLog(EventLog):
         durability: Literal["normal", "full"] = "normal",
         busy_timeout_s: float = 10.0,
         checkpoint_interval_s: float = 0.25,
+        read_only: bool = False,
     ) -> None:
-        path = Path(path)
-        if path.is_dir() or not path.suffix:
-            path.mkdir(parents=True, exist_ok=True)
-            path = path / DB_NAME
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        path = database_path(path)
         self.path = path
+        self.read_only = read_only
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
+        self._rules = RulesCache(self._read_all)
+        self._checkpointer: _Checkpointer | None = None
+        if read_only:
+            self._db = self._open_read_only(path, busy_timeout_s)
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"event log {path}: cannot create its directory {path.parent}: {exc.strerror or exc} "
+                "(a data directory must be a directory you can write)"
+            ) from exc
         try:
             self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+            self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect only in a new database
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_KEEP}")
             self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             if row is None:
@@ -100,17 +141,65 @@ class SqliteEventLog(EventLog):
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('format_version', ?)",
                     (str(SESSION_FORMAT_VERSION),),
                 )
-            elif row[0] != str(SESSION_FORMAT_VERSION):
-                raise FormatError(
-                    "format-version",
-                    f"{path} holds session format {row[0]}; this foldline reads format {SESSION_FORMAT_VERSION}",
-                )
+            else:
+                _check_format(path, row[0])
         except sqlite3.Error as exc:
+            with contextlib.suppress(Exception):
+                self._db.close()
             raise _translate(exc, path, "opening the log", busy_timeout_s) from exc
-        self._rules = RulesCache(self._read_all)
+        except BaseException:
+            self._db.close()
+            raise
         self._checkpointer = _Checkpointer(path, checkpoint_interval_s) if checkpoint_interval_s > 0 else None
         if self._checkpointer is not None:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
+
+    @staticmethod
+    def _open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+        """A connection that cannot write (see the module docstring); an empty log when there is no file."""
+        if not path.exists():
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            db.executescript(_SCHEMA)
+            db.execute("PRAGMA query_only=1")
+            return db
+        uri = "file:" + quote(str(path.resolve()))
+        attempts = [f"{uri}?mode=ro"]
+        wal = path.with_name(path.name + "-wal")
+        shm = path.with_name(path.name + "-shm")
+        # Without write access for a -shm file, WAL readers cannot coordinate; then nothing can be writing
+        # the file either, and it is read as immutable — unless its WAL holds commits a checkpoint never
+        # copied back, which an immutable reader would not see.
+        if not shm.exists() and not (wal.exists() and wal.stat().st_size > 0):
+            attempts.append(f"{uri}?immutable=1")
+        failure: sqlite3.Error | None = None
+        for target in attempts:
+            db = sqlite3.connect(
+                target, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            try:
+                db.execute("PRAGMA query_only=1")
+                row = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+            except sqlite3.Error as exc:
+                db.close()
+                failure = exc
+                continue
+            if row is None:
+                db.close()
+                raise StoreUnavailable(f"event log {path} has no format version; it is not a foldline log")
+            try:
+                _check_format(path, row[0])
+            except BaseException:
+                db.close()
+                raise
+            return db
+        assert failure is not None
+        if not os.access(path.parent, os.W_OK) and wal.exists() and not shm.exists():
+            raise StoreUnavailable(
+                f"event log {path}: its write-ahead log {wal.name} holds commits not yet in the database, and the "
+                f"read-only directory has no {shm.name} to read them with; copy the data directory somewhere "
+                "writable (with its -wal file) and read the copy"
+            ) from failure
+        raise _translate(failure, path, "opening the log read-only", busy_timeout_s) from failure
 
     # -------------------------------------------------------------- EventLog
 
@@ -119,6 +208,7 @@ class SqliteEventLog(EventLog):
     ) -> int:
         if not events:
             return self.head(session_id)
+        self._writable(f"appending to session {session_id!r}")
         bodies = [(session_id, e.seq, encode_event(e)) for e in events]
         with self._lock:
             db = self._db
@@ -152,6 +242,44 @@ class SqliteEventLog(EventLog):
                 raise self._translated(exc, f"appending to session {session_id!r}") from exc
         return new_head
 
+    def create(self, session_id: str, events: Iterable[Envelope]) -> int:
+        """Write a new session from ``events`` in ONE transaction as they stream in (bounded memory)."""
+        self._writable(f"creating session {session_id!r}")
+        rules = LogRules()
+        check_session_id(session_id)
+
+        def rows() -> Iterator[tuple[str, int, bytes]]:
+            for e in events:
+                rules.check(e)
+                yield session_id, e.seq, encode_event(e)
+
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    row = db.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
+                    head = row[0] if row else 0
+                    if head != 0:
+                        raise ConflictError(session_id, 0, head)
+                    db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", rows())
+                    if rules.next_seq:
+                        db.execute(
+                            "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, 0) "
+                            "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
+                            (session_id, rules.next_seq),
+                        )
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")  # nothing of the session is written
+                    raise
+                finally:
+                    self._rules.forget(session_id)
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"creating session {session_id!r}") from exc
+        return rules.next_seq
+
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         with self._lock:
             try:
@@ -176,6 +304,8 @@ class SqliteEventLog(EventLog):
         return [str(r[0]) for r in rows]
 
     def acquire(self, session_id: str) -> WriterLease:
+        self._writable(f"acquiring the writer lease of session {session_id!r}")
+        check_session_id(session_id)
         with self._lock:
             db = self._db
             try:
@@ -209,6 +339,10 @@ class SqliteEventLog(EventLog):
     def _translated(self, exc: sqlite3.Error, what: str) -> StoreUnavailable:
         return _translate(exc, self.path, what, self._busy_timeout_s)
 
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise StoreUnavailable(f"event log {self.path} was opened read-only; {what} needs a writable log")
+
     # -------------------------------------------------------------- internals
 
     def _read_all(self, session_id: str) -> list[Envelope]:
@@ -222,11 +356,19 @@ class SqliteEventLog(EventLog):
         ).fetchall()
         out = []
         for seq, body in rows:
-            env = decode_event(body)
+            env = decode_event(bytes(body))
             if env.seq != seq:
                 raise FormatError("seq-gapless", f"stored row {seq} holds an event with seq {env.seq}", seq=seq)
             out.append(env)
         return out
+
+
+def _check_format(path: Path, version: str) -> None:
+    if version != str(SESSION_FORMAT_VERSION):
+        raise FormatError(
+            "format-version",
+            f"{path} holds session format {version}; this foldline reads format {SESSION_FORMAT_VERSION}",
+        )
 
 
 class _Checkpointer:
@@ -240,7 +382,12 @@ class _Checkpointer:
         self._thread.start()
 
     def _run(self) -> None:
-        db = sqlite3.connect(str(self._path), timeout=1.0, isolation_level=None, check_same_thread=False)
+        # Any failure here (busy, a full disk, a damaged file) only delays checkpoints: the WAL keeps every
+        # commit meanwhile, and the writer's own connection reports what is wrong on its next call.
+        try:
+            db = sqlite3.connect(str(self._path), timeout=1.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return
         try:
             while not self._stop.wait(self._interval):
                 self._checkpoint(db)
@@ -250,8 +397,7 @@ class _Checkpointer:
 
     @staticmethod
     def _checkpoint(db: sqlite3.Connection) -> None:
-        # Busy or locked: the next round checkpoints; the WAL keeps every commit meanwhile.
-        with contextlib.suppress(sqlite3.OperationalError):
+        with contextlib.suppress(sqlite3.Error):
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     def stop(self) -> None:

@@ -15,6 +15,8 @@ from .frozen import FrozenDict
 from .header import EpochHeader, HeaderReason
 
 __all__ = [
+    "MAX_INT",
+    "MAX_TIME_MS",
     "SESSION_FORMAT_VERSION",
     "SURFACE_TYPES",
     "TURN_END_REASONS",
@@ -46,6 +48,11 @@ __all__ = [
 ]
 
 SESSION_FORMAT_VERSION = 0
+
+#: The largest integer any field may hold: an Avro ``long`` (signed 64 bits), what the Kafka records carry.
+MAX_INT = (1 << 63) - 1
+#: The latest event ``time``: 9999-12-31T23:59:59.999Z, the last instant a calendar date can name.
+MAX_TIME_MS = 253_402_300_799_999
 
 TurnEndReason = Literal[
     "completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "refusal", "context-overflow"

@@ -4,6 +4,11 @@
 header presence, a pending compaction) and checks one event in O(1) amortized time — a surface
 replace costs the size of the replaced range. :meth:`LogRules.check_batch` is all-or-nothing: on a
 failure, every change made by the batch is undone and the typed error names the seq and rule.
+
+:func:`check_values` is the one check that every value of an event is one every backend and command can
+hold — integers within an Avro ``long``, a ``time`` a calendar can show, ids of printable text and bounded
+length — shared by every append (through :class:`LogRules`), the importer and the Avro codec.
+:func:`check_session_id` holds session ids to the same id rules, wherever one enters.
 """
 
 from __future__ import annotations
@@ -13,7 +18,21 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from ..errors import ValidationError
+from .content import (
+    ContentBlock,
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
 from .events import (
+    MAX_INT,
+    MAX_TIME_MS,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
@@ -37,7 +56,187 @@ from .events import (
 )
 from .wire import LEGACY_TYPES
 
-__all__ = ["LogRules", "SurfaceNode", "check_log"]
+__all__ = [
+    "ID_MAX_BYTES",
+    "SESSION_ID_MAX_BYTES",
+    "LogRules",
+    "SurfaceNode",
+    "check_log",
+    "check_session_id",
+    "check_values",
+    "id_problem",
+]
+
+#: A session id: 1..255 UTF-8 bytes of printable text (it names a Kafka key, a Redis key, a table row).
+SESSION_ID_MAX_BYTES = 255
+#: Ids inside events (message, tool-call and tool-result ids, tool names): at most this many UTF-8 bytes.
+ID_MAX_BYTES = 1024
+
+
+def id_problem(value: str, max_bytes: int, *, empty_ok: bool = False) -> str | None:
+    """Why ``value`` is not a valid id (``None`` when it is).
+
+    An id is printable text: no control, format, line/paragraph separator, surrogate, private-use or
+    unassigned character (:meth:`str.isprintable`; the ASCII space is allowed), and at most ``max_bytes``
+    bytes in UTF-8.
+    """
+    if not value:
+        return None if empty_ok else "it is empty"
+    if not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        return f"it contains the non-printable character U+{ord(bad):04X} (ids are printable text)"
+    if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        return f"it is {len(value.encode('utf-8', 'surrogatepass')):,} bytes long (at most {max_bytes} in UTF-8)"
+    return None
+
+
+def check_session_id(session_id: object, what: str = "session id") -> str:
+    """``session_id`` if it is a valid session id, else :class:`ValidationError` (rule ``session-id``)."""
+    if not isinstance(session_id, str):
+        raise ValidationError("session-id", f"a {what} must be a string, got {type(session_id).__name__}")
+    problem = id_problem(session_id, SESSION_ID_MAX_BYTES)
+    if problem is not None:
+        shown = session_id[:40] + ("…" if len(session_id) > 40 else "")
+        raise ValidationError("session-id", f"{what} {shown!r} is not valid: {problem}")
+    return session_id
+
+
+def _id(value: str, what: str, seq: int) -> None:
+    problem = id_problem(value, ID_MAX_BYTES, empty_ok=True)
+    if problem is not None:
+        shown = value[:40] + ("…" if len(value) > 40 else "")
+        raise ValidationError("id", f"{what} {shown!r} is not valid: {problem}", seq=seq)
+
+
+def _int(value: int, what: str, seq: int, minimum: int = 0) -> None:
+    if not minimum <= value <= MAX_INT:
+        raise ValidationError(
+            "value-range", f"{what} must be within {minimum}..{MAX_INT} (a signed 64-bit integer), got {value}", seq=seq
+        )
+
+
+def _usage(u: Usage | None, seq: int) -> None:
+    if u is not None:
+        for name, v in (
+            ("input", u.input),
+            ("output", u.output),
+            ("cacheRead", u.cache_read),
+            ("cacheWrite", u.cache_write),
+        ):
+            _int(v, f"usage.{name}", seq)
+
+
+def _image(ref: ImageRef, seq: int) -> None:
+    _int(ref.bytes, "image bytes", seq)
+    _int(ref.width, "image width", seq, 1)
+    _int(ref.height, "image height", seq, 1)
+
+
+def _blocks(blocks: tuple[ContentBlock, ...], seq: int) -> None:
+    for b in blocks:
+        match b:
+            case TextBlock() | ReasoningBlock() | RedactedReasoningBlock():
+                pass
+            case EncryptedReasoningBlock(id=id_):
+                _id(id_, "reasoning item id", seq)
+            case ImageBlock(image=image):
+                _image(image, seq)
+            case ToolCallBlock(id=id_, name=name):
+                _id(id_, "tool-call id", seq)
+                _id(name, "tool name", seq)
+            case ToolResultBlock(tool_call_id=tcid, content=content):
+                _id(tcid, "toolCallId", seq)
+                _blocks(content, seq)
+            case _:
+                assert_never(b)
+
+
+def check_values(e: Envelope) -> None:
+    """Every value of ``e`` fits every backend and command: else :class:`ValidationError` naming the seq.
+
+    Integers lie within ``0..MAX_INT`` (``>= 1`` where the format says so): an Avro ``long`` holds them and
+    the decoder reads them back. ``time`` lies within ``0..MAX_TIME_MS`` (a date any display can show).
+    Message ids, call ids and tool names are ids (:func:`id_problem`, at most :data:`ID_MAX_BYTES`), and a
+    ``parentId`` is a session id.
+    """
+    seq = e.seq
+    _int(seq, "seq", seq)
+    if not 0 <= e.time <= MAX_TIME_MS:
+        raise ValidationError(
+            "time",
+            f"time must be epoch milliseconds within 0..{MAX_TIME_MS} (up to 9999-12-31T23:59:59.999Z), got {e.time}",
+            seq=seq,
+        )
+    data = e.data
+    match data:
+        case UserMessage():
+            _id(data.id, "message id", seq)
+            _blocks(data.content, seq)
+        case AssistantMessage():
+            _id(data.id, "message id", seq)
+            _blocks(data.content, seq)
+            _usage(data.usage, seq)
+        case ToolResult():
+            _id(data.call_id, "callId", seq)
+            _id(data.name, "tool name", seq)
+            _blocks(data.content, seq)
+        case TurnStart() | TurnEnd():
+            _int(data.turn, "turn", seq)
+        case StepStart() | StepEnd():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
+        case ToolCall():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
+            _id(data.call_id, "callId", seq)
+            _id(data.name, "tool name", seq)
+        case RequestHeader():
+            config = data.header.config
+            if config.max_tokens is not None:
+                _int(config.max_tokens, "config.maxTokens", seq, 1)
+            if config.thinking_budget is not None:
+                _int(config.thinking_budget, "config.thinkingBudget", seq)
+        case RequestDispatch():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
+            _int(data.serializer_version, "serializerVersion", seq)
+            _int(data.bytes, "bytes", seq)
+        case SessionEndSeed():
+            if data.parent_id is not None:
+                problem = id_problem(data.parent_id, SESSION_ID_MAX_BYTES)
+                if problem is not None:
+                    raise ValidationError("id", f"parentId is not a valid session id: {problem}", seq=seq)
+            if data.seed_length is not None:
+                _int(data.seed_length, "seedLength", seq)
+        case CompactionStart():
+            _int(data.start, "start", seq)
+            _int(data.end, "end", seq)
+            _int(data.estimated_tokens, "estimatedTokens", seq)
+        case CompactionSummary():
+            _int(data.max_tokens, "maxTokens", seq, 1)
+            _usage(data.usage, seq)
+            if data.serializer_version is not None:
+                _int(data.serializer_version, "serializerVersion", seq, 1)
+            if data.prompt_version is not None:
+                _int(data.prompt_version, "promptVersion", seq, 1)
+        case LlmRetry():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
+            _int(data.attempt, "attempt", seq, 1)
+            if data.status is not None:
+                _int(data.status, "status", seq, 100)
+            if data.wait_ms is not None:
+                _int(data.wait_ms, "waitMs", seq)
+            _int(data.received_bytes, "receivedBytes", seq)
+        case AssistantChunk():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
+            _int(data.attempt, "attempt", seq, 1)
+            _int(data.index, "index", seq)
+        case CompactionEnd() | AttachmentQuarantine() | UnknownEvent():
+            pass
+        case _:
+            assert_never(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +320,7 @@ class LogRules:
             raise ValidationError(
                 "seq-gapless", f"expected seq {self.next_seq} (seqs are gapless from 0), got {seq}", seq=seq
             )
-        if e.time < 0:
-            raise ValidationError("time", "time must be epoch milliseconds >= 0", seq=seq)
+        check_values(e)
         data = e.data
         if self._compaction_pending and not (isinstance(data, UserMessage) and data.source == "compaction"):
             raise ValidationError(

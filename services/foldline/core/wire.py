@@ -26,6 +26,8 @@ from .content import (
     Usage,
 )
 from .events import (
+    MAX_INT,
+    MAX_TIME_MS,
     SURFACE_TYPES,
     TURN_END_REASONS,
     AssistantChunk,
@@ -342,6 +344,8 @@ class _Reader:
             self.fail(f"{path}.{key} must be an integer, got {_tname(v)}")
         if v < minimum:
             self.fail(f"{path}.{key} must be >= {minimum}, got {v}")
+        if v > MAX_INT:
+            self.fail(f"{path}.{key} must fit in a signed 64-bit integer (at most {MAX_INT}), got {v}", "value-range")
         return v
 
     def opt_int(self, d: Mapping[str, Any], key: str, path: str, minimum: int = 0) -> int | None:
@@ -456,8 +460,8 @@ def _surface_op(r: _Reader, d: Mapping[str, Any], path: str) -> tuple[SurfaceOp,
     sources: tuple[int, ...] | None = None
     if "sourceEventSeqs" in d:
         items = r.list_(d, "sourceEventSeqs", path)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in items):
-            r.fail(f"{path}.sourceEventSeqs must be non-negative integers", "surface-op")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_INT for x in items):
+            r.fail(f"{path}.sourceEventSeqs must be non-negative 64-bit integers", "surface-op")
         sources = tuple(items)
     return op, sources
 
@@ -777,7 +781,7 @@ _USAGE = frozenset({"input", "output", "cacheRead", "cacheWrite"})
 
 
 def _nat(v: Any) -> bool:
-    return type(v) is int and v >= 0
+    return type(v) is int and 0 <= v <= MAX_INT
 
 
 def _fast_blocks(items: Any, *, parts: bool = False) -> tuple[Any, ...] | None:
@@ -892,7 +896,7 @@ def _fast(value: Any) -> Envelope | None:
     seq: Any = value.get("seq")
     time: Any = value.get("time")
     data = _fast_data(value.get("type"), value.get("data"))
-    if data is None or not _nat(seq) or not _nat(time):
+    if data is None or not _nat(seq) or type(time) is not int or not 0 <= time <= MAX_TIME_MS:
         return None
     return Envelope(seq, time, data)
 
@@ -916,6 +920,8 @@ def _envelope_from_json(value: Any) -> Envelope:
     etype = r.str_(value, "type", "event")
     s = r.int_(value, "seq", "event")
     t = r.int_(value, "time", "event")
+    if t > MAX_TIME_MS:
+        r.fail(f"event.time {t} is past 9999-12-31T23:59:59.999Z (at most {MAX_TIME_MS} epoch milliseconds)", "time")
     ignorable = r.bool_(value, "ignorable", "event")
     return Envelope(s, t, data_from_json(r, etype, value.get("data"), ignorable), ignorable)
 

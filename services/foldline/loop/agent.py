@@ -63,6 +63,7 @@ from ..core.events import (
 )
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Session
+from ..core.repair import closing_events
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ContextOverflow, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
@@ -171,6 +172,9 @@ class Agent:
         self.lease: WriterLease = log.acquire(session_id)
         loaded = log.read(session_id)
         self.session = Session(session_id, loaded)  # validates on load
+        repair = closing_events(loaded)
+        if repair:  # the last instance stopped mid-step: answer its calls and close it first (core/repair.py)
+            self._append(*repair)
         self._first_request = True
         self.invariant = (
             InvariantCompanion(
@@ -213,6 +217,7 @@ class Agent:
         turn = self.turn
         self.turn += 1
         start = self.session.next_seq
+        self._turn_start_seq = start
         self._append(TurnStart(turn))
         records: list[StepRecord] = []
         reason: TurnEndReason = "completed"
@@ -466,6 +471,7 @@ class Agent:
     # -------------------------------------------------------------- log writes
 
     _step_open = False
+    _turn_start_seq = 0
 
     def _append(self, *datas: EventData) -> None:
         start = self.session.next_seq
@@ -475,14 +481,14 @@ class Agent:
         self.session.extend(events)
 
     def _close_turn(self, turn: int, step: int, reason: TurnEndReason) -> None:
-        """Leave the log consistent after a failure or cancellation: close the open step and turn."""
+        """Leave the log consistent after a failure or cancellation: answer the tool calls still unanswered,
+        close the open step and end the turn (the events :func:`~foldline.core.repair.closing_events` names
+        for the turn as logged). Should this fail too, the next instance to load the session closes it."""
         try:
-            closing: list[EventData] = []
-            if self._step_open:
-                closing.append(StepEnd(turn, step))
-            closing.append(TurnEnd(turn, reason))
+            closing = closing_events(self.log.read(self.session_id, self._turn_start_seq), reason)
             self._step_open = False
-            self._append(*closing)
+            if closing:
+                self._append(*closing)
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
 

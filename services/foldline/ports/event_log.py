@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import abc
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..core.events import Envelope
-from ..core.validation import LogRules
+from ..core.validation import LogRules, check_session_id
 
 __all__ = ["EventLog", "RulesCache", "WriterLease"]
 
@@ -33,6 +33,9 @@ class EventLog(abc.ABC):
     * With a ``lease``, the append fails with :class:`~foldline.errors.FencedError` if a newer lease
       was acquired for the session since; nothing is written.
     * ``read`` returns events in seq order from ``from_seq`` (inclusive) to ``to_seq`` (exclusive).
+    * A session id must be a valid id (:func:`~foldline.core.validation.check_session_id`), else
+      :class:`~foldline.errors.ValidationError` (rule ``session-id``) and nothing is written.
+    * ``create`` writes a whole new session all-or-nothing, like one ``append`` at ``expected_seq`` 0.
     """
 
     @abc.abstractmethod
@@ -40,6 +43,16 @@ class EventLog(abc.ABC):
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
     ) -> int:
         """Append ``events``; returns the new head (next seq)."""
+
+    def create(self, session_id: str, events: Iterable[Envelope]) -> int:
+        """Write ``events`` (seq 0 on) as the new session ``session_id``, all or nothing; returns its head.
+
+        :class:`~foldline.errors.ConflictError` when the session already has events. An exception raised
+        while ``events`` is iterated writes nothing and propagates. This default collects the events and
+        appends them as one batch; an adapter that can keep one write open while they stream in (SQLite)
+        overrides it, so that creating a session of any size holds one event in memory at a time.
+        """
+        return self.append(session_id, 0, list(events))
 
     @abc.abstractmethod
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
@@ -82,6 +95,7 @@ class RulesCache:
     def get(self, session_id: str, head: int) -> LogRules:
         rules = self._entries.get(session_id)
         if rules is None or rules.next_seq != head:
+            check_session_id(session_id)
             rules = LogRules()
             rules.check_batch(self._load(session_id))
         self._entries[session_id] = rules

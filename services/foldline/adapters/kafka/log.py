@@ -46,7 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from ...core.events import Envelope
-from ...core.validation import LogRules
+from ...core.validation import LogRules, check_session_id
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
 from ...ports.archive import ArchiveReader
 from ...ports.event_log import EventLog, WriterLease
@@ -209,6 +209,7 @@ class KafkaEventLog(EventLog):
     ) -> int:
         if not events:
             return self.head(session_id)
+        check_session_id(session_id)
         self._ensure_ready()
         deadline = self._clients.deadline()
         part = partition_for(session_id, self.partitions)

@@ -1,7 +1,7 @@
 """Anthropic Messages as the emulator serves it (``POST /v1/messages``): the request parser and the answer.
 
 The parser checks a body the way the API does — unknown keys, value ranges, which content block kinds each
-role may carry, ``tool_result`` blocks answering the previous message's ``tool_use`` blocks, and at most
+role may carry, ``tool_result`` blocks answering every ``tool_use`` block of the previous message, at most
 ``max_breakpoints`` ``cache_control`` markers, thinking signatures (:mod:`.sealing`) and, with thinking on, a
 final assistant turn that starts with a thinking block — and builds the :class:`~.prompt.Prompt` with each
 marker's TTL on its block. A new content block kind is one entry in :data:`_MESSAGE_BLOCKS`.
@@ -58,6 +58,18 @@ class _Pairing:
     previous: set[str] = field(default_factory=set)
     current: set[str] = field(default_factory=set)
     key: bytes = b""  # the emulator's signing key, to check thinking signatures
+    answered: set[str] = field(default_factory=set)  # the previous message's ids this one's tool_results answer
+
+    def check_answered(self, previous_index: int) -> None:
+        """Every ``tool_use`` of the previous message needs a ``tool_result`` in this one, as the API requires."""
+        missing = sorted(self.previous - self.answered)
+        if missing:
+            raise RequestRejected(
+                400,
+                f"messages.{previous_index}: `tool_use` ids were found without `tool_result` blocks immediately "
+                f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` "
+                "block in the next message.",
+            )
 
 
 def _text(block: dict[str, Any], where: str) -> TextPart:
@@ -107,6 +119,7 @@ def _tool_result(block: dict[str, Any], where: str, pairing: _Pairing) -> ToolRe
         raise RequestRejected(
             400, f"{where}: unexpected tool_use_id {call_id!r}: it must answer a tool_use of the previous message"
         )
+    pairing.answered.add(call_id)
     content = block.get("content", [])
     if isinstance(content, str):
         content = [{"type": "text", "text": content}] if content else []
@@ -230,7 +243,7 @@ def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
 
 def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy, key: bytes) -> None:
     pairing = _Pairing(key=key)
-    for where, msg in checks.objects(messages, "messages"):
+    for index, (where, msg) in enumerate(checks.objects(messages, "messages")):
         checks.exact_keys(msg, frozenset({"role", "content"}), where)
         role = msg.get("role")
         if role not in ("user", "assistant"):
@@ -249,6 +262,8 @@ def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePol
                 raise RequestRejected(400, f"{at}: {kind} blocks are only allowed in {only} messages")
             parts.append(parse_block(blk, at, pairing))
             ttls.append(_ttl(blk.get("cache_control"), f"{at}.cache_control", policy))
+        if index:
+            pairing.check_answered(index - 1)
         prompt.add_turn(role, parts, ttls)
         pairing = _Pairing(previous=pairing.current, key=key)
 
