@@ -43,7 +43,15 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report == {"checked": 100, "matched": 100, "mismatched": [], "unreconstructable": []}  # 5 sessions x 20
+    ids = ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
+    assert report == {  # 5 sessions x 20
+        "checked": 100,
+        "matched": 100,
+        "mismatched": [],
+        "unreconstructable": [],
+        "status": "verified",
+        "sessions": [{"id": sid, "status": "verified", "checked": 20, "matched": 20} for sid in sorted(ids)],
+    }
 
     res = runner.invoke(app, ["requests", "demo-001", "--step", "3", "--data-dir", str(data)])
     assert res.exit_code == 0, res.output

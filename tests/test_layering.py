@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config"}),
     frozenset({"replay"}),
     frozenset({"loop"}),
-    frozenset({"projector", "dispatcher", "archiver", "demo", "export", "worker_processes"}),
+    frozenset({"projector", "dispatcher", "archiver", "demo", "demo_data_dir", "export", "worker_processes"}),
     frozenset({"cli", "__init__"}),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -18,7 +18,6 @@ a ``prompt_cache_key`` derived from the session id).
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,13 @@ from typing import TYPE_CHECKING, Literal
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .config import Config, Stores, open_stores
 from .core.content import ContentBlock, ImageBlock, TextBlock
 from .core.events import StepEnd
 from .core.header import CallConfig
+from .demo_data_dir import demo_data_dir
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
@@ -398,20 +399,21 @@ def run_demo_cli(
     projectors: int = 1,
     dispatchers: int = 0,
 ) -> DemoResult:
-    if fresh and config.backend == "embedded" and config.data_dir.exists():
-        shutil.rmtree(config.data_dir)
-    stores = open_stores(config)
-    try:
-        if config.backend == "distributed":
-            from .worker_processes import worker_processes
+    embedded = config.backend == "embedded"
+    # one demo per data directory at a time; a fresh run clears only what an earlier demo wrote there
+    with demo_data_dir(config.data_dir, fresh=fresh and embedded, embedded=embedded):
+        stores = open_stores(config)
+        try:
+            if config.backend == "distributed":
+                from .worker_processes import worker_processes
 
-            with worker_processes(config, stores, projectors=projectors, dispatchers=dispatchers) as workers:
-                return run_demo(
-                    stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher_for
-                )
-        return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
-    finally:
-        stores.close()
+                with worker_processes(config, stores, projectors=projectors, dispatchers=dispatchers) as workers:
+                    return run_demo(
+                        stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher_for
+                    )
+            return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
+        finally:
+            stores.close()
 
 
 def print_demo(result: DemoResult, console: Console) -> None:
@@ -436,6 +438,10 @@ def print_demo(result: DemoResult, console: Console) -> None:
         if s.note:
             console.print(f"  {s.id}: {s.note}")
     console.print(
-        f"overall cache-read ratio over steps 2..n: [bold]{result.cache_read_ratio():.3f}[/]"
-        f"  ·  data in {result.data_dir}  ·  try: foldline show {result.sessions[0].id} --data-dir {result.data_dir}"
+        Text.assemble(
+            "overall cache-read ratio over steps 2..n: ",
+            (f"{result.cache_read_ratio():.3f}", "bold"),
+            f"  ·  data in {result.data_dir}  ·  try: foldline show {result.sessions[0].id} "
+            f"--data-dir {result.data_dir}",
+        )
     )

@@ -44,7 +44,8 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     │   └── ArchiveAhead                the archive holds more of a session than the log: restore before use
     ├── EventsExpired                   events deleted from Kafka (retention) that the archive does not hold
     ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
-    └── MetricsServerError              the /metrics + health endpoint could not start (port taken)
+    ├── MetricsServerError              the /metrics + health endpoint could not start (port taken)
+    └── InputError                      a file or stream a command was given cannot be read, written or used
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ __all__ = [
     "ForkError",
     "FormatError",
     "ImportFailed",
+    "InputError",
     "InvariantViolation",
     "MetricsServerError",
     "MissingHeader",
@@ -409,3 +411,8 @@ class ForkError(FoldlineError):
 
 class MetricsServerError(FoldlineError):
     """The metrics and health endpoint could not start (usually: the port is already taken)."""
+
+
+class InputError(FoldlineError):
+    """A file, directory or stream a command was given cannot be read, written or used (unreadable, not
+    text, a directory where a file is meant); the message names it and the cause."""

@@ -7,27 +7,63 @@ The file format is specified in docs/FORMAT.md ("Export format"). In short::
 
 Every line ends with LF. ``digest`` is the sha256 of every byte after the header line, i.e. of the
 N event lines each including its LF. ``import_session`` checks the header, every line (decoding, canonical
-form, the log rules over the whole session), the event count and the digest before it writes anything,
-then appends the whole session in one batch at ``expected_seq`` 0. The first problem found is raised as
-:class:`~foldline.errors.ImportFailed` naming the 1-based line number.
+form, the log rules over the whole session), the event count and the digest; the events stream into
+:meth:`~foldline.ports.event_log.EventLog.create` as they are checked, which commits only after the last
+check passed, so nothing is written unless everything is right, and an import of any size holds about one
+event at a time. The first problem found is raised as :class:`~foldline.errors.ImportFailed` naming the
+1-based line number. ``export_session`` reads the log twice (the digest first, then the lines), so it too
+runs in bounded memory.
+
+The attachment objects a session references (its images) are not in the file. Both directions name them
+(:attr:`ExportSummary.attachments`) and carry them on request: ``export_session(..., attachments=store,
+bundle=target)`` copies each object, verified, into another store (e.g. a directory in the embedded
+store's layout), and ``import_session(..., bundle=source, attachments=store)`` puts each object the
+imported events reference from the bundle into the target store, verified against its reference.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from .core import codec
-from .core.events import SESSION_FORMAT_VERSION, Envelope
-from .core.validation import LogRules
+from .core.content import ContentBlock, ImageBlock, ImageRef, ToolResultBlock
+from .core.events import SESSION_FORMAT_VERSION, AssistantMessage, Envelope, ToolResult, UserMessage
+from .core.validation import LogRules, check_session_id
 from .core.wire import decode_event, encode_event
-from .errors import ConflictError, ImportFailed, SessionExists, SessionNotFound, ValidationError
+from .errors import (
+    AttachmentError,
+    AttachmentNotFound,
+    ConflictError,
+    ImportFailed,
+    SessionExists,
+    SessionNotFound,
+    ValidationError,
+)
+from .ports.attachments import AttachmentStore
 from .ports.event_log import EventLog
 
-__all__ = ["EXPORT_KIND", "ExportHeader", "ExportSummary", "export_session", "import_session"]
+__all__ = [
+    "EXPORT_KIND",
+    "ExportHeader",
+    "ExportSummary",
+    "LineReader",
+    "export_session",
+    "import_session",
+    "referenced_images",
+]
 
 EXPORT_KIND = "session-export"
+
+
+class LineReader(Protocol):
+    """What an import reads from: a binary file, or anything with its ``readline``."""
+
+    def readline(self) -> bytes: ...
+
+
 _HEADER_KEYS = frozenset({"digest", "events", "foldline", "formatVersion", "sessionId"})
 _READ_PAGE = 1000
 
@@ -58,38 +94,112 @@ class ExportHeader:
 
 @dataclass(frozen=True, slots=True)
 class ExportSummary:
-    """What an export wrote or an import appended."""
+    """What an export wrote or an import appended, and the attachment objects the session references.
+
+    ``attachments`` are the referenced object ids, first use first, and ``attachment_bytes`` their total
+    size. ``copied`` counts the objects copied (into the bundle on export, into the store on import);
+    ``missing`` lists the ones that could not be (absent from the source) or, after an import without a
+    bundle, that the target store does not hold.
+    """
 
     session_id: str
     events: int
     digest: str
+    attachments: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    copied: int = 0
+    attachment_bytes: int = 0
 
 
-def export_session(log: EventLog, session_id: str, out: BinaryIO) -> ExportSummary:
+def _block_images(blocks: Iterable[ContentBlock]) -> Iterator[ImageRef]:
+    for b in blocks:
+        if isinstance(b, ImageBlock):
+            yield b.image
+        elif isinstance(b, ToolResultBlock):
+            yield from _block_images(b.content)
+
+
+def referenced_images(env: Envelope) -> Iterator[ImageRef]:
+    """The image references of one event: the attachment objects a request built over it resolves."""
+    data = env.data
+    if isinstance(data, UserMessage | AssistantMessage | ToolResult):
+        yield from _block_images(data.content)
+
+
+class _Images:
+    """A session's distinct images in first-use order, copied from ``source`` to ``target`` as met (when both)."""
+
+    def __init__(self, source: AttachmentStore | None, target: AttachmentStore | None) -> None:
+        self.refs: dict[str, ImageRef] = {}
+        self.missing: list[str] = []
+        self.copied = 0
+        self._source, self._target = source, target
+
+    def add(self, env: Envelope) -> None:
+        for ref in referenced_images(env):
+            if ref.attachment_id not in self.refs:
+                self.refs[ref.attachment_id] = ref
+                if self._source is not None and self._target is not None:
+                    self._copy(self._source, self._target, ref)
+
+    def _copy(self, source: AttachmentStore, target: AttachmentStore, ref: ImageRef) -> None:
+        if target.exists(ref.attachment_id):
+            target.get(ref.attachment_id, ref)  # a damaged object already there is an error, not a match
+            return
+        try:
+            data = source.get(ref.attachment_id, ref)  # re-hashed and checked against the reference
+        except AttachmentNotFound:
+            self.missing.append(ref.attachment_id)
+            return
+        target.put(data, ref.media_type, width=ref.width, height=ref.height)
+        self.copied += 1
+
+    def summary(self, session_id: str, events: int, digest: str, holder: AttachmentStore | None) -> ExportSummary:
+        """The summary; ``holder``: also list the objects it lacks as missing."""
+        missing = list(self.missing)
+        if holder is not None:
+            missing += [a for a in self.refs if a not in missing and not holder.exists(a)]
+        total = sum(r.bytes for r in self.refs.values())
+        return ExportSummary(session_id, events, digest, tuple(self.refs), tuple(missing), self.copied, total)
+
+
+def export_session(
+    log: EventLog,
+    session_id: str,
+    out: BinaryIO,
+    *,
+    attachments: AttachmentStore | None = None,
+    bundle: AttachmentStore | None = None,
+) -> ExportSummary:
     """Write ``session_id`` to ``out`` as a header line plus one canonical event per line.
 
-    Raises :class:`~foldline.errors.SessionNotFound` when the session has no events. The events are
-    read page by page up to the head seen at the start, so appends racing the export are not included.
+    Raises :class:`~foldline.errors.SessionNotFound` when the session has no events. The events are read
+    page by page up to the head seen at the start (appends racing the export are not included), once for
+    the digest and once to write them. With ``attachments`` (the session's store) and ``bundle``, every
+    referenced object is copied, verified, into ``bundle``; one the store lacks is listed as missing.
     """
     head = log.head(session_id)
     if head == 0:
         raise SessionNotFound(session_id)
     hasher = hashlib.sha256()
-    lines: list[bytes] = []
+    images = _Images(attachments, bundle)
+    for env in _pages(log, session_id, head):
+        hasher.update(encode_event(env) + b"\n")
+        images.add(env)
+    digest = codec.DIGEST_PREFIX + hasher.hexdigest()
+    out.write(ExportHeader(session_id, head, digest).to_line())
+    for env in _pages(log, session_id, head):
+        out.write(encode_event(env) + b"\n")
+    return images.summary(session_id, head, digest, None)
+
+
+def _pages(log: EventLog, session_id: str, head: int) -> Iterator[Envelope]:
     for start in range(0, head, _READ_PAGE):
         stop = min(start + _READ_PAGE, head)
         page = log.read(session_id, start, stop)
         if len(page) != stop - start:  # pragma: no cover - a log that loses events breaks its contract
             raise SessionNotFound(session_id)
-        for env in page:
-            line = encode_event(env) + b"\n"
-            hasher.update(line)
-            lines.append(line)
-    digest = codec.DIGEST_PREFIX + hasher.hexdigest()
-    out.write(ExportHeader(session_id, head, digest).to_line())
-    for line in lines:
-        out.write(line)
-    return ExportSummary(session_id, head, digest)
+        yield from page
 
 
 def _header_from_line(raw: bytes) -> ExportHeader:
@@ -118,6 +228,10 @@ def _header_from_line(raw: bytes) -> ExportHeader:
     session_id = value["sessionId"]
     if not isinstance(session_id, str) or not session_id:
         raise bad("sessionId must be a non-empty string")
+    try:
+        check_session_id(session_id, "sessionId")
+    except ValidationError as exc:
+        raise bad(str(exc)) from exc
     events = value["events"]
     if type(events) is not int or events < 1:
         raise bad(f"events must be an integer >= 1, got {events!r}")
@@ -139,65 +253,104 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(len(a), len(b))
 
 
-def import_session(log: EventLog, fp: BinaryIO, as_id: str | None = None) -> ExportSummary:
-    """Validate an export read from ``fp`` completely, then append it as one batch; or write nothing.
+class _Lines:
+    """The event lines of an export after its header, checked one by one as they are iterated."""
+
+    def __init__(self, fp: LineReader, header: ExportHeader, images: _Images, on_line: Callable[[int], None] | None):
+        self.fp = fp
+        self.header = header
+        self.images = images
+        self.on_line = on_line
+        self.line = 1  # the line last read (1-based; 1 is the header)
+        self.events = 0
+
+    def __iter__(self) -> Iterator[Envelope]:
+        header, rules, hasher = self.header, LogRules(), hashlib.sha256()
+        while raw := self.fp.readline():
+            self.line += 1
+            line = self.line
+            if self.on_line is not None:
+                self.on_line(len(raw))
+            if not raw.endswith(b"\n"):
+                raise ImportFailed(line, "the line does not end with a newline (truncated file?)")
+            body = raw[:-1]
+            if not body.strip():
+                raise ImportFailed(line, "empty line; every line after the header holds one event")
+            if self.events == header.events:
+                raise ImportFailed(line, f"the header announces {header.events} events but the file has more lines")
+            try:
+                env = decode_event(body)
+            except ValidationError as exc:
+                raise ImportFailed(line, str(exc)) from exc
+            canonical = encode_event(env)
+            if canonical != body:
+                at = _first_difference(canonical, body)
+                raise ImportFailed(
+                    line,
+                    f"the event is not in canonical form (first difference at byte {at}); "
+                    "events are stored and exported exactly as canonical JSON (docs/FORMAT.md)",
+                )
+            try:
+                rules.check(env)
+                self.images.add(env)
+            except ValidationError as exc:
+                raise ImportFailed(line, str(exc)) from exc
+            except AttachmentError as exc:
+                raise ImportFailed(line, f"cannot take an attachment the event references: {exc}") from exc
+            hasher.update(raw)
+            self.events += 1
+            yield env
+        if self.events != header.events:
+            raise ImportFailed(
+                self.line + 1,
+                f"the file ends after {self.events} of the {header.events} events the header announces (truncated?)",
+            )
+        digest = codec.DIGEST_PREFIX + hasher.hexdigest()
+        if digest != header.digest:
+            raise ImportFailed(
+                1, f"header digest {header.digest} does not match the event lines ({digest}); the file was altered"
+            )
+
+
+def import_session(
+    log: EventLog,
+    fp: LineReader,
+    as_id: str | None = None,
+    *,
+    attachments: AttachmentStore | None = None,
+    bundle: AttachmentStore | None = None,
+    on_line: Callable[[int], None] | None = None,
+) -> ExportSummary:
+    """Validate an export read from ``fp`` while its events stream into a new session; or write nothing.
 
     ``as_id`` imports under a new session id instead of the header's ``sessionId``. Raises
     :class:`~foldline.errors.ImportFailed` (line number + reason) for the first bad line and
-    :class:`~foldline.errors.SessionExists` when the target session already has events.
+    :class:`~foldline.errors.SessionExists` when the target session already has events. With ``bundle``
+    (where the objects are) and ``attachments`` (the target store), each image the events reference is put
+    into ``attachments`` as it is met, verified against its reference: a damaged object fails the import, an
+    absent one is listed as missing. With ``attachments`` alone, the objects it lacks are listed as missing.
+    ``on_line(n)`` hears of each line read (``n`` bytes), for a progress display.
     """
-    header = _header_from_line(fp.readline())
+    first = fp.readline()
+    header = _header_from_line(first)
     if as_id is not None and not as_id:
         raise ImportFailed(1, "the new session id (--as) must be non-empty")
+    if as_id is not None:
+        try:
+            check_session_id(as_id, "the new session id (--as)")
+        except ValidationError as exc:
+            raise ImportFailed(1, str(exc)) from exc
     session_id = header.session_id if as_id is None else as_id
     if log.head(session_id) != 0:
         raise SessionExists(session_id)
-
-    rules = LogRules()
-    hasher = hashlib.sha256()
-    events: list[Envelope] = []
-    line_no = 1
-    while raw := fp.readline():
-        line_no += 1
-        if not raw.endswith(b"\n"):
-            raise ImportFailed(line_no, "the line does not end with a newline (truncated file?)")
-        body = raw[:-1]
-        if not body.strip():
-            raise ImportFailed(line_no, "empty line; every line after the header holds one event")
-        if len(events) == header.events:
-            raise ImportFailed(line_no, f"the header announces {header.events} events but the file has more lines")
-        try:
-            env = decode_event(body)
-        except ValidationError as exc:
-            raise ImportFailed(line_no, str(exc)) from exc
-        canonical = encode_event(env)
-        if canonical != body:
-            at = _first_difference(canonical, body)
-            raise ImportFailed(
-                line_no,
-                f"the event is not in canonical form (first difference at byte {at}); "
-                "events are stored and exported exactly as canonical JSON (docs/FORMAT.md)",
-            )
-        try:
-            rules.check(env)
-        except ValidationError as exc:
-            raise ImportFailed(line_no, str(exc)) from exc
-        hasher.update(raw)
-        events.append(env)
-
-    if len(events) != header.events:
-        raise ImportFailed(
-            line_no + 1,
-            f"the file ends after {len(events)} of the {header.events} events the header announces (truncated?)",
-        )
-    digest = codec.DIGEST_PREFIX + hasher.hexdigest()
-    if digest != header.digest:
-        raise ImportFailed(
-            1,
-            f"header digest {header.digest} does not match the event lines ({digest}); the file was altered",
-        )
+    if on_line is not None:
+        on_line(len(first))
+    images = _Images(bundle, attachments)
+    lines = _Lines(fp, header, images, on_line)
     try:
-        log.append(session_id, 0, events)
+        log.create(session_id, lines)
     except ConflictError as exc:  # another writer created the session since the check above
         raise SessionExists(session_id) from exc
-    return ExportSummary(session_id, len(events), digest)
+    except ValidationError as exc:  # the log's own check of what it writes: name the event's line
+        raise ImportFailed(lines.line if exc.seq is None else exc.seq + 2, str(exc)) from exc
+    return images.summary(session_id, lines.events, header.digest, attachments if bundle is None else None)

@@ -42,9 +42,19 @@ def meta_from_json(attachment_id: str, raw: bytes) -> AttachmentMeta:
 
 
 class FilesystemAttachmentStore(AttachmentStore):
-    def __init__(self, root: str | Path) -> None:
+    """``read_only=True`` creates nothing (a missing root holds no objects) and refuses ``put``."""
+
+    def __init__(self, root: str | Path, *, read_only: bool = False) -> None:
         self.root = Path(root)
-        (self.root / "objects").mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if read_only:
+            return
+        try:
+            (self.root / "objects").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AttachmentReadFailed(
+                "(store)", f"cannot create the attachment directory {self.root / 'objects'}: {exc.strerror or exc}"
+            ) from exc
 
     def _paths(self, attachment_id: str) -> tuple[Path, Path]:
         if not ATTACHMENT_ID_RE.match(attachment_id):
@@ -58,6 +68,8 @@ class FilesystemAttachmentStore(AttachmentStore):
     ) -> AttachmentMeta:
         meta = describe(data, media_type, width, height)
         obj, meta_path = self._paths(meta.attachment_id)
+        if self.read_only:
+            raise AttachmentReadFailed(meta.attachment_id, f"the store {self.root} was opened read-only")
         if obj.exists():
             existing = self.meta(meta.attachment_id)
             if existing.media_type != meta.media_type:

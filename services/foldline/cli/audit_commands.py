@@ -1,9 +1,12 @@
-"""Commands that audit a log: verify, requests, drops, diff — from the log alone, nothing is sent.
+"""Commands that audit a log: verify, requests, drops, diff — from the log alone, nothing is sent or written.
 
 * ``verify`` rebuilds every loop request and proves it against the digest recorded at dispatch;
 * ``requests`` prints the exact rebuilt wire bodies;
 * ``drops`` lists every cache-read drop and its cause;
 * ``diff`` lists the header snapshots with their field-level differences.
+
+They open the stores read-only: a missing data directory is an error (never created), and a read-only
+data directory or copy serves.
 """
 
 from __future__ import annotations
@@ -14,23 +17,34 @@ from typing import Annotated
 import orjson
 import typer
 from rich.table import Table
+from rich.text import Text
 
+from ..core import codec
 from ..core.diff import snapshot_diffs
 from ..core.drops import DROP_CAUSES, Drop, session_drops
 from ..core.fork import lineage
 from ..errors import SessionNotFound
-from ..replay.verify import VerifyReport, rebuild_requests, verify_events
-from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, stores_for
-from .output import console, diff_lines, fail_on_errors
+from ..replay.verify import VERIFY_EXIT_STATUS, VerifyReport, VerifyStatus, rebuild_requests, verify_events
+from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
+from .output import console, diff_lines, fail_on_errors, line, literal
 
-__all__ = ["register"]
+__all__ = ["VERIFY_EXIT_CODES", "register"]
+
+VERIFY_EXIT_CODES = (
+    "Exit status: 0 every request of every session verified; 1 a request differs from its recorded digest; "
+    "3 a request could not be rebuilt (unreconstructable); 4 nothing could be verified (no sessions, or a "
+    "session without request/dispatch records); 2 an error (one line on stderr). The worst outcome wins."
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(fail_on_errors(verify))
+    app.command("verify", epilog=VERIFY_EXIT_CODES)(fail_on_errors(verify))
     app.command("requests")(fail_on_errors(requests))
     app.command("drops")(fail_on_errors(drops))
     app.command("diff")(fail_on_errors(diff))
+
+
+_ORDER: tuple[VerifyStatus, ...] = ("verified", "not-verifiable", "unreconstructable", "mismatched")
 
 
 def verify(
@@ -39,40 +53,75 @@ def verify(
     backend: BackendOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Rebuild every loop request from the log and compare it with the digest recorded at dispatch."""
-    with stores_for(config_for(data_dir, backend)) as stores:
+    """Rebuild every loop request from the log and compare it with the digest recorded at dispatch.
+
+    Each session is verified (every request matches), mismatched, unreconstructable (a request cannot be
+    rebuilt, e.g. an attachment is missing) or not verifiable (it has no request/dispatch records, so
+    there is nothing to prove); a run that checks nothing at all is not verifiable either.
+    """
+    session_ids(*(sessions or ()))
+    report = VerifyReport()
+    per_session: list[tuple[str, VerifyReport]] = []
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
         ids = sessions or stores.log.sessions()
-        report = VerifyReport()
         for sid in ids:
             events = stores.log.read(sid)
             if not events:
                 raise SessionNotFound(sid)
-            report.merge(verify_events(sid, events, stores.attachments))
+            one = verify_events(sid, events, stores.attachments)
+            per_session.append((sid, one))
+            report.merge(one)
+    statuses = [one.status for _, one in per_session] or ["not-verifiable"]
+    status = max(statuses, key=_ORDER.index)
     if json:
-        sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
+        out = {
+            **report.to_json(),
+            "status": status,
+            "sessions": [
+                {"id": sid, "status": one.status, "checked": one.checked, "matched": one.matched}
+                for sid, one in per_session
+            ],
+        }
+        sys.stdout.write(codec.canonical_json(out).decode() + "\n")
     else:
         for m in report.mismatched:
             where = (
                 f"first differing byte at offset {m.first_diff_offset}"
                 if m.first_diff_offset is not None
-                else ("original body not archived, offset unknown")
+                else "original body not archived, offset unknown"
             )
             console.print(
-                f"[red]MISMATCH[/] {m.session} turn {m.turn} step {m.step} (seq {m.seq}): "
-                f"recorded {m.recorded[:19]}… rebuilt {m.rebuilt[:19]}…; {where}"
+                line(
+                    ("MISMATCH", "red"),
+                    f" {m.session} turn {m.turn} step {m.step} (seq {m.seq}): "
+                    f"recorded {m.recorded[:19]}… rebuilt {m.rebuilt[:19]}…; {where}",
+                )
             )
         for u in report.unreconstructable:
             console.print(
-                f"[yellow]UNRECONSTRUCTABLE[/] {u.session} turn {u.turn} step {u.step} (seq {u.seq}): {u.reason}"
+                line(
+                    ("UNRECONSTRUCTABLE", "yellow"),
+                    f" {u.session} turn {u.turn} step {u.step} (seq {u.seq}): {u.reason}",
+                )
             )
-        colour = "green" if report.ok else "red"
+        for sid, one in per_session:
+            if one.status == "not-verifiable":
+                console.print(
+                    line(("NOT VERIFIABLE", "yellow"), f" {sid}: no request/dispatch records, so nothing to prove")
+                )
+        unverifiable = sum(1 for _, one in per_session if one.status == "not-verifiable")
+        colour = "green" if status == "verified" else "red"
         retried = f", {report.retries} failed attempt(s) resent the same bytes" if report.retries else ""
         console.print(
-            f"[{colour}]verified {report.matched}/{report.checked} requests across {len(ids)} session(s)[/]"
-            f" — {len(report.mismatched)} mismatched, {len(report.unreconstructable)} unreconstructable{retried}"
+            line(
+                (f"{status}:", f"bold {colour}"),
+                f" {report.matched}/{report.checked} requests match across {len(per_session)} session(s) — "
+                f"{len(report.mismatched)} mismatched, {len(report.unreconstructable)} unreconstructable, "
+                f"{unverifiable} session(s) not verifiable{retried}",
+            )
         )
-    if not report.ok:
-        raise typer.Exit(1)
+    if VERIFY_EXIT_STATUS[status]:
+        raise typer.Exit(VERIFY_EXIT_STATUS[status])
 
 
 def requests(
@@ -83,15 +132,23 @@ def requests(
     ] = None,
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
+    json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per request: seq, turn, step, serializer, version, digest, bytes and the body.",
+        ),
+    ] = False,
 ) -> None:
     """Print the exact reconstructed wire body of each loop request (one per line)."""
     from ..providers.base import Serializer, serializer_for
     from ..providers.registry import ANTHROPIC_MESSAGES_V1, OPENAI_CHAT_V1
 
+    session_ids(session)
     chosen: dict[str, Serializer] = {"anthropic": ANTHROPIC_MESSAGES_V1, "openai": OPENAI_CHAT_V1}
     if provider is not None and provider not in chosen:
         raise typer.BadParameter("--provider must be anthropic or openai")
-    with stores_for(config_for(data_dir, backend)) as stores:
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
         events = stores.log.read(session)
         if not events:
             raise SessionNotFound(session)
@@ -101,9 +158,24 @@ def requests(
                 raise typer.BadParameter(f"--step must be within 0..{len(rebuilt) - 1} for this session")
             rebuilt = [rebuilt[step]]
         out = sys.stdout.buffer
-        for dispatch, _seq, request in rebuilt:
+        for dispatch, seq, request in rebuilt:
             ser = chosen[provider] if provider else serializer_for(dispatch.serializer, dispatch.serializer_version)
-            out.write(ser.serialize(request, stores.attachments) + b"\n")
+            body = ser.serialize(request, stores.attachments)
+            if json:
+                row = {
+                    "seq": seq,
+                    "turn": dispatch.turn,
+                    "step": dispatch.step,
+                    "serializer": ser.name,
+                    "serializerVersion": ser.version,
+                    "digest": codec.digest_bytes(body),
+                    "recordedDigest": dispatch.digest,
+                    "bytes": len(body),
+                    "body": orjson.Fragment(body),  # the exact bytes, embedded as they are
+                }
+                out.write(orjson.dumps(row) + b"\n")
+            else:
+                out.write(body + b"\n")
         out.flush()
 
 
@@ -114,7 +186,8 @@ def diff(
     json: JsonOpt = False,
 ) -> None:
     """List a session's header snapshots (seq, reason) with a field-level diff to the one before."""
-    with stores_for(config_for(data_dir, backend)) as stores:
+    session_ids(session)
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
         events = read_session(stores.log, session)
     diffs = snapshot_diffs(events)
     seed = lineage(events)
@@ -127,13 +200,16 @@ def diff(
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
     if seed is not None:
-        console.print(f"fork of [bold]{seed.parent_id}[/]: the first {seed.seed_length} events are its prefix")
-    table = Table(title=f"header snapshots of {session}")
+        console.print(
+            line("fork of ", (seed.parent_id or "", "bold"), f": the first {seed.seed_length} events are its prefix")
+        )
+    table = Table(title=literal(f"header snapshots of {session}"))
     table.add_column("seq", justify="right")
     table.add_column("reason")
     table.add_column("difference to the previous snapshot", overflow="fold")
     for snap, d in diffs:
-        table.add_row(str(snap.seq), snap.reason, "\n".join(diff_lines(d)) if snap is not diffs[0][0] else "(first)")
+        cell = literal("(first)") if snap is diffs[0][0] else Text("\n").join(diff_lines(d))
+        table.add_row(str(snap.seq), literal(snap.reason), cell)
     console.print(table)
 
 
@@ -154,8 +230,9 @@ def drops(
     Causes: first-request, header-change, resume, compaction, trim, cache-ttl, or unexplained
     (docs/METRICS.md defines a drop and each cause).
     """
+    session_ids(*(sessions or ()))
     found: list[Drop] = []
-    with stores_for(config_for(data_dir, backend)) as stores:
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
         ids = sessions or stores.log.sessions()
         for sid in ids:
             events = stores.log.read(sid)
@@ -175,15 +252,14 @@ def drops(
         table.add_column("cause")
         for d in listed:
             s = d.step
-            colour = "red" if not d.explained else "green"
             table.add_row(
-                d.session_id,
+                literal(d.session_id),
                 str(s.dispatch_seq),
                 f"{s.turn}.{s.step}",
                 str(s.usage.cache_read),
                 str(d.baseline_tokens),
                 "" if d.gap_seconds is None else f"{d.gap_seconds:.1f}",
-                f"[{colour}]{', '.join(d.causes)}[/]",
+                literal(", ".join(d.causes), "green" if d.explained else "red"),
             )
         console.print(table)
         for d in listed:
@@ -195,6 +271,6 @@ def drops(
                     f"(previous message {prev or 'unknown'})"
                 )
         summary = ", ".join(f"{cause} {n}" for cause, n in counts.items() if n)
-        console.print(f"{len(found)} drop(s){': ' + summary if summary else ''}")
+        console.print(literal(f"{len(found)} drop(s){': ' + summary if summary else ''}"))
     if fail_on_unexplained and counts["unexplained"]:
         raise typer.Exit(1)

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for
-from .output import console, fail_on_errors
+from .output import console, fail_on_errors, literal
 
 __all__ = ["register"]
 
@@ -34,5 +34,5 @@ def show_config(data_dir: DataDirOpt = None, backend: BackendOpt = None, json: J
     table.add_column("field")
     table.add_column("value", overflow="fold")
     for env, field, value in rows:
-        table.add_row(env, field, Text(value) if value else Text("unset", style="dim"))
+        table.add_row(env, field, literal(value) if value else Text("unset", style="dim"))
     console.print(table)

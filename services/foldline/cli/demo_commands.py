@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from collections.abc import Iterator
@@ -12,8 +13,9 @@ import orjson
 import typer
 
 from ..config import MetricsConfig
+from ..errors import ConfigError
 from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
-from .output import console, err_console, fail_on_errors
+from .output import console, err_console, fail_on_errors, literal
 
 if TYPE_CHECKING:
     from ..metrics import LoopMetrics
@@ -47,7 +49,7 @@ def metrics_endpoint(metrics: MetricsConfig, linger: float = 0.0) -> Iterator[Lo
     registry = new_registry()
     loop_metrics = LoopMetrics(registry)
     server = serve(metrics.port, registry, host=metrics.host)
-    err_console.print(f"metrics: {server.url}/metrics")
+    err_console.print(literal(f"metrics: {server.url}/metrics"))
     try:
         yield loop_metrics
         if linger:
@@ -63,7 +65,14 @@ def demo(
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
     json: JsonOpt = False,
-    fresh: Annotated[bool, typer.Option("--fresh/--keep", help="Start from an empty data directory.")] = True,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh/--keep",
+            help="Start from an empty data directory (a new or empty one, or one an earlier demo wrote, whose demo "
+            "files it clears; any other directory is refused) or add to the log there (--keep, deletes nothing).",
+        ),
+    ] = True,
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = None,
     metrics_linger: MetricsLingerOpt = 0.0,
@@ -99,7 +108,7 @@ def demo(
 
 
 def emulator(
-    port: Annotated[int, typer.Option("--port", help="TCP port on 127.0.0.1.")] = 8089,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0 picks a free one).")] = 8089,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     fault_at: Annotated[
         list[str] | None,
@@ -111,12 +120,13 @@ def emulator(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Which requests the rates pick (deterministic).")] = 0,
     event_delay: Annotated[float, typer.Option("--event-delay", min=0, help="Seconds between streamed events.")] = 0.0,
+    json: Annotated[bool, typer.Option("--json", help="Announce the address as one JSON line.")] = False,
 ) -> None:
     """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions).
 
     FAULT is 429[:RETRY_AFTER_S], 529, 500 (any status), reset-before, reset-mid or slow:SECONDS.
     """
-    from ..providers.emulator import Emulator, Fault, FaultPlan, serve
+    from ..providers.emulator import Emulator, EmulatorServer, Fault, FaultPlan
 
     try:
         by_index = {int(i): Fault.parse(f) for i, _, f in (x.partition("=") for x in fault_at or ())}
@@ -124,5 +134,22 @@ def emulator(
         plan = FaultPlan(by_index, rates, seed) if by_index or rates else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    console.print(f"emulator listening on http://{host}:{port} (POST /v1/messages, /v1/chat/completions)")
-    serve(host, port, emulator=Emulator(faults=plan, event_delay_s=event_delay))
+    try:
+        server = EmulatorServer(host, port, emulator=Emulator(faults=plan, event_delay_s=event_delay), quiet=False)
+    except OSError as exc:
+        taken = "the port is already in use" if exc.errno == errno.EADDRINUSE else str(exc.strerror or exc)
+        raise ConfigError(
+            f"cannot serve the emulator on {host}:{port}: {taken}; pass another --port (0 picks a free one)"
+        ) from exc
+    if json:
+        sys.stdout.write(orjson.dumps({"url": server.url, "paths": ["/v1/messages", "/v1/chat/completions"]}).decode())
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    else:
+        console.print(literal(f"emulator listening on {server.url} (POST /v1/messages, /v1/chat/completions)"))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

@@ -1,13 +1,57 @@
-"""``foldline <verb>``: one typer app; each module registers the commands of its role."""
+"""``foldline <verb>``: one typer app; each module registers the commands of its role.
+
+Every failure ends a command with one line on stderr: a foldline error (``error: SessionNotFound: …``) or a
+usage error (``error: UsageError: …``, exit status 2), the words of either shown literally
+(:mod:`foldline.cli.output`). A closed stdout (``foldline show s | head``) ends the command quietly.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from . import archive_commands, audit_commands, config_commands, demo_commands, session_commands, worker_commands
+from .output import EXIT_ERROR, err_console, line, one_line, quiet_broken_pipe
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one literal line, like every other failure (typer would draw a panel)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.Abort:
+            sys.exit(130)
+        except typer.TyperException as exc:  # typer's (vendored) click exceptions: usage errors
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                sys.exit(EXIT_ERROR)  # the help was printed
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            err_console.print(line(("error:", "bold red"), " UsageError: ", one_line(message), hint), soft_wrap=True)
+            sys.exit(getattr(exc, "exit_code", EXIT_ERROR))
+        except BrokenPipeError:
+            quiet_broken_pipe()
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="foldline",
+    cls=_OneLineErrors,
     help="Agent loops whose every model request is rebuilt, byte for byte, from the session log.",
     no_args_is_help=True,
     add_completion=False,
@@ -22,4 +66,7 @@ config_commands.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry
-    app()
+    try:
+        app()
+    except BrokenPipeError:
+        quiet_broken_pipe()

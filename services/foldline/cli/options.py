@@ -16,6 +16,7 @@ import typer
 
 from ..config import Config, Stores, open_stores
 from ..core.events import Envelope
+from ..core.validation import check_session_id
 from ..errors import SessionNotFound
 from ..ports.event_log import EventLog
 
@@ -27,6 +28,7 @@ __all__ = [
     "MetricsPortOpt",
     "config_for",
     "read_session",
+    "session_ids",
     "stores_for",
 ]
 
@@ -73,12 +75,20 @@ def config_for(data_dir: Path | None = None, backend: str | None = None, **field
 
 
 @contextmanager
-def stores_for(config: Config) -> Iterator[Stores]:
-    stores = open_stores(config)
+def stores_for(config: Config, *, read_only: bool = False) -> Iterator[Stores]:
+    """The stores of ``config``; ``read_only`` for the commands that only read (nothing is created)."""
+    stores = open_stores(config, read_only=read_only)
     try:
         yield stores
     finally:
         stores.close()
+
+
+def session_ids(*ids: str | None) -> None:
+    """Hold every session id given on the command line to the id rules (ValidationError, one line)."""
+    for sid in ids:
+        if sid is not None:
+            check_session_id(sid)
 
 
 def read_session(log: EventLog, session: str) -> list[Envelope]:

@@ -1,11 +1,12 @@
 """Commands on sessions: list, show, export, import, fork and resume them.
 
-The data directory is ``--data-dir``, else ``$FOLDLINE_DATA_DIR``, else ``./foldline-data``.
+The data directory is ``--data-dir``, else ``$FOLDLINE_DATA_DIR``, else ``./foldline-data``. ``sessions``,
+``show`` and ``export`` only read: they open the stores read-only and never create a data directory.
 
-Exit status of ``sessions``, ``export`` and ``import``: 0 on success; 2 on any reported error — a usage
-error, a foldline error (unknown or existing session, a bad export line, an unavailable store) or a file
-that cannot be read or written — with one line on stderr and nothing written; 1 only for an unexpected
-crash (a bug: please report it).
+Exit status of ``sessions``, ``show``, ``export`` and ``import``: 0 on success; 2 on any reported error — a
+usage error, a foldline error (unknown or existing session, a bad export line, an unavailable store) or a
+file that cannot be read or written — with one line on stderr and nothing written; 1 only for an
+unexpected crash (a bug: please report it).
 """
 
 from __future__ import annotations
@@ -15,21 +16,29 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
 import orjson
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..core import codec
-from ..core.content import ImageBlock, TextBlock, ToolCallBlock
+from ..core.content import (
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from ..core.diff import snapshot_diffs
 from ..core.events import (
+    MAX_TIME_MS,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
@@ -43,44 +52,55 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.projection import fold_request_header
-from ..core.wire import header_to_json
-from ..errors import ConfigError, SessionNotFound
-from ..export import export_session, import_session
+from ..core.validation import id_problem
+from ..core.wire import encode_event, header_to_json
+from ..errors import ConfigError, InputError, SessionNotFound
+from ..export import ExportSummary, export_session, import_session
 from ..replay.verify import verify_events
-from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, stores_for
-from .output import console, diff_lines, err_console, fail_on_errors
+from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
+from .output import console, diff_lines, err_console, fail_on_errors, line, literal
 
 __all__ = ["register"]
 
+EXIT_CODES = "Exit status: 0 ok; 2 error (one line on stderr, nothing written)."
+_PAGE = 1000  # events read per page by show
+
+AttachmentsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--attachments",
+        help="A directory holding the session's attachment objects (the embedded store's layout): export copies "
+        "them there, import takes them from there.",
+        show_default=False,
+    ),
+]
+
 
 def register(app: typer.Typer) -> None:
-    app.command("sessions", epilog=EXIT_CODES)(sessions_cmd)
-    app.command("show")(fail_on_errors(show))
-    app.command("export", epilog=EXIT_CODES)(export_cmd)
-    app.command("import", epilog=EXIT_CODES)(import_cmd)
+    app.command("sessions", epilog=EXIT_CODES)(fail_on_errors(sessions_cmd))
+    app.command("show", epilog=EXIT_CODES)(fail_on_errors(show))
+    app.command("export", epilog=EXIT_CODES)(fail_on_errors(export_cmd))
+    app.command("import", epilog=EXIT_CODES)(fail_on_errors(import_cmd))
     app.command("fork")(fail_on_errors(fork))
     app.command("resume")(fail_on_errors(resume))
 
 
-EXIT_CODES = "Exit status: 0 ok; 2 error (one line on stderr, nothing written)."
-
-
-def _fail_io(what: str, exc: OSError) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {escape(what)}: {escape(str(exc.strerror or exc))}", soft_wrap=True)
-    return typer.Exit(2)
-
-
 def _iso(ms: int) -> str:
+    if not 0 <= ms <= MAX_TIME_MS:  # the log rules keep times in range; an old file may not
+        return f"{ms} ms (not a date)"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-@fail_on_errors
+def _write_json(value: Any) -> None:
+    sys.stdout.write(codec.canonical_json(value).decode() + "\n")
+
+
 def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
     """List the sessions of the log: id, event count and the time of the last event."""
     rows: list[dict[str, Any]] = []
     config = config_for(data_dir, backend)
     if config.backend != "embedded" or config.data_dir.exists():  # do not create a data dir just to list it
-        with stores_for(config) as stores:
+        with stores_for(config, read_only=True) as stores:
             for sid in stores.log.sessions():
                 head = stores.log.head(sid)
                 last = stores.log.read(sid, head - 1, head)
@@ -94,20 +114,145 @@ def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_jso
                     }
                 )
     if as_json:
-        sys.stdout.write(codec.canonical_json(rows).decode() + "\n")
+        _write_json(rows)
         return
+    where = f" in {config.data_dir}" if config.backend == "embedded" else ""
     if not rows:
-        console.print(
-            f"no sessions in {config.data_dir}" if config.backend == "embedded" else "no sessions", markup=False
-        )
+        console.print(literal(f"no sessions{where}"))
         return
-    table = Table(title=Text(f"sessions in {config.data_dir}" if config.backend == "embedded" else "sessions"))
+    table = Table(title=literal(f"sessions{where}"))
     table.add_column("session")
     table.add_column("events", justify="right")
     table.add_column("last event (UTC)")
     for row in rows:
-        table.add_row(Text(row["id"]), f"{row['events']:,}", row["lastEventAt"] or "-")
+        table.add_row(literal(row["id"]), f"{row['events']:,}", row["lastEventAt"] or "-")
     console.print(table)
+
+
+# ------------------------------------------------------------------ show
+
+
+def _blocks(content: tuple[object, ...]) -> str:
+    parts = []
+    for b in content:
+        if isinstance(b, TextBlock):
+            parts.append(b.text if len(b.text) <= 80 else b.text[:77] + "…")
+        elif isinstance(b, ImageBlock):
+            parts.append(f"[image {b.image.attachment_id[:15]}… {b.image.width}x{b.image.height}]")
+        elif isinstance(b, ToolCallBlock):
+            parts.append(f"[call {b.name}({b.arguments if len(b.arguments) <= 80 else b.arguments[:77] + '…'})]")
+        elif isinstance(b, ToolResultBlock):
+            parts.append(f"[result {b.tool_call_id}: {_blocks(b.content)}]")
+        elif isinstance(b, ReasoningBlock):
+            parts.append(f"[reasoning {b.text if len(b.text) <= 60 else b.text[:57] + '…'}]")
+        elif isinstance(b, RedactedReasoningBlock | EncryptedReasoningBlock):
+            parts.append("[encrypted reasoning]")
+    return " ".join(parts)
+
+
+def _summary(data: object) -> str:
+    """One event in a line of plain text (escaped when printed)."""
+    match data:
+        case UserMessage():
+            op = "" if data.surface_op == "append" else f" replace {data.surface_op.start}..{data.surface_op.end}"
+            return f"({data.source}{op}) {_blocks(data.content)}"
+        case AssistantMessage():
+            u = data.usage
+            usage = f" [in {u.input} read {u.cache_read} write {u.cache_write} out {u.output}]" if u else ""
+            stop = f" ({data.stop_reason})" if data.stop_reason in ("interrupted", "refusal", "pause_turn") else ""
+            named = (("request", data.provider_request_id), ("message", data.provider_message_id))
+            ids = [f"{k}={v}" for k, v in named if v]
+            return _blocks(data.content) + usage + stop + (f" {{{' '.join(ids)}}}" if ids else "")
+        case LlmRetry():
+            status = f"HTTP {data.status} " if data.status is not None else ""
+            then = f"retry in {data.wait_ms} ms" if data.wait_ms is not None else "gave up"
+            after = f" after {data.received_bytes} answer bytes" if data.received_bytes else " before any answer byte"
+            rid = f" request={data.provider_request_id}" if data.provider_request_id else ""
+            return f"attempt {data.attempt} failed: {status}{data.error_type}{after}; {then}{rid}"
+        case AssistantChunk():
+            name = f"{data.event} " if data.event else ""
+            return f"attempt {data.attempt} #{data.index} {name}{data.data[:100]}"
+        case ToolResult():
+            op = "" if data.surface_op == "append" else " (trim)"
+            return f"{data.name} {data.call_id}{op}{' ERROR' if data.is_error else ''}: {_blocks(data.content)}"
+        case ToolCall():
+            args = data.arguments if len(data.arguments) <= 120 else data.arguments[:117] + "…"
+            return f"{data.name}({args}) id={data.call_id}"
+        case RequestHeader():
+            return f"reason={data.reason} " + orjson.dumps(header_to_json(data.header)).decode()[:160]
+        case RequestDispatch():
+            return f"{data.serializer}/v{data.serializer_version} {data.digest[:23]}… {data.bytes} bytes"
+        case TurnEnd():
+            return f"turn {data.turn} {data.reason}"
+        case CompactionSummary():
+            return f"{data.provider}/{data.model}: {data.summary[:100]}"
+        case AttachmentQuarantine():
+            return f"{data.attachment_id[:23]}… {data.failure}"
+    return ""
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str, unit: str = "") -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal (else nothing); yields ``advance(n)``."""
+    if not err_console.is_terminal:
+        yield lambda _n: None
+        return
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    count = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(), console=err_console, transient=True
+    ) as progress:
+        task = progress.add_task(what, total=total or None)
+        yield lambda n: progress.advance(task, n)
+
+
+def show(
+    session: Annotated[str, typer.Argument(help="Session id.")],
+    data_dir: DataDirOpt = None,
+    backend: BackendOpt = None,
+    json: Annotated[
+        bool, typer.Option("--json", help="Print the events themselves, one canonical JSON object per line.")
+    ] = False,
+) -> None:
+    """Print a session's transcript, header snapshots included, as it streams from the log.
+
+    One line per event: seq, type and a summary of its content. Every character of the log is shown as it
+    is (control characters escaped); nothing in a log is read as formatting.
+    """
+    session_ids(session)
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
+        log = stores.log
+        head = log.head(session)
+        if head == 0:
+            raise SessionNotFound(session)
+        out = sys.stdout
+        if not json:
+            console.print(line(("session ", "bold"), (session, "bold"), f" — {head:,} events"))
+        width = len(str(head - 1))
+        with _progress(head, "events") as advance:
+            for start in range(0, head, _PAGE):
+                page = log.read(session, start, min(start + _PAGE, head))
+                if json:
+                    out.write("".join(encode_event(e).decode() + "\n" for e in page))
+                elif console.is_terminal:
+                    text = Text()
+                    for e in page:
+                        style = "bold magenta" if isinstance(e.data, RequestHeader) else ""
+                        text.append_text(literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(e.data)}", style))
+                        text.append("\n")
+                    console.print(text, end="")
+                else:
+                    out.write(
+                        "".join(
+                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(e.data)}").plain + "\n" for e in page
+                        )
+                    )
+                advance(len(page))
+        out.flush()
+
+
+# ------------------------------------------------------------------ export / import
 
 
 @contextlib.contextmanager
@@ -127,134 +272,177 @@ def _atomic_output(path: Path) -> Iterator[BinaryIO]:
         raise
 
 
-@fail_on_errors
+def _bundle(path: Path, *, read_only: bool) -> Any:
+    from ..adapters.fs_attachments import FilesystemAttachmentStore
+
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--attachments {path} is a file; name a directory")
+    if read_only and not path.is_dir():
+        raise InputError(f"--attachments {path} does not exist; name the directory the export copied them to")
+    return FilesystemAttachmentStore(path, read_only=read_only)
+
+
+def _attachment_note(summary: ExportSummary, bundle: Path | None, *, exported: bool) -> Text | None:
+    """What to tell about the session's attachment objects (``None``: it references none)."""
+    n = len(summary.attachments)
+    if not n:
+        return None
+    size = f"{n} attachment object(s), {summary.attachment_bytes:,} bytes"
+    if summary.missing:
+        where = "the store" if exported else ("the bundle" if bundle is not None else "this data directory's store")
+        fix = (
+            " — verify reports the steps that need them as unreconstructable; pass --attachments DIR with a copy"
+            if not exported
+            else ""
+        )
+        return line(("warning:", "yellow"), f" {len(summary.missing)} of the {size} are not in {where}{fix}")
+    if bundle is not None:
+        verb = "copied to" if exported else "taken from"
+        return literal(f"{size}: {summary.copied} {verb} {bundle} (the others were there already)")
+    if exported:
+        return line(
+            ("note:", "yellow"),
+            f" the session references {size} that the export file does not carry; pass --attachments DIR to copy "
+            "them, and import --attachments DIR to take them",
+        )
+    return None
+
+
+def _summary_json(summary: ExportSummary, **extra: Any) -> dict[str, Any]:
+    return {
+        "session": summary.session_id,
+        "events": summary.events,
+        "digest": summary.digest,
+        "attachments": list(summary.attachments),
+        "missingAttachments": list(summary.missing),
+        "copiedAttachments": summary.copied,
+        **extra,
+    }
+
+
 def export_cmd(
     session: Annotated[str, typer.Argument(help="The session id to export.", show_default=False)],
     out: Annotated[
         Path,
         typer.Option("--out", "-o", help="File to write (JSON Lines); '-' writes to stdout.", show_default=False),
     ],
+    attachments: AttachmentsOpt = None,
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON (on stderr with --out -).")] = False,
 ) -> None:
-    """Write one session as JSON Lines: a header line, then one canonical event per line (docs/FORMAT.md)."""
-    with stores_for(config_for(data_dir, backend)) as stores:
-        if str(out) == "-":
-            summary = export_session(stores.log, session, sys.stdout.buffer)
+    """Write one session as JSON Lines: a header line, then one canonical event per line (docs/FORMAT.md).
+
+    The session's attachment objects (images) are not in the file: they are named, and with
+    ``--attachments DIR`` copied (verified) into DIR, for ``import --attachments DIR`` to take.
+    """
+    session_ids(session)
+    to_stdout = str(out) == "-"
+    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
+        bundle = _bundle(attachments, read_only=False) if attachments is not None else None
+        source = stores.attachments if bundle is not None else None
+        if to_stdout:
+            summary = export_session(stores.log, session, sys.stdout.buffer, attachments=source, bundle=bundle)
             sys.stdout.buffer.flush()
-            err_console.print(
-                f"exported {summary.events:,} events of {summary.session_id!r} ({summary.digest})",
-                soft_wrap=True,
-                markup=False,
-            )
-            return
-        try:
-            with _atomic_output(out) as fp:
-                summary = export_session(stores.log, session, fp)
-        except OSError as exc:
-            raise _fail_io(f"cannot write {out}", exc) from exc
-    console.print(
-        f"exported {summary.events:,} events of {summary.session_id!r} to {out} ({summary.digest})",
-        soft_wrap=True,
-        markup=False,
-    )
+        else:
+            try:
+                with _atomic_output(out) as fp:
+                    summary = export_session(stores.log, session, fp, attachments=source, bundle=bundle)
+            except OSError as exc:
+                raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    report = err_console if to_stdout else console
+    if json:
+        text = codec.canonical_json(_summary_json(summary, out=str(out))).decode()
+        print(text, file=sys.stderr if to_stdout else sys.stdout)
+        return
+    where = "" if to_stdout else f" to {out}"
+    report.print(literal(f"exported {summary.events:,} events of {summary.session_id!r}{where} ({summary.digest})"))
+    note = _attachment_note(summary, attachments, exported=True)
+    if note is not None:
+        err_console.print(note)
 
 
-@fail_on_errors
+class _CountingReader:
+    """A binary file whose ``readline`` reports the bytes read (for the progress bar)."""
+
+    def __init__(self, fp: BinaryIO, advance: Callable[[int], None]) -> None:
+        self._fp, self._advance = fp, advance
+
+    def readline(self) -> bytes:
+        raw = self._fp.readline()
+        self._advance(len(raw))
+        return raw
+
+
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="An export file; '-' reads stdin.", show_default=False)],
     as_id: Annotated[
         str | None, typer.Option("--as", help="Import under this new session id instead of the file's.")
     ] = None,
+    attachments: AttachmentsOpt = None,
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Validate an export completely, then append it as one new session — or write nothing."""
-    with stores_for(config_for(data_dir, backend)) as stores:
-        if str(file) == "-":
-            summary = import_session(stores.log, sys.stdin.buffer, as_id)
-        else:
+    """Validate an export completely while it streams in, then commit it as one new session — or write nothing.
+
+    ``--attachments DIR`` takes the session's attachment objects from DIR (as ``export --attachments``
+    wrote it), each verified against the log's reference.
+    """
+    if as_id is not None and as_id:
+        session_ids(as_id)
+    from_stdin = str(file) == "-"
+    if not from_stdin:
+        if file.is_dir():
+            raise InputError(f"cannot read {file}: it is a directory; import takes an export file (or '-' for stdin)")
+        try:
+            fp: BinaryIO = file.open("rb")
+        except OSError as exc:
+            raise InputError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        total = file.stat().st_size
+    else:
+        fp, total = sys.stdin.buffer, 0
+    with contextlib.closing(fp), stores_for(config_for(data_dir, backend)) as stores:
+        bundle = _bundle(attachments, read_only=True) if attachments is not None else None
+        with _progress(total, "importing", "bytes") as advance:
+            reader = _CountingReader(fp, advance)
             try:
-                fp = file.open("rb")
+                summary = import_session(stores.log, reader, as_id, attachments=stores.attachments, bundle=bundle)
             except OSError as exc:
-                raise _fail_io(f"cannot read {file}", exc) from exc
-            with fp:
-                summary = import_session(stores.log, fp, as_id)
-    console.print(
-        f"imported {summary.events:,} events as session {summary.session_id!r} ({summary.digest})",
-        soft_wrap=True,
-        markup=False,
-    )
+                raise InputError(f"cannot read {file}: {exc.strerror or exc}") from exc
+    if json:
+        _write_json(_summary_json(summary))
+        return
+    console.print(literal(f"imported {summary.events:,} events as session {summary.session_id!r} ({summary.digest})"))
+    note = _attachment_note(summary, attachments, exported=False)
+    if note is not None:
+        err_console.print(note)
 
 
-def _summary(data: object) -> str:
-    def blocks(content: tuple[object, ...]) -> str:
-        parts = []
-        for b in content:
-            if isinstance(b, TextBlock):
-                parts.append(b.text if len(b.text) <= 80 else b.text[:77] + "…")
-            elif isinstance(b, ImageBlock):
-                parts.append(f"[image {b.image.attachment_id[:15]}… {b.image.width}x{b.image.height}]")
-            elif isinstance(b, ToolCallBlock):
-                parts.append(f"[call {b.name}({b.arguments})]")
-        return " ".join(parts)
-
-    match data:
-        case UserMessage():
-            op = "" if data.surface_op == "append" else f" replace {data.surface_op.start}..{data.surface_op.end}"
-            return f"({data.source}{op}) {blocks(data.content)}"
-        case AssistantMessage():
-            u = data.usage
-            usage = f" [in {u.input} read {u.cache_read} write {u.cache_write} out {u.output}]" if u else ""
-            stop = f" ({data.stop_reason})" if data.stop_reason in ("interrupted", "refusal", "pause_turn") else ""
-            named = (("request", data.provider_request_id), ("message", data.provider_message_id))
-            ids = [f"{k}={v}" for k, v in named if v]
-            return blocks(data.content) + usage + stop + (f" {{{' '.join(ids)}}}" if ids else "")
-        case LlmRetry():
-            status = f"HTTP {data.status} " if data.status is not None else ""
-            then = f"retry in {data.wait_ms} ms" if data.wait_ms is not None else "gave up"
-            after = f" after {data.received_bytes} answer bytes" if data.received_bytes else " before any answer byte"
-            rid = f" request={data.provider_request_id}" if data.provider_request_id else ""
-            return f"attempt {data.attempt} failed: {status}{data.error_type}{after}; {then}{rid}"
-        case AssistantChunk():
-            name = f"{data.event} " if data.event else ""
-            return f"attempt {data.attempt} #{data.index} {name}{data.data[:100]}"
-        case ToolResult():
-            op = "" if data.surface_op == "append" else " (trim)"
-            return f"{data.name} {data.call_id}{op}{' ERROR' if data.is_error else ''}: {blocks(data.content)}"
-        case ToolCall():
-            return f"{data.name}({data.arguments}) id={data.call_id}"
-        case RequestHeader():
-            return f"reason={data.reason} " + orjson.dumps(header_to_json(data.header)).decode()[:160]
-        case RequestDispatch():
-            return f"{data.serializer}/v{data.serializer_version} {data.digest[:23]}… {data.bytes} bytes"
-        case TurnEnd():
-            return f"turn {data.turn} {data.reason}"
-        case CompactionSummary():
-            return f"{data.provider}/{data.model}: {data.summary[:100]}"
-        case AttachmentQuarantine():
-            return f"{data.attachment_id[:23]}… {data.failure}"
-    return ""
+# ------------------------------------------------------------------ fork / resume
 
 
-def show(
-    session: Annotated[str, typer.Argument(help="Session id.")],
-    data_dir: DataDirOpt = None,
-    backend: BackendOpt = None,
-) -> None:
-    """Print a session's transcript, header snapshots included."""
-    with stores_for(config_for(data_dir, backend)) as stores:
-        events = stores.log.read(session)
-    if not events:
-        raise SessionNotFound(session)
-    table = Table(title=f"session {session}", show_lines=False)
-    table.add_column("seq", justify="right")
-    table.add_column("type")
-    table.add_column("summary", overflow="fold")
-    for e in events:
-        style = "bold magenta" if isinstance(e.data, RequestHeader) else None
-        table.add_row(str(e.seq), e.type, _summary(e.data), style=style)
-    console.print(table)
+def _model_option(model: str | None) -> None:
+    if model is not None:
+        problem = id_problem(model, 256)
+        if problem is not None:
+            raise ConfigError(f"--model {model[:40]!r} is not a model name: {problem}")
+
+
+def _read_system_file(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read --system-file {path}: {exc.strerror or exc}; pass a readable file") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"--system-file {path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); pass a text file"
+        ) from None
+    if "\x00" in text:
+        raise InputError(f"--system-file {path} holds NUL characters: it looks like a binary file; pass a text file")
+    return text
 
 
 def fork(
@@ -272,12 +460,9 @@ def fork(
     """Create a child session from a parent's prefix; overrides become a logged `resume` snapshot."""
     from ..loop.fork import fork_session
 
-    system: str | None = None
-    if system_file is not None:
-        try:
-            system = system_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read --system-file {system_file}: {exc.strerror}; pass a readable file") from exc
+    session_ids(session, as_id)
+    _model_option(model)
+    system = _read_system_file(system_file) if system_file is not None else None
     with stores_for(config_for(data_dir, backend)) as stores:
         result = fork_session(stores.log, session, at, as_id, model=model, system=system)
         report = verify_events(result.child_id, stores.log.read(result.child_id), stores.attachments)
@@ -294,14 +479,19 @@ def fork(
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
         console.print(
-            f"forked [bold]{session}[/] at seq {at} → [bold]{result.child_id}[/] "
-            f"(seed length {result.seed_length}, session/end-seed at seq {result.seed_length})"
+            line(
+                "forked ",
+                (session, "bold"),
+                f" at seq {at} → ",
+                (result.child_id, "bold"),
+                f" (seed length {result.seed_length}, session/end-seed at seq {result.seed_length})",
+            )
         )
         if drift:
-            console.print(f"override snapshot (reason resume) at seq {result.override_seq}:")
-            for line in diff_lines(drift[0]):
-                console.print(f"  {line}")
-        console.print(f"the child verifies on its own: {report.matched}/{report.checked} requests match")
+            console.print(literal(f"override snapshot (reason resume) at seq {result.override_seq}:"))
+            for text in diff_lines(drift[0]):
+                console.print(line("  ", text))
+        console.print(literal(f"the child verifies on its own: {report.matched}/{report.checked} requests match"))
     if not report.ok:
         raise typer.Exit(1)
 
@@ -317,13 +507,19 @@ def resume(
     backend: BackendOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Continue a session with a new loop instance against the emulator (writes a `resume` snapshot)."""
+    """Continue a session with a new loop instance against the emulator (writes a `resume` snapshot).
+
+    A session its last loop left mid-step (a crash, a full disk) is closed first: each tool call without a
+    result gets an error result saying it was interrupted, and the open step and turn are ended.
+    """
     from ..demo import PROMPTS, demo_toolset
     from ..loop import Agent, AgentOptions
     from ..loop.agent import StepRecord
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
 
+    session_ids(session)
+    _model_option(model)
     with stores_for(config_for(data_dir, backend)) as stores:
         events = read_session(stores.log, session)
         folded = fold_request_header(events)
@@ -380,9 +576,9 @@ def resume(
         }
         sys.stdout.write(orjson.dumps(out).decode() + "\n")
     else:
-        console.print(f"resumed [bold]{session}[/]: snapshot (reason resume) at seq {snap.seq}")
-        for line in diff_lines(drift):
-            console.print(f"  {line}")
+        console.print(line("resumed ", (session, "bold"), f": snapshot (reason resume) at seq {snap.seq}"))
+        for text in diff_lines(drift):
+            console.print(line("  ", text))
         table = Table(title="steps of this loop instance")
         for col in ("step", "header", "prompt", "cache read", "ratio"):
             table.add_column(col, justify="right" if col != "header" else "left")
@@ -392,8 +588,10 @@ def resume(
             table.add_row(str(i), r.header_reason or "", str(u.prompt_tokens), str(u.cache_read), f"{ratio:.2f}")
         console.print(table)
         console.print(
-            "a new process starts with a cold emulator cache, so the first request reads nothing; "
-            f"verify: {report.matched}/{report.checked} requests match"
+            literal(
+                "a new process starts with a cold emulator cache, so the first request reads nothing; "
+                f"verify: {report.matched}/{report.checked} requests match"
+            )
         )
     if not report.ok:
         raise typer.Exit(1)

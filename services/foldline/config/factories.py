@@ -19,6 +19,7 @@ certificate fail at once with :class:`~foldline.errors.AuthenticationFailed`.
 
 from __future__ import annotations
 
+import os
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ __all__ = [
     "aiokafka_credentials",
     "archive_store",
     "attachment_store",
+    "check_data_dir",
     "check_kafka",
     "emulated_providers",
     "fold_store",
@@ -210,20 +212,54 @@ def providers(config: Config) -> dict[str, Provider]:
 # ------------------------------------------------------------------ loops and CLI commands
 
 
-def open_stores(config: Config) -> Stores:
-    """The event log and attachment store the configuration names (and the folds, on ``distributed``)."""
+def check_data_dir(config: Config, *, read_only: bool = False) -> None:
+    """Fail with :class:`ConfigError` unless ``config.data_dir`` can serve: not a file, and (to read) present.
+
+    A read-only command never creates a data directory: a missing one would read as an empty log, so a
+    mistyped path would pass an audit; it is an error instead.
+    """
+    path = config.data_dir
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"the data directory {path} is a file, not a directory; pass --data-dir (or FOLDLINE_DATA_DIR) naming "
+            "a directory"
+        )
+    if read_only and not path.exists():
+        raise ConfigError(
+            f"there is no data directory {path} (nothing to read); check --data-dir or FOLDLINE_DATA_DIR "
+            f"(now {'set' if 'FOLDLINE_DATA_DIR' in os.environ else 'unset: ./foldline-data is the default'})"
+        )
+
+
+def open_stores(config: Config, *, read_only: bool = False) -> Stores:
+    """The event log and attachment store the configuration names (and the folds, on ``distributed``).
+
+    ``read_only=True`` (the audits and listings) opens the embedded log and the filesystem attachment store
+    for reading: nothing is created or written, and a read-only data directory or copy serves.
+    """
     from ..adapters.fs_attachments import FilesystemAttachmentStore
-    from ..adapters.sqlite_log import SqliteEventLog
+    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 
     if config.backend == "embedded":
-        embedded = SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
-        return Stores(embedded, FilesystemAttachmentStore(config.data_dir / "attachments"))
+        check_data_dir(config, read_only=read_only)
+        sqlite = SqliteEventLog(
+            config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only
+        )
+        try:
+            return Stores(sqlite, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
+        except BaseException:
+            sqlite.close()
+            raise
     if config.backend in ("kafka", "distributed"):
+        if config.backend == "kafka":
+            check_data_dir(config)
         log = kafka_log(config)
         try:
             log.check_topics()  # before anything is written: a topic that could lose the log is refused
             if config.backend == "kafka":
-                return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments"))
+                return Stores(
+                    log, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only)
+                )
             return Stores(log, attachment_store(config), fold_store(config))
         except BaseException:
             log.close()

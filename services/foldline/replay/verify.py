@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..core import codec
 from ..core import compaction as cc
@@ -47,7 +48,16 @@ from ..providers.base import SERIALIZERS, Serializer, serializer_for
 from ..providers.framing import IncrementalBody
 from .step import session_request
 
-__all__ = ["Mismatch", "Unreconstructable", "VerifyReport", "rebuild_requests", "summarize_serializer", "verify_events"]
+__all__ = [
+    "VERIFY_EXIT_STATUS",
+    "Mismatch",
+    "Unreconstructable",
+    "VerifyReport",
+    "VerifyStatus",
+    "rebuild_requests",
+    "summarize_serializer",
+    "verify_events",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +94,16 @@ class Unreconstructable:
         return {"session": self.session, "turn": self.turn, "step": self.step, "seq": self.seq, "reason": self.reason}
 
 
+VerifyStatus = Literal["verified", "mismatched", "unreconstructable", "not-verifiable"]
+#: ``foldline verify``'s exit status for each outcome (the worst outcome of any session wins; 2 is an error).
+VERIFY_EXIT_STATUS: dict[VerifyStatus, int] = {
+    "verified": 0,
+    "mismatched": 1,
+    "unreconstructable": 3,
+    "not-verifiable": 4,
+}
+
+
 @dataclass
 class VerifyReport:
     checked: int = 0
@@ -95,6 +115,19 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.mismatched and not self.unreconstructable and self.checked == self.matched
+
+    @property
+    def status(self) -> VerifyStatus:
+        """``mismatched`` if any request differs from its digest, else ``unreconstructable`` if any could not
+        be rebuilt, else ``not-verifiable`` if nothing was checked (no ``request/dispatch`` records), else
+        ``verified``."""
+        if self.mismatched:
+            return "mismatched"
+        if self.unreconstructable:
+            return "unreconstructable"
+        if self.checked == 0:
+            return "not-verifiable"
+        return "verified"
 
     def merge(self, other: VerifyReport) -> None:
         self.checked += other.checked
