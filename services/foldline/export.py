@@ -7,12 +7,12 @@ The file format is specified in docs/FORMAT.md ("Export format"). In short::
 
 Every line ends with LF. ``digest`` is the sha256 of every byte after the header line, i.e. of the
 N event lines each including its LF. ``import_session`` checks the header, every line (decoding, canonical
-form, the log rules over the whole session), the event count and the digest; the events stream into
-:meth:`~foldline.ports.event_log.EventLog.create` as they are checked, which commits only after the last
-check passed, so nothing is written unless everything is right, and an import of any size holds about one
-event at a time. The first problem found is raised as :class:`~foldline.errors.ImportFailed` naming the
-1-based line number. ``export_session`` reads the log twice (the digest first, then the lines), so it too
-runs in bounded memory.
+form, the log rules over the whole session — which the log itself checks, in order, as the events stream
+into :meth:`~foldline.ports.event_log.EventLog.create`), the event count and the digest; the log commits
+only after the last check passed, so nothing is written unless everything is right, and an import of any
+size holds about one event at a time. The first problem found is raised as
+:class:`~foldline.errors.ImportFailed` naming the 1-based line number. ``export_session`` reads the log
+twice (the digest first, then the lines), so it too runs in bounded memory.
 
 The attachment objects a session references (its images) are not in the file. Both directions name them
 (:attr:`ExportSummary.attachments`) and carry them on request: ``export_session(..., attachments=store,
@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Protocol
 from .core import codec
 from .core.content import ContentBlock, ImageBlock, ImageRef, ToolResultBlock
 from .core.events import SESSION_FORMAT_VERSION, AssistantMessage, Envelope, ToolResult, UserMessage
-from .core.validation import LogRules, check_session_id
+from .core.validation import check_session_id
 from .core.wire import decode_event, encode_event
 from .errors import (
     AttachmentError,
@@ -43,7 +43,7 @@ from .errors import (
     ValidationError,
 )
 from .ports.attachments import AttachmentStore
-from .ports.event_log import EventLog
+from .ports.event_log import EncodedEvent, EventLog
 
 __all__ = [
     "EXPORT_KIND",
@@ -264,8 +264,8 @@ class _Lines:
         self.line = 1  # the line last read (1-based; 1 is the header)
         self.events = 0
 
-    def __iter__(self) -> Iterator[Envelope]:
-        header, rules, hasher = self.header, LogRules(), hashlib.sha256()
+    def __iter__(self) -> Iterator[EncodedEvent]:
+        header, hasher = self.header, hashlib.sha256()
         while raw := self.fp.readline():
             self.line += 1
             line = self.line
@@ -291,15 +291,12 @@ class _Lines:
                     "events are stored and exported exactly as canonical JSON (docs/FORMAT.md)",
                 )
             try:
-                rules.check(env)
                 self.images.add(env)
-            except ValidationError as exc:
-                raise ImportFailed(line, str(exc)) from exc
             except AttachmentError as exc:
                 raise ImportFailed(line, f"cannot take an attachment the event references: {exc}") from exc
             hasher.update(raw)
             self.events += 1
-            yield env
+            yield EncodedEvent(env, body)  # checked canonical above: the log stores these very bytes
         if self.events != header.events:
             raise ImportFailed(
                 self.line + 1,
@@ -351,6 +348,6 @@ def import_session(
         log.create(session_id, lines)
     except ConflictError as exc:  # another writer created the session since the check above
         raise SessionExists(session_id) from exc
-    except ValidationError as exc:  # the log's own check of what it writes: name the event's line
-        raise ImportFailed(lines.line if exc.seq is None else exc.seq + 2, str(exc)) from exc
+    except ValidationError as exc:  # the log checks each event as it arrives: the line last read holds it
+        raise ImportFailed(lines.line, str(exc)) from exc
     return images.summary(session_id, lines.events, header.digest, attachments if bundle is None else None)

@@ -44,7 +44,7 @@ from ..core.events import SESSION_FORMAT_VERSION, Envelope
 from ..core.validation import LogRules, check_session_id
 from ..core.wire import decode_event, encode_event
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
-from ..ports.event_log import EventLog, RulesCache, WriterLease
+from ..ports.event_log import EncodedEvent, EventLog, RulesCache, WriterLease
 
 __all__ = ["DB_NAME", "SqliteEventLog"]
 
@@ -242,16 +242,20 @@ class SqliteEventLog(EventLog):
                 raise self._translated(exc, f"appending to session {session_id!r}") from exc
         return new_head
 
-    def create(self, session_id: str, events: Iterable[Envelope]) -> int:
+    def create(self, session_id: str, events: Iterable[Envelope | EncodedEvent]) -> int:
         """Write a new session from ``events`` in ONE transaction as they stream in (bounded memory)."""
         self._writable(f"creating session {session_id!r}")
         rules = LogRules()
         check_session_id(session_id)
 
         def rows() -> Iterator[tuple[str, int, bytes]]:
-            for e in events:
-                rules.check(e)
-                yield session_id, e.seq, encode_event(e)
+            for item in events:
+                if isinstance(item, EncodedEvent):
+                    e, body = item.envelope, item.body
+                else:
+                    e, body = item, encode_event(item)
+                rules.advance(e)  # a failure rolls the whole session back, and these rules are dropped
+                yield session_id, e.seq, body
 
         with self._lock:
             db = self._db

@@ -12,7 +12,7 @@ data directory or copy serves.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -24,9 +24,11 @@ from ..core.diff import snapshot_diffs
 from ..core.drops import DROP_CAUSES, Drop, session_drops
 from ..core.fork import lineage
 from ..errors import SessionNotFound
-from ..replay.verify import VERIFY_EXIT_STATUS, VerifyReport, VerifyStatus, rebuild_requests, verify_events
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
 from .output import console, diff_lines, fail_on_errors, line, literal
+
+if TYPE_CHECKING:
+    from ..replay.verify import VerifyReport, VerifyStatus
 
 __all__ = ["VERIFY_EXIT_CODES", "register"]
 
@@ -44,7 +46,7 @@ def register(app: typer.Typer) -> None:
     app.command("diff")(fail_on_errors(diff))
 
 
-_ORDER: tuple[VerifyStatus, ...] = ("verified", "not-verifiable", "unreconstructable", "mismatched")
+_ORDER: tuple[VerifyStatus, ...] = ("verified", "not-verifiable", "unreconstructable", "mismatched")  # worst last
 
 
 def verify(
@@ -59,6 +61,8 @@ def verify(
     rebuilt, e.g. an attachment is missing) or not verifiable (it has no request/dispatch records, so
     there is nothing to prove); a run that checks nothing at all is not verifiable either.
     """
+    from ..replay.verify import VERIFY_EXIT_STATUS, VerifyReport, verify_events
+
     session_ids(*(sessions or ()))
     report = VerifyReport()
     per_session: list[tuple[str, VerifyReport]] = []
@@ -143,6 +147,7 @@ def requests(
     """Print the exact reconstructed wire body of each loop request (one per line)."""
     from ..providers.base import Serializer, serializer_for
     from ..providers.registry import ANTHROPIC_MESSAGES_V1, OPENAI_CHAT_V1
+    from ..replay.verify import rebuild_requests
 
     session_ids(session)
     chosen: dict[str, Serializer] = {"anthropic": ANTHROPIC_MESSAGES_V1, "openai": OPENAI_CHAT_V1}

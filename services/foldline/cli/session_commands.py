@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import orjson
 import typer
@@ -55,10 +55,11 @@ from ..core.projection import fold_request_header
 from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
 from ..errors import ConfigError, InputError, SessionNotFound
-from ..export import ExportSummary, export_session, import_session
-from ..replay.verify import verify_events
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
 from .output import console, diff_lines, err_console, fail_on_errors, line, literal
+
+if TYPE_CHECKING:
+    from ..export import ExportSummary
 
 __all__ = ["register"]
 
@@ -336,6 +337,8 @@ def export_cmd(
     The session's attachment objects (images) are not in the file: they are named, and with
     ``--attachments DIR`` copied (verified) into DIR, for ``import --attachments DIR`` to take.
     """
+    from ..export import export_session
+
     session_ids(session)
     to_stdout = str(out) == "-"
     with stores_for(config_for(data_dir, backend), read_only=True) as stores:
@@ -389,6 +392,8 @@ def import_cmd(
     ``--attachments DIR`` takes the session's attachment objects from DIR (as ``export --attachments``
     wrote it), each verified against the log's reference.
     """
+    from ..export import import_session
+
     if as_id is not None and as_id:
         session_ids(as_id)
     from_stdin = str(file) == "-"
@@ -459,6 +464,7 @@ def fork(
 ) -> None:
     """Create a child session from a parent's prefix; overrides become a logged `resume` snapshot."""
     from ..loop.fork import fork_session
+    from ..replay.verify import verify_events
 
     session_ids(session, as_id)
     _model_option(model)
@@ -517,6 +523,7 @@ def resume(
     from ..loop.agent import StepRecord
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
+    from ..replay.verify import verify_events
 
     session_ids(session)
     _model_option(model)

@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
 from ..errors import ConfigError
-from ..projector.factory import ProjectorParts, open_projector
 from .options import BackendOpt, DataDirOpt, MetricsHostOpt, MetricsPortOpt, config_for
 from .output import console, err_console, fail_on_errors
 
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
     from ..metrics import DispatcherMetrics
     from ..metrics_server import HealthServer
     from ..projector import BatchReport, ProjectorWorker
+    from ..projector.factory import ProjectorParts
     from ..projector.faust_runtime import FaustProjector
 
 __all__ = ["register"]
@@ -125,6 +124,8 @@ def projector(
         metrics__port=metrics_port,
         metrics__host=metrics_host,
     )
+    from ..projector.factory import open_projector
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -258,6 +259,7 @@ def dispatcher(
 ) -> None:
     """Dispatch handed-off steps: request from the fold, checked against the log, logged, sent, answered."""
     from ..dispatcher import serve_steps
+    from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
     from ..metrics import DispatcherMetrics, new_registry
     from ..metrics_server import serve
 

@@ -20,7 +20,6 @@ certificate fail at once with :class:`~foldline.errors.AuthenticationFailed`.
 from __future__ import annotations
 
 import os
-import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,8 @@ from ..errors import ConfigError
 from .settings import Config, KafkaConfig
 
 if TYPE_CHECKING:
+    import ssl
+
     from mypy_boto3_s3 import S3Client
 
     from ..adapters.archive import SessionArchive
@@ -315,6 +316,8 @@ def aiokafka_credentials(kafka: KafkaConfig) -> Any:
 
 def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
     """The TLS context librdkafka's ``ssl.*`` properties describe, for a Python (aiokafka) client."""
+    import ssl
+
     try:
         context = ssl.create_default_context(
             cafile=props.get("ssl.ca.location") or None, cadata=props.get("ssl.ca.pem") or None

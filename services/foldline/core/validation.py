@@ -296,6 +296,12 @@ class LogRules:
     def check(self, event: Envelope) -> tuple[int, int] | None:
         return self.check_batch((event,))[0]
 
+    def advance(self, event: Envelope) -> tuple[int, int] | None:
+        """Check and apply one event, keeping nothing to undo it with: faster than :meth:`check`, for a
+        caller that discards this state when an event fails (a failed check leaves it unusable)."""
+        self._undo = None
+        return self._check(event)
+
     def at_batch_boundary(self) -> bool:
         """False while a compaction summary still awaits its replacing user/message."""
         return not self._compaction_pending
@@ -303,16 +309,16 @@ class LogRules:
     # -------------------------------------------------------------- internals
 
     def _set(self, name: str, value: object) -> None:
-        old = getattr(self, name)
-        assert self._undo is not None
-        self._undo.append(lambda: setattr(self, name, old))
+        if self._undo is not None:
+            old = getattr(self, name)
+            self._undo.append(lambda: setattr(self, name, old))
         setattr(self, name, value)
 
     def _add(self, target: set[str], value: str) -> None:
-        assert self._undo is not None
         if value not in target:
             target.add(value)
-            self._undo.append(lambda: target.discard(value))
+            if self._undo is not None:
+                self._undo.append(lambda: target.discard(value))
 
     def _check(self, e: Envelope) -> tuple[int, int] | None:
         seq = e.seq
@@ -426,10 +432,10 @@ class LogRules:
                     "source-seqs", f"sourceEventSeqs may only name earlier events, got {bad}", seq=seq
                 )
         surface = self.surface
-        assert self._undo is not None
         if op == "append":
             surface.append(node)
-            self._undo.append(lambda: surface.__delitem__(-1))
+            if self._undo is not None:
+                self._undo.append(lambda: surface.__delitem__(-1))
             return (len(surface) - 1, len(surface) - 1)
         assert isinstance(op, ReplaceOp)
         start, end = op.start, op.end
@@ -476,7 +482,8 @@ class LogRules:
             self.surface = old_surface
             self.surface_generation = old_gen
 
-        self._undo.append(undo)
+        if self._undo is not None:
+            self._undo.append(undo)
         return (start, end)
 
 

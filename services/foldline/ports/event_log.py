@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..core.events import Envelope
 from ..core.validation import LogRules, check_session_id
 
-__all__ = ["EventLog", "RulesCache", "WriterLease"]
+__all__ = ["EncodedEvent", "EventLog", "RulesCache", "WriterLease"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,16 @@ class WriterLease:
 
     session_id: str
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedEvent:
+    """An event together with its canonical bytes, exactly ``encode_event(envelope)``: what a caller of
+    :meth:`EventLog.create` that already encoded it (the importer, which checks each line is canonical)
+    passes, so a log storing those bytes need not encode it again."""
+
+    envelope: Envelope
+    body: bytes
 
 
 class EventLog(abc.ABC):
@@ -44,15 +54,23 @@ class EventLog(abc.ABC):
     ) -> int:
         """Append ``events``; returns the new head (next seq)."""
 
-    def create(self, session_id: str, events: Iterable[Envelope]) -> int:
+    def create(self, session_id: str, events: Iterable[Envelope | EncodedEvent]) -> int:
         """Write ``events`` (seq 0 on) as the new session ``session_id``, all or nothing; returns its head.
 
-        :class:`~foldline.errors.ConflictError` when the session already has events. An exception raised
-        while ``events`` is iterated writes nothing and propagates. This default collects the events and
-        appends them as one batch; an adapter that can keep one write open while they stream in (SQLite)
-        overrides it, so that creating a session of any size holds one event in memory at a time.
+        :class:`~foldline.errors.ConflictError` when the session already has events. Each event is checked
+        against the log rules as it arrives (so the first bad event is the one reported); a rule break, or
+        an exception raised while ``events`` is iterated, writes nothing and propagates. This default
+        collects the events and appends them as one batch; an adapter that can keep one write open while
+        they stream in (SQLite) overrides it, so that creating a session of any size holds one event in
+        memory at a time.
         """
-        return self.append(session_id, 0, list(events))
+        rules = LogRules()
+        batch = []
+        for item in events:  # checked in order as they arrive, like a streaming adapter
+            e = item.envelope if isinstance(item, EncodedEvent) else item
+            rules.advance(e)
+            batch.append(e)
+        return self.append(session_id, 0, batch)
 
     @abc.abstractmethod
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:

@@ -1,0 +1,5 @@
+"""``python -m foldline.cli``: the ``foldline`` command."""
+
+from .main import main
+
+main()
