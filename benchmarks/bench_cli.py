@@ -57,20 +57,18 @@ SHOW_FIRST_LINE_TARGET_S = 1.0
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 _HEADER = make_header(CallConfig("anthropic", "claude-bench", max_tokens=4096), "You are a careful coding agent. " * 40)
-_WORDS = (
+_PROSE = (
     "the parser rejects trailing commas since yesterday so the fixture on line forty two fails and the grammar "
     "module needs a look at how tokens are split before the run method is called again with the new input"
-).split()
+)
+_WORDS = _PROSE.split(" ")
+_CORPUS = " ".join(random.Random(7).choices(_WORDS, k=40_000))
 
 
 def _text(rng: random.Random, size: int) -> str:
-    out: list[str] = []
-    n = 0
-    while n < size:
-        word = rng.choice(_WORDS)
-        out.append(word)
-        n += len(word) + 1
-    return " ".join(out)[:size]
+    """``size`` characters of prose-like text (a window of a fixed word stream)."""
+    start = rng.randrange(0, len(_CORPUS) - size - 1)
+    return _CORPUS[start : start + size]
 
 
 def session_turns(rng: random.Random, *, small: bool = False) -> Iterator[EventData]:
@@ -112,7 +110,6 @@ def write_export(path: Path, session_id: str, *, min_bytes: int = 0, events: int
     """Write an export of one session with at least ``min_bytes`` of event lines or exactly ``events``
     events (ending on a turn/end when sized by bytes); returns the event bytes written."""
     rng = random.Random(18)
-    lines: list[bytes] = []
     hasher = hashlib.sha256()
     body = path.with_suffix(".body")
     total = count = 0
@@ -127,7 +124,6 @@ def write_export(path: Path, session_id: str, *, min_bytes: int = 0, events: int
                 break
             if not events and total >= min_bytes and isinstance(data, TurnEnd):
                 break
-    del lines
     header = ExportHeader(session_id, count, "sha256:" + hasher.hexdigest()).to_line()
     with path.open("wb") as out, body.open("rb") as src:
         out.write(header)
@@ -165,7 +161,8 @@ def _first_line(args: list[str]) -> tuple[float, float, int]:
     """Run a command reading its stdout; (seconds to its first line, seconds to its end, lines)."""
     start = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     proc.stdout.readline()
     first = time.perf_counter() - start
     lines = 1 + sum(1 for _ in proc.stdout)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
 from .core import codec
-from .core.content import ContentBlock, ImageBlock, ImageRef, ToolResultBlock
+from .core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
 from .core.events import SESSION_FORMAT_VERSION, AssistantMessage, Envelope, ToolResult, UserMessage
 from .core.validation import check_session_id
 from .core.wire import decode_event, encode_event
@@ -136,6 +136,11 @@ class _Images:
         self._source, self._target = source, target
 
     def add(self, env: Envelope) -> None:
+        data = env.data
+        if not isinstance(data, UserMessage | AssistantMessage | ToolResult) or all(
+            isinstance(b, TextBlock | ToolCallBlock) for b in data.content
+        ):
+            return  # the common case: no image anywhere in the event
         for ref in referenced_images(env):
             if ref.attachment_id not in self.refs:
                 self.refs[ref.attachment_id] = ref
@@ -274,7 +279,7 @@ class _Lines:
             if not raw.endswith(b"\n"):
                 raise ImportFailed(line, "the line does not end with a newline (truncated file?)")
             body = raw[:-1]
-            if not body.strip():
+            if not body or body.isspace():
                 raise ImportFailed(line, "empty line; every line after the header holds one event")
             if self.events == header.events:
                 raise ImportFailed(line, f"the header announces {header.events} events but the file has more lines")

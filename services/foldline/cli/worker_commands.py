@@ -12,13 +12,15 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 
 from ..errors import ConfigError
-from .options import BackendOpt, DataDirOpt, MetricsHostOpt, MetricsPortOpt, config_for
-from .output import console, err_console, fail_on_errors
+from .options import BackendOpt, DataDirOpt, MetricsHostOpt, MetricsPortOpt, config_for, session_ids
+from .output import console, err_console, fail_on_errors, literal
 
 if TYPE_CHECKING:
     from ..metrics import DispatcherMetrics
@@ -104,6 +106,9 @@ def projector(
             show_default=False,
         ),
     ] = None,
+    json: Annotated[
+        bool, typer.Option("--json", help="Report as JSON lines: readiness and the totals, or each rebuilt fold.")
+    ] = False,
 ) -> None:
     """Run a projector worker (one consumer-group member) until SIGINT/SIGTERM, or rebuild folds and exit.
 
@@ -131,37 +136,71 @@ def projector(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    session_ids(*(sessions or ()))
     parts = open_projector(config, journal=journal)
     try:
         if rebuild:
-            _rebuild(parts, sessions or [])
+            _rebuild(parts, sessions or [], json)
         elif config.projector.runtime == "faust":
-            _run_faust(parts)
+            _run_faust(parts, json)
         else:
-            _run(parts)
+            _run(parts, json)
     finally:
         parts.close()
 
 
-def _rebuild(parts: ProjectorParts, sessions: list[str]) -> None:
+def _json_line(value: object, *, stderr: bool = False) -> None:
+    stream = sys.stderr if stderr else sys.stdout
+    stream.write(orjson.dumps(value).decode() + "\n")
+    stream.flush()
+
+
+def _rebuild(parts: ProjectorParts, sessions: list[str], json: bool) -> None:
     from ..projector import BatchProjector
 
     ids = sessions or parts.log.sessions()
     projector = BatchProjector(parts.store, parts.log)
     for sid in ids:
         result = projector.rebuild(sid)
-        console.print(f"rebuilt {sid}: applied seq {result.applied_seq} ({result.status})")
-    console.print(f"rebuilt {len(ids)} session fold(s)")
+        if json:
+            _json_line({"session": sid, "appliedSeq": result.applied_seq, "status": result.status})
+        else:
+            console.print(literal(f"rebuilt {sid}: applied seq {result.applied_seq} ({result.status})"))
+    if json:
+        _json_line({"rebuilt": len(ids)})
+    else:
+        console.print(literal(f"rebuilt {len(ids)} session fold(s)"))
 
 
-def _announce(worker: ProjectorWorker | FaustProjector) -> None:
-    url = worker.metrics_url
-    extra = f" metrics={url}" if url else ""
-    sys.stdout.write(f"projector ready group={worker.settings.group} topic={worker.settings.topic}{extra}\n")
-    sys.stdout.flush()
+def _announcer(json: bool) -> Callable[[ProjectorWorker | FaustProjector], None]:
+    def announce(worker: ProjectorWorker | FaustProjector) -> None:
+        url = worker.metrics_url
+        if json:
+            _json_line({"ready": True, "group": worker.settings.group, "topic": worker.settings.topic, "metrics": url})
+            return
+        extra = f" metrics={url}" if url else ""
+        sys.stdout.write(f"projector ready group={worker.settings.group} topic={worker.settings.topic}{extra}\n")
+        sys.stdout.flush()
+
+    return announce
 
 
-def _report(totals: BatchReport) -> None:
+def _report(totals: BatchReport, json: bool) -> None:
+    if json:
+        _json_line(
+            {
+                "stopped": True,
+                "events": totals.events,
+                "applied": totals.applied,
+                "duplicates": totals.duplicates,
+                "gaps": len(totals.gaps),
+                "rebuilds": len(totals.rebuilt),
+                "fenced": len(totals.fenced),
+                "deadLetters": totals.dead_letters,
+            },
+            stderr=True,
+        )
+        return
     err_console.print(
         f"projector stopped: {totals.events} events, {totals.applied} applied, {totals.duplicates} duplicates, "
         f"{len(totals.gaps)} gaps, {len(totals.rebuilt)} rebuilds, {len(totals.fenced)} fenced, "
@@ -169,24 +208,24 @@ def _report(totals: BatchReport) -> None:
     )
 
 
-def _run(parts: ProjectorParts) -> None:
+def _run(parts: ProjectorParts, json: bool) -> None:
     from ..projector import ProjectorWorker
 
-    worker = ProjectorWorker(parts.settings, store=parts.store, log=parts.log, on_ready=_announce)
+    worker = ProjectorWorker(parts.settings, store=parts.store, log=parts.log, on_ready=_announcer(json))
 
     def stop(_signum: int, _frame: object) -> None:
         worker.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    _report(worker.run())
+    _report(worker.run(), json)
 
 
-def _run_faust(parts: ProjectorParts) -> None:
+def _run_faust(parts: ProjectorParts, json: bool) -> None:
     from ..projector.faust_runtime import FaustProjector
 
     # faust's worker installs its own SIGTERM/SIGINT handlers: a signal stops the app cleanly
-    _report(FaustProjector(parts.settings, store=parts.store, log=parts.log, on_ready=_announce).run())
+    _report(FaustProjector(parts.settings, store=parts.store, log=parts.log, on_ready=_announcer(json)).run(), json)
 
 
 # ------------------------------------------------------------------ foldline dispatcher
@@ -256,6 +295,7 @@ def dispatcher(
     ] = None,
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Report start and stop as JSON lines on stderr.")] = False,
 ) -> None:
     """Dispatch handed-off steps: request from the fold, checked against the log, logged, sent, answered."""
     from ..dispatcher import serve_steps
@@ -314,10 +354,18 @@ def dispatcher(
                 return not stop.is_set() and (ping is None or bool(ping()))
 
             server = serve(config.metrics.port, registry, host=config.metrics.host, ready=ready)
-            err_console.print(f"metrics: {server.url}/metrics")
-        err_console.print(f"dispatcher serving steps from {d.stream!r} (stop with SIGTERM or Ctrl-C)")
+            if not json:
+                err_console.print(literal(f"metrics: {server.url}/metrics"))
+        metrics_url = f"{server.url}/metrics" if server is not None else None
+        if json:
+            _json_line({"serving": d.stream, "group": d.group, "metrics": metrics_url}, stderr=True)
+        else:
+            err_console.print(literal(f"dispatcher serving steps from {d.stream!r} (stop with SIGTERM or Ctrl-C)"))
         answered = asyncio.run(main())
-        err_console.print(f"dispatcher stopped after answering {answered} step(s)")
+        if json:
+            _json_line({"stopped": True, "answered": answered}, stderr=True)
+        else:
+            err_console.print(literal(f"dispatcher stopped after answering {answered} step(s)"))
     finally:
         if server is not None:
             server.close()
