@@ -77,7 +77,14 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
 
     res = runner.invoke(app, ["verify", "--json", *args])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout) == {"checked": checked, "matched": checked, "mismatched": [], "unreconstructable": []}
+    report = json.loads(res.stdout)
+    assert {k: report[k] for k in ("checked", "matched", "mismatched", "unreconstructable", "status")} == {
+        "checked": checked,
+        "matched": checked,
+        "mismatched": [],
+        "unreconstructable": [],
+        "status": "verified",
+    }
 
 
 def test_distributed_demo_with_a_dispatcher_process(distributed_env: dict[str, str], tmp_path: Path) -> None:

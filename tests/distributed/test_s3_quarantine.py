@@ -117,8 +117,9 @@ def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
         log.close()
 
     res = CliRunner().invoke(app, ["verify", "q-1", "--json", "--backend", "distributed", "--data-dir", str(tmp_path)])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 3, res.output  # unreconstructable
     report = json.loads(res.stdout)
+    assert report["status"] == "unreconstructable"
     assert report["mismatched"] == []
     flagged = {u["seq"]: u for u in report["unreconstructable"]}
     assert flagged[q_seq]["turn"] == step.turn

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from foldline.adapters.avro import AvroCodec
 from foldline.adapters.fs_attachments import FilesystemAttachmentStore
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
@@ -565,9 +567,10 @@ def _verify_json(data_dir: Path, session: str) -> bytes:
     from typer.testing import CliRunner
 
     result = CliRunner().invoke(app, ["verify", session, "--data-dir", str(data_dir), "--json"])
-    if result.exit_code not in (0, 1):
+    if result.exit_code not in (0, 1, 3):
         raise SystemExit(f"foldline verify {session} failed: {result.output}")
-    return result.stdout_bytes
+    report = orjson.loads(result.stdout_bytes)  # the report's fields (the outcome after them is derived from them)
+    return orjson.dumps({k: report[k] for k in ("checked", "matched", "mismatched", "unreconstructable")}) + b"\n"
 
 
 def _write_avro(sessions: Mapping[str, Sequence[Envelope]]) -> Path:

@@ -3,7 +3,8 @@
 ``tests/fixtures/golden-logs/v0/`` (format version 0) holds, per session:
 
 * ``<session>.jsonl`` — the export file of docs/FORMAT.md §8 (``foldline import`` takes it);
-* ``<session>.verify.json`` — what ``foldline verify <session> --json`` reports for it;
+* ``<session>.verify.json`` — the report ``foldline verify <session> --json`` prints for it (its four fields;
+  the outcome printed after them is derived from them);
 * ``avro-<fingerprint>/<session>.records`` — the Kafka record value of every event in seq order (Avro
   single-object encoding by ``AvroCodec``, exactly what the Kafka log writes), each preceded by its length
   as a 4-byte big-endian unsigned integer; ``<fingerprint>`` is the hex of the writer schema's 8-byte

@@ -25,7 +25,15 @@ def test_demo_and_verify_on_kafka(kafka_bootstrap: str, tmp_path: Path, monkeypa
     assert all(s["verified"] for s in out["sessions"])
     res = runner.invoke(app, ["verify", "--json", *args])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout) == {"checked": 10, "matched": 10, "mismatched": [], "unreconstructable": []}
+    report = json.loads(res.stdout)
+    assert {k: v for k, v in report.items() if k != "sessions"} == {
+        "checked": 10,
+        "matched": 10,
+        "mismatched": [],
+        "unreconstructable": [],
+        "status": "verified",
+    }
+    assert [(s["id"], s["status"]) for s in report["sessions"]] == [("demo-000", "verified"), ("demo-001", "verified")]
     res = runner.invoke(app, ["sessions", "--json", *args])
     assert res.exit_code == 0, res.output
     assert [s["id"] for s in json.loads(res.stdout)] == ["demo-000", "demo-001"]

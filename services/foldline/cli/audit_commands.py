@@ -25,7 +25,7 @@ from ..core.drops import DROP_CAUSES, Drop, session_drops
 from ..core.fork import lineage
 from ..errors import SessionNotFound
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
-from .output import console, diff_lines, fail_on_errors, line, literal
+from .output import console, diff_lines, fail_on_errors, json_safe, line, literal, write_json
 
 if TYPE_CHECKING:
     from ..replay.verify import VerifyReport, VerifyStatus
@@ -86,7 +86,7 @@ def verify(
                 for sid, one in per_session
             ],
         }
-        sys.stdout.write(codec.canonical_json(out).decode() + "\n")
+        write_json(out)  # the report's fields first, as they always were
     else:
         for m in report.mismatched:
             where = (
@@ -178,7 +178,7 @@ def requests(
                     "bytes": len(body),
                     "body": orjson.Fragment(body),  # the exact bytes, embedded as they are
                 }
-                out.write(orjson.dumps(row) + b"\n")
+                out.write(json_safe(orjson.dumps(row).decode()).encode() + b"\n")
             else:
                 out.write(body + b"\n")
         out.flush()
@@ -202,7 +202,7 @@ def diff(
             "lineage": {"parentId": seed.parent_id, "seedLength": seed.seed_length} if seed else None,
             "snapshots": [{"seq": s.seq, "reason": s.reason, "diff": d.to_json()} for s, d in diffs],
         }
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        write_json(out)
         return
     if seed is not None:
         console.print(
@@ -247,8 +247,7 @@ def drops(
     counts = {cause: sum(1 for d in found if d.cause == cause) for cause in DROP_CAUSES}
     listed = [d for d in found if not d.explained] if unexplained else found
     if json:
-        out = {"sessions": len(ids), "counts": counts, "drops": [d.to_json() for d in listed]}
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        write_json({"sessions": len(ids), "counts": counts, "drops": [d.to_json() for d in listed]})
     else:
         table = Table(title=f"cache-read drops in {len(ids)} session(s)")
         table.add_column("session")

@@ -5,15 +5,12 @@ Secrets (the Redis URL's password, Kafka passwords and keys, provider API keys) 
 
 from __future__ import annotations
 
-import sys
-
-import orjson
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for
-from .output import console, fail_on_errors, literal
+from .output import console, fail_on_errors, literal, write_json
 
 __all__ = ["register"]
 
@@ -27,7 +24,7 @@ def show_config(data_dir: DataDirOpt = None, backend: BackendOpt = None, json: J
     rows = config_for(data_dir, backend).describe()
     if json:
         out = {field: {"env": env, "value": value} for env, field, value in rows}
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        write_json(out)
         return
     table = Table(title="foldline configuration (secrets masked)")
     table.add_column("variable")

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 
 from ..config import MetricsConfig
 from ..errors import ConfigError
 from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
-from .output import console, err_console, fail_on_errors, literal
+from .output import console, err_console, fail_on_errors, literal, write_json
 
 if TYPE_CHECKING:
     from ..metrics import LoopMetrics
@@ -100,7 +99,7 @@ def demo(
             dispatchers=dispatchers,
         )
         if json:
-            sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")
+            write_json(result.to_json())
         else:
             print_demo(result, console)
     if not result.verified_ok:
@@ -142,9 +141,7 @@ def emulator(
             f"cannot serve the emulator on {host}:{port}: {taken}; pass another --port (0 picks a free one)"
         ) from exc
     if json:
-        sys.stdout.write(orjson.dumps({"url": server.url, "paths": ["/v1/messages", "/v1/chat/completions"]}).decode())
-        sys.stdout.write("\n")
-        sys.stdout.flush()
+        write_json({"url": server.url, "paths": ["/v1/messages", "/v1/chat/completions"]})
     else:
         console.print(literal(f"emulator listening on {server.url} (POST /v1/messages, /v1/chat/completions)"))
     try:

@@ -20,6 +20,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
@@ -36,10 +37,12 @@ __all__ = [
     "escape_controls",
     "fail",
     "fail_on_errors",
+    "json_safe",
     "line",
     "literal",
     "one_line",
     "quiet_broken_pipe",
+    "write_json",
 ]
 
 EXIT_ERROR = 2
@@ -96,6 +99,31 @@ def escape_controls(text: str) -> str:
     # a text whose only "non-printable" characters are ones shown as themselves (e.g. a no-break space)
     # stays exactly as it was, backslashes included
     return "".join(out) if hidden else text
+
+
+def json_safe(text: str) -> str:
+    """JSON text with the characters JSON may leave raw but a terminal acts on (DEL, C1 controls, format
+    characters such as bidi overrides, line/paragraph separators) written as ``\\uXXXX``: the same JSON
+    value, safe to show. (They can only stand inside strings: JSON's own syntax is ASCII.)"""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return "".join(
+        f"\\u{ord(c):04x}"
+        if ord(c) == 0x7F or (ord(c) >= 0x80 and unicodedata.category(c) in _HIDDEN_CATEGORIES)
+        else c
+        for c in text
+    )
+
+
+def write_json(value: object, *, stderr: bool = False, canonical: bool = False) -> None:
+    """One JSON line on stdout (or stderr): insertion-ordered keys, or sorted with ``canonical``;
+    terminal-safe (:func:`json_safe`)."""
+    from ..core import codec
+
+    encoded = codec.canonical_json(value) if canonical else orjson.dumps(value)
+    stream = sys.stderr if stderr else sys.stdout
+    stream.write(json_safe(encoded.decode()) + "\n")
+    stream.flush()
 
 
 def literal(text: object, style: str = "") -> Text:

@@ -26,7 +26,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..core import codec
 from ..core.content import (
     EncryptedReasoningBlock,
     ImageBlock,
@@ -56,7 +55,7 @@ from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
 from ..errors import ConfigError, InputError, SessionNotFound
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
-from .output import console, diff_lines, err_console, fail_on_errors, line, literal
+from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
 
 if TYPE_CHECKING:
     from ..export import ExportSummary
@@ -92,10 +91,6 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _write_json(value: Any) -> None:
-    sys.stdout.write(codec.canonical_json(value).decode() + "\n")
-
-
 def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
     """List the sessions of the log: id, event count and the time of the last event."""
     rows: list[dict[str, Any]] = []
@@ -115,7 +110,7 @@ def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_jso
                     }
                 )
     if as_json:
-        _write_json(rows)
+        write_json(rows, canonical=True)
         return
     where = f" in {config.data_dir}" if config.backend == "embedded" else ""
     if not rows:
@@ -193,9 +188,13 @@ def _summary(data: object) -> str:
 
 
 @contextlib.contextmanager
-def _progress(total: int, what: str, unit: str = "") -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr when it is a terminal (else nothing); yields ``advance(n)``."""
-    if not err_console.is_terminal:
+def _progress(total: int, what: str, unit: str = "", *, beside_output: bool = True) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal (else nothing); yields ``advance(n)``.
+
+    ``beside_output=False``: only while stdout goes elsewhere (a file, a pipe) — when the output itself
+    streams onto the terminal, it is the progress.
+    """
+    if not err_console.is_terminal or (not beside_output and console.is_terminal):
         yield lambda _n: None
         return
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -231,11 +230,11 @@ def show(
         if not json:
             console.print(line(("session ", "bold"), (session, "bold"), f" — {head:,} events"))
         width = len(str(head - 1))
-        with _progress(head, "events") as advance:
+        with _progress(head, "events", beside_output=False) as advance:
             for start in range(0, head, _PAGE):
                 page = log.read(session, start, min(start + _PAGE, head))
                 if json:
-                    out.write("".join(encode_event(e).decode() + "\n" for e in page))
+                    out.write(json_safe("".join(encode_event(e).decode() + "\n" for e in page)))
                 elif console.is_terminal:
                     text = Text()
                     for e in page:
@@ -355,8 +354,7 @@ def export_cmd(
                 raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
     report = err_console if to_stdout else console
     if json:
-        text = codec.canonical_json(_summary_json(summary, out=str(out))).decode()
-        print(text, file=sys.stderr if to_stdout else sys.stdout)
+        write_json(_summary_json(summary, out=str(out)), stderr=to_stdout, canonical=True)
         return
     where = "" if to_stdout else f" to {out}"
     report.print(literal(f"exported {summary.events:,} events of {summary.session_id!r}{where} ({summary.digest})"))
@@ -416,7 +414,7 @@ def import_cmd(
             except OSError as exc:
                 raise InputError(f"cannot read {file}: {exc.strerror or exc}") from exc
     if json:
-        _write_json(_summary_json(summary))
+        write_json(_summary_json(summary), canonical=True)
         return
     console.print(literal(f"imported {summary.events:,} events as session {summary.session_id!r} ({summary.digest})"))
     note = _attachment_note(summary, attachments, exported=False)
@@ -482,7 +480,7 @@ def fork(
             "drift": drift[0].to_json() if drift else None,
             "verify": report.to_json(),
         }
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        write_json(out)
     else:
         console.print(
             line(
@@ -581,7 +579,7 @@ def resume(
             ],
             "verified": report.ok,
         }
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        write_json(out)
     else:
         console.print(line("resumed ", (session, "bold"), f": snapshot (reason resume) at seq {snap.seq}"))
         for text in diff_lines(drift):

@@ -15,12 +15,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 
 from ..errors import ConfigError
 from .options import BackendOpt, DataDirOpt, MetricsHostOpt, MetricsPortOpt, config_for, session_ids
-from .output import console, err_console, fail_on_errors, literal
+from .output import console, err_console, fail_on_errors, literal, write_json
 
 if TYPE_CHECKING:
     from ..metrics import DispatcherMetrics
@@ -149,12 +148,6 @@ def projector(
         parts.close()
 
 
-def _json_line(value: object, *, stderr: bool = False) -> None:
-    stream = sys.stderr if stderr else sys.stdout
-    stream.write(orjson.dumps(value).decode() + "\n")
-    stream.flush()
-
-
 def _rebuild(parts: ProjectorParts, sessions: list[str], json: bool) -> None:
     from ..projector import BatchProjector
 
@@ -163,11 +156,11 @@ def _rebuild(parts: ProjectorParts, sessions: list[str], json: bool) -> None:
     for sid in ids:
         result = projector.rebuild(sid)
         if json:
-            _json_line({"session": sid, "appliedSeq": result.applied_seq, "status": result.status})
+            write_json({"session": sid, "appliedSeq": result.applied_seq, "status": result.status})
         else:
             console.print(literal(f"rebuilt {sid}: applied seq {result.applied_seq} ({result.status})"))
     if json:
-        _json_line({"rebuilt": len(ids)})
+        write_json({"rebuilt": len(ids)})
     else:
         console.print(literal(f"rebuilt {len(ids)} session fold(s)"))
 
@@ -176,7 +169,7 @@ def _announcer(json: bool) -> Callable[[ProjectorWorker | FaustProjector], None]
     def announce(worker: ProjectorWorker | FaustProjector) -> None:
         url = worker.metrics_url
         if json:
-            _json_line({"ready": True, "group": worker.settings.group, "topic": worker.settings.topic, "metrics": url})
+            write_json({"ready": True, "group": worker.settings.group, "topic": worker.settings.topic, "metrics": url})
             return
         extra = f" metrics={url}" if url else ""
         sys.stdout.write(f"projector ready group={worker.settings.group} topic={worker.settings.topic}{extra}\n")
@@ -187,7 +180,7 @@ def _announcer(json: bool) -> Callable[[ProjectorWorker | FaustProjector], None]
 
 def _report(totals: BatchReport, json: bool) -> None:
     if json:
-        _json_line(
+        write_json(
             {
                 "stopped": True,
                 "events": totals.events,
@@ -358,12 +351,12 @@ def dispatcher(
                 err_console.print(literal(f"metrics: {server.url}/metrics"))
         metrics_url = f"{server.url}/metrics" if server is not None else None
         if json:
-            _json_line({"serving": d.stream, "group": d.group, "metrics": metrics_url}, stderr=True)
+            write_json({"serving": d.stream, "group": d.group, "metrics": metrics_url}, stderr=True)
         else:
             err_console.print(literal(f"dispatcher serving steps from {d.stream!r} (stop with SIGTERM or Ctrl-C)"))
         answered = asyncio.run(main())
         if json:
-            _json_line({"stopped": True, "answered": answered}, stderr=True)
+            write_json({"stopped": True, "answered": answered}, stderr=True)
         else:
             err_console.print(literal(f"dispatcher stopped after answering {answered} step(s)"))
     finally:
