@@ -114,7 +114,8 @@ def test_every_command_prints_hostile_text_literally(
     assert events[3]["data"]["content"][0]["text"] == f"[demo-000] {text}"  # --json: the events themselves
     # diff compares the system prompt line by line: what a line break splits is on the next line
     first_line = escape_controls(f"system two {text}".splitlines()[0])
-    assert f"+{first_line}"[:40] in " ".join(invoke("diff", "--data-dir", data, "--", session).stdout.split())
+    diff = invoke("diff", "--data-dir", data, "--", session).stdout
+    assert " ".join(f"+{first_line}"[:40].split()) in " ".join(diff.split())
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from foldline.core import TextBlock, UserMessage
-from foldline.core.events import ReplaceOp, RequestHeader, ToolResult
+from foldline.core import AssistantMessage, TextBlock, TurnStart, Usage, UserMessage
+from foldline.core.events import MAX_INT, MAX_TIME_MS, Envelope, ReplaceOp, RequestHeader, ToolResult
 from foldline.errors import ConflictError, FencedError, ValidationError
 from foldline.ports.event_log import EventLog
 from tests.factories import HEADER, LogBuilder, env, simple_log
@@ -136,3 +136,61 @@ class EventLogContract(abc.ABC):
     def test_empty_append_is_a_no_op(self, log: EventLog, sid: str) -> None:
         assert log.append(sid, 0, []) == 0
         assert log.read(sid) == []
+
+    def test_an_invalid_session_id_is_refused_and_nothing_is_written(self, log: EventLog, sid: str) -> None:
+        for bad in ("", "a\nb", "nul\x00", "esc\x1b[2J", "rtl\u202e", "x" * 256):
+            with pytest.raises(ValidationError) as info:
+                log.append(bad, 0, simple_log(1, 1))
+            assert info.value.rule == "session-id"
+            with pytest.raises(ValidationError):
+                log.create(bad, simple_log(1, 1))
+            assert log.head(bad) == 0
+        assert log.append(sid + "-é [/INST]", 0, simple_log(1, 1)) == len(simple_log(1, 1))
+
+    def test_values_no_backend_could_hold_are_refused(self, log: EventLog, sid: str) -> None:
+        """One check for every adapter: what one log accepts, every log (and the Avro records) can hold."""
+        head = [env(0, RequestHeader(HEADER, "initial"))]
+        log.append(sid, 0, head)
+        for bad, rule in (
+            (Envelope(1, MAX_TIME_MS + 1, TurnStart(0)), "time"),  # past 9999-12-31
+            (Envelope(1, 1 << 63, TurnStart(0)), "time"),
+            (env(1, TurnStart(MAX_INT + 1)), "value-range"),
+            (env(1, TurnStart(-1)), "value-range"),
+            (env(1, AssistantMessage("a", (TextBlock("x"),), Usage(1 << 63, 0, 0, 0))), "value-range"),
+            (env(1, UserMessage("id\nwith a newline", (TextBlock("x"),))), "id"),
+            (env(1, UserMessage("x" * 1025, (TextBlock("x"),))), "id"),
+        ):
+            with pytest.raises(ValidationError) as info:
+                log.append(sid, 1, [bad])
+            assert info.value.rule == rule, bad
+        assert log.read(sid) == head
+        assert log.append(sid, 1, [Envelope(1, MAX_TIME_MS, TurnStart(MAX_INT))]) == 2  # the limits themselves fit
+
+    def test_create_writes_a_whole_new_session(self, log: EventLog, sid: str) -> None:
+        events = simple_log(2, 3)
+        assert log.create(sid, iter(events)) == len(events)
+        assert log.read(sid) == events
+        with pytest.raises(ConflictError):
+            log.create(sid, iter(simple_log(1, 1)))
+        assert log.read(sid) == events
+
+    def test_create_writes_nothing_when_an_event_or_the_source_fails(self, log: EventLog, sid: str) -> None:
+        events = simple_log(2, 2)
+        gap = [*events[:5], Envelope(9, 0, TurnStart(9))]
+        with pytest.raises(ValidationError) as info:
+            log.create(sid, iter(gap))
+        assert info.value.seq == 9
+        assert log.head(sid) == 0
+
+        class SourceBroke(Exception):
+            pass
+
+        def broken() -> Iterator[Envelope]:
+            yield from events[:4]
+            raise SourceBroke
+
+        with pytest.raises(SourceBroke):
+            log.create(sid, broken())
+        assert log.head(sid) == 0
+        assert sid not in log.sessions()
+        assert log.create(sid, iter(events)) == len(events)

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
@@ -64,6 +64,7 @@ __all__ = ["register"]
 
 EXIT_CODES = "Exit status: 0 ok; 2 error (one line on stderr, nothing written)."
 _PAGE = 1000  # events read per page by show
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 AttachmentsOpt = Annotated[
     Path | None,
@@ -88,7 +89,8 @@ def register(app: typer.Typer) -> None:
 def _iso(ms: int) -> str:
     if not 0 <= ms <= MAX_TIME_MS:  # the log rules keep times in range; an old file may not
         return f"{ms} ms (not a date)"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = _EPOCH + timedelta(milliseconds=ms)  # exact: a float division would round the last millisecond
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_json: JsonOpt = False) -> None:

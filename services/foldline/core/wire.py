@@ -919,9 +919,12 @@ def _envelope_from_json(value: Any) -> Envelope:
     r.only(value, "event", frozenset({"type", "seq", "time", "data", "ignorable"}))
     etype = r.str_(value, "type", "event")
     s = r.int_(value, "seq", "event")
+    raw_time = value.get("time")
+    if type(raw_time) is int and raw_time > MAX_TIME_MS:
+        r.fail(
+            f"event.time {raw_time} is past 9999-12-31T23:59:59.999Z (at most {MAX_TIME_MS} epoch milliseconds)", "time"
+        )
     t = r.int_(value, "time", "event")
-    if t > MAX_TIME_MS:
-        r.fail(f"event.time {t} is past 9999-12-31T23:59:59.999Z (at most {MAX_TIME_MS} epoch milliseconds)", "time")
     ignorable = r.bool_(value, "ignorable", "event")
     return Envelope(s, t, data_from_json(r, etype, value.get("data"), ignorable), ignorable)
 

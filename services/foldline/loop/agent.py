@@ -65,6 +65,7 @@ from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Session
 from ..core.repair import closing_events
 from ..core.request import GenerateOptions
+from ..core.validation import check_session_id
 from ..errors import AttachmentError, ContextOverflow, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
@@ -160,7 +161,7 @@ class Agent:
         attachments: AttachmentStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.session_id = session_id
+        self.session_id = check_session_id(session_id)
         self.log = log
         self.provider = provider
         self.options = options
