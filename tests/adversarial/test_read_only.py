@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from foldline.adapters.sqlite_log import SqliteEventLog
-from tests.adversarial.helpers import Outcome, assert_one_line_error, demo, invoke, run
+from tests.adversarial.helpers import assert_one_line_error, demo, invoke, run
 
 _PR_CAPBSET_DROP = 24
 _DAC_CAPABILITIES = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
@@ -88,8 +88,8 @@ def check_commands(data: Path, out_dir: Path) -> None:
         assert done.code == 0, (args, done.stderr)
         assert done.stdout.strip(), args
     exported = out_dir / "copy.jsonl"
-    done: Outcome = run("export", "demo-000", "-o", exported, "--data-dir", data, preexec=as_reader(), cwd=out_dir)
-    assert done.code == 0, done.stderr
+    export = run("export", "demo-000", "-o", exported, "--data-dir", data, preexec=as_reader(), cwd=out_dir)
+    assert export.code == 0, export.stderr
     assert exported.read_bytes().count(b"\n") > 10
     assert snapshot(data) == before
 

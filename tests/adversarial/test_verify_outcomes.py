@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
-def verify_json(data: Path, *sessions: str) -> tuple[int, dict[str, object]]:
+def verify_json(data: Path, *sessions: str) -> tuple[int, dict[str, Any]]:
     out = invoke("verify", *sessions, "--data-dir", data, "--json")
     return out.code, json.loads(out.stdout)
 
@@ -52,7 +53,7 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
 def test_verified(demo_dir: Path) -> None:
     code, report = verify_json(demo_dir)
     assert (code, report["status"]) == (0, "verified")
-    assert [s["status"] for s in report["sessions"]] == ["verified", "verified"]  # type: ignore[union-attr]
+    assert [s["status"] for s in report["sessions"]] == ["verified", "verified"]
 
 
 def test_a_mistyped_data_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
@@ -82,7 +83,7 @@ def test_a_session_without_dispatch_records_is_not_verifiable(tmp_path: Path, de
     # among verified sessions it still decides the outcome: nothing may pass unchecked
     code, report = verify_json(data)
     assert code == 4
-    assert {s["id"]: s["status"] for s in report["sessions"]} == {  # type: ignore[union-attr]
+    assert {s["id"]: s["status"] for s in report["sessions"]} == {
         "demo-000": "verified",
         "demo-001": "verified",
         "imported": "not-verifiable",
@@ -98,7 +99,7 @@ def test_mismatched_beats_everything(tmp_path: Path, demo_dir: Path) -> None:
     code, report = verify_json(data)
     assert code == 1
     assert report["status"] == "mismatched"
-    assert {s["id"]: s["status"] for s in report["sessions"]}["demo-000"] == "mismatched"  # type: ignore[union-attr]
+    assert {s["id"]: s["status"] for s in report["sessions"]}["demo-000"] == "mismatched"
 
 
 def test_unreconstructable(tmp_path: Path, demo_dir: Path) -> None:
