@@ -130,6 +130,12 @@ class SqliteEventLog(EventLog):
             ) from exc
         try:
             self._db = sqlite3.connect(str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+            tables = {str(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "meta" not in tables:  # before anything changes the file
+                raise StoreUnavailable(
+                    f"{path} is a SQLite database but not a foldline log (it holds the tables "
+                    f"{', '.join(sorted(tables)[:5])}); foldline will not write into it — pass another --data-dir"
+                )
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect only in a new database
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
@@ -157,7 +163,7 @@ class SqliteEventLog(EventLog):
     @staticmethod
     def _open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
         """A connection that cannot write (see the module docstring); an empty log when there is no file."""
-        if not path.exists():
+        if not path.exists() or path.stat().st_size == 0:  # no log yet: an empty one
             db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             db.executescript(_SCHEMA)
             db.execute("PRAGMA query_only=1")
@@ -178,6 +184,11 @@ class SqliteEventLog(EventLog):
             )
             try:
                 db.execute("PRAGMA query_only=1")
+                tables = {str(r[0]) for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if "meta" not in tables:
+                    db.close()
+                    what = f"holds the tables {', '.join(sorted(tables)[:5])}" if tables else "has no tables"
+                    raise StoreUnavailable(f"event log {path} is not a foldline log (the SQLite file {what})")
                 row = db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             except sqlite3.Error as exc:
                 db.close()

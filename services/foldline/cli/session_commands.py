@@ -429,7 +429,7 @@ def import_cmd(
 
 def _model_option(model: str | None) -> None:
     if model is not None:
-        problem = id_problem(model, 256)
+        problem = id_problem(model, 256) or (None if model.strip() else "it is blank")
         if problem is not None:
             raise ConfigError(f"--model {model[:40]!r} is not a model name: {problem}")
 
