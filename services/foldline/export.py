@@ -298,7 +298,9 @@ class _Lines:
             try:
                 self.images.add(env)
             except AttachmentError as exc:
-                raise ImportFailed(line, f"cannot take an attachment the event references: {exc}") from exc
+                raise ImportFailed(
+                    line, f"cannot take an attachment the event references: {type(exc).__name__}: {exc}"
+                ) from exc
             hasher.update(raw)
             self.events += 1
             yield EncodedEvent(env, body)  # checked canonical above: the log stores these very bytes
