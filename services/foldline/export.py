@@ -23,7 +23,10 @@ imported events reference from the bundle into the target store, verified agains
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
@@ -350,11 +353,77 @@ def import_session(
     if on_line is not None:
         on_line(len(first))
     images = _Images(bundle, attachments)
-    lines = _Lines(fp, header, images, on_line)
+    ahead = _ReadAhead(_Lines(fp, header, images, on_line))
     try:
-        log.create(session_id, lines)
+        log.create(session_id, ahead)
     except ConflictError as exc:  # another writer created the session since the check above
         raise SessionExists(session_id) from exc
-    except ValidationError as exc:  # the log checks each event as it arrives: the line last read holds it
-        raise ImportFailed(lines.line, str(exc)) from exc
-    return images.summary(session_id, lines.events, header.digest, attachments if bundle is None else None)
+    except ValidationError as exc:  # the log checks each event as it arrives: the one it was given last
+        raise ImportFailed(ahead.consumed + 1, str(exc)) from exc  # line 1 is the header
+    finally:
+        ahead.close()
+    return images.summary(session_id, ahead.consumed, header.digest, attachments if bundle is None else None)
+
+
+class _ReadAhead:
+    """Iterates ``source`` on a thread, some batches ahead of the consumer: the next lines are read, decoded
+    and checked while the log writes the last ones (SQLite lets go of the interpreter while it writes). An
+    exception of the source reaches the consumer where it occurred in the sequence, after every item before
+    it; ``consumed`` counts the items the consumer has taken."""
+
+    _END = object()
+
+    def __init__(self, source: Iterable[EncodedEvent], batch: int = 256, depth: int = 8) -> None:
+        self._source = source
+        self._batch = batch
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.consumed = 0
+
+    def _run(self) -> None:
+        batch: list[EncodedEvent] = []
+        try:
+            for item in self._source:
+                batch.append(item)
+                if len(batch) == self._batch:
+                    self._put(batch)
+                    batch = []
+                if self._stop.is_set():
+                    return
+            self._put(batch)
+            self._put(self._END)
+        except BaseException as exc:  # handed to the consumer, in order
+            self._put(batch)
+            self._put(exc)
+
+    def _put(self, item: object) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator[EncodedEvent]:
+        self._thread = threading.Thread(target=self._run, name="foldline-import-read-ahead", daemon=True)
+        self._thread.start()
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, list)
+            for event in item:
+                self.consumed += 1
+                yield event
+
+    def close(self) -> None:
+        """Stop the reader (after a failure it may be ahead) and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get(timeout=0.05)
+            self._thread.join()

@@ -144,6 +144,8 @@ class EventLogContract(abc.ABC):
             assert info.value.rule == "session-id"
             with pytest.raises(ValidationError):
                 log.create(bad, simple_log(1, 1))
+            with pytest.raises(ValidationError):
+                log.acquire(bad)
             assert log.head(bad) == 0
         assert log.append(sid + "-é [/INST]", 0, simple_log(1, 1)) == len(simple_log(1, 1))
 

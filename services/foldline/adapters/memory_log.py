@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from ..core.events import Envelope
+from ..core.validation import check_session_id
 from ..core.wire import decode_event, encode_event
 from ..errors import ConflictError, FencedError
 from ..ports.event_log import EventLog, RulesCache, WriterLease
@@ -58,6 +59,7 @@ class MemoryEventLog(EventLog):
             return sorted(s for s, ev in self._events.items() if ev)
 
     def acquire(self, session_id: str) -> WriterLease:
+        check_session_id(session_id)
         with self._lock:
             epoch = self._epochs.get(session_id, 0) + 1
             self._epochs[session_id] = epoch

@@ -291,6 +291,7 @@ class KafkaEventLog(EventLog):
         return self._reader.sessions(self._clients.deadline())
 
     def acquire(self, session_id: str) -> WriterLease:
+        check_session_id(session_id)
         self._ensure_ready()
         deadline = self._clients.deadline()
         with self._session_lock(session_id):
