@@ -53,7 +53,7 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
 def test_verified(demo_dir: Path) -> None:
     code, report = verify_json(demo_dir)
     assert (code, report["status"]) == (0, "verified")
-    assert [s["status"] for s in report["sessions"]] == ["verified", "verified"]
+    assert [s["status"] for s in report["sessions"]] == ["verified"] * 4  # demo-000, -001 and the reasoning two
 
 
 def test_a_mistyped_data_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
@@ -86,6 +86,8 @@ def test_a_session_without_dispatch_records_is_not_verifiable(tmp_path: Path, de
     assert {s["id"]: s["status"] for s in report["sessions"]} == {
         "demo-000": "verified",
         "demo-001": "verified",
+        "demo-responses": "verified",
+        "demo-think": "verified",
         "imported": "not-verifiable",
     }
     out = invoke("verify", "--data-dir", data)

@@ -135,10 +135,8 @@ def _image(ref: ImageRef, seq: int) -> None:
 def _blocks(blocks: tuple[ContentBlock, ...], seq: int) -> None:
     for b in blocks:
         match b:
-            case TextBlock() | ReasoningBlock() | RedactedReasoningBlock():
-                pass
-            case EncryptedReasoningBlock(id=id_):
-                _id(id_, "reasoning item id", seq)
+            case TextBlock() | ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
+                pass  # reasoning is the provider's opaque state, kept byte for byte
             case ImageBlock(image=image):
                 _image(image, seq)
             case ToolCallBlock(id=id_, name=name):
