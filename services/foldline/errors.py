@@ -158,9 +158,9 @@ class FencedError(FoldlineError):
 
 
 class SessionNotFound(FoldlineError):
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, where: str = "`foldline sessions` lists the known ones") -> None:
         self.session_id = session_id
-        super().__init__(f"session {session_id!r} not found; `foldline sessions` lists the known ones")
+        super().__init__(f"session {session_id!r} not found; {where}")
 
 
 class SessionExists(FoldlineError):

@@ -26,7 +26,7 @@ from ..adapters.archive import audit_archive
 from ..adapters.archive.layout import SESSIONS_PREFIX
 from ..adapters.archive.reader import SessionArchive
 from ..config import Config
-from ..config.factories import archive_store, check_kafka, topic_policy
+from ..config.factories import archive_store, check_data_dir, check_kafka, topic_policy
 from ..errors import FoldlineError
 from ..ports.archive import ArchiveStore
 from ..ports.event_log import EventLog
@@ -75,10 +75,13 @@ def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
 
 
 def _embedded(config: Config) -> list[Check]:
-    from ..adapters.sqlite_log import SqliteEventLog
+    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 
     try:
-        with SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s) as log:
+        check_data_dir(config, read_only=True)  # an audit never creates a data directory
+        with SqliteEventLog(
+            config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=True
+        ) as log:
             count = len(log.sessions())
     except FoldlineError as exc:
         return [Check("log", "embedded log", "fail", f"{type(exc).__name__}: {exc}")]
@@ -164,11 +167,12 @@ def _archive(config: Config, store: ArchiveStore) -> list[Check]:
 
 
 def _log_of(config: Config) -> EventLog:
-    from ..adapters.sqlite_log import SqliteEventLog
+    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
     from ..config.factories import kafka_log
 
     if config.backend == "embedded":
-        return SqliteEventLog(config.data_dir, busy_timeout_s=config.embedded.busy_timeout_s)
+        check_data_dir(config, read_only=True)
+        return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=True)
     return kafka_log(config, archive=False)
 
 

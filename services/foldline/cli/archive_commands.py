@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
-from rich.markup import escape
 
-from ..errors import ConfigError
-from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
-from .output import console, err_console, fail_on_errors
+from ..errors import ConfigError, SessionNotFound
+from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for, session_ids
+from .output import console, err_console, fail_on_errors, line, literal, write_json
 
 if TYPE_CHECKING:
     from ..archiver.worker import ArchiverWorker
@@ -36,11 +35,17 @@ def register(app: typer.Typer) -> None:
     app.command("doctor")(fail_on_errors(doctor))
 
 
-def _announce(worker: ArchiverWorker) -> None:
-    url = worker.metrics_url
-    extra = f" metrics={url}" if url else ""
-    sys.stdout.write(f"archiver ready{extra}\n")
-    sys.stdout.flush()
+def _announcer(json: bool) -> Callable[[ArchiverWorker], None]:
+    def announce(worker: ArchiverWorker) -> None:
+        url = worker.metrics_url
+        if json:
+            write_json({"ready": True, "metrics": url})
+            return
+        extra = f" metrics={url}" if url else ""
+        sys.stdout.write(f"archiver ready{extra}\n")
+        sys.stdout.flush()
+
+    return announce
 
 
 def archiver(
@@ -66,6 +71,9 @@ def archiver(
     metrics_port: MetricsPortOpt = None,
     metrics_host: MetricsHostOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every segment written.")] = False,
+    json: Annotated[
+        bool, typer.Option("--json", help="Report readiness and the totals as JSON lines on stdout.")
+    ] = False,
 ) -> None:
     """Archive sessions to the configured archive (FOLDLINE_ARCHIVE) until SIGINT/SIGTERM.
 
@@ -83,7 +91,7 @@ def archiver(
         stream=sys.stderr,
     )
     metrics = ArchiverMetrics(new_registry()) if config.metrics.port is not None else None
-    worker = open_archiver(config, metrics=metrics, on_ready=_announce)
+    worker = open_archiver(config, metrics=metrics, on_ready=_announcer(json))
 
     def stop(_signum: int, _frame: object) -> None:
         worker.stop()
@@ -91,9 +99,11 @@ def archiver(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     worker.run()
-    err_console.print(
-        f"archiver stopped: {worker.archiver.archived_events} events in {worker.archiver.segments} segment(s)"
-    )
+    events, segments = worker.archiver.archived_events, worker.archiver.segments
+    if json:
+        write_json({"stopped": True, "events": events, "segments": segments})
+    else:
+        err_console.print(line(f"archiver stopped: {events} events in {segments} segment(s)"))
 
 
 def restore(
@@ -102,38 +112,64 @@ def restore(
     ] = None,
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
+    json: JsonOpt = False,
 ) -> None:
     """Put archived sessions back into the log (Kafka or the embedded log), under its fencing rules.
 
     Each session gets a new writer lease and the events the log lacks, appended after the prefix the log
-    already holds (which must equal the archive's). Restoring again is a no-op.
+    already holds (which must equal the archive's). Restoring again is a no-op. A session named that the
+    archive does not hold, or an archive without sessions, is an error (nothing is restored).
     """
     from ..archiver.factory import open_archive, restore_target
     from ..archiver.restore import restore_session
 
+    session_ids(*(sessions or ()))
     config = config_for(data_dir, backend)
     archive = open_archive(config)
     try:
-        ids = sessions or archive.sessions()
-        if not ids:
-            raise ConfigError(f"the archive at {archive.store.where('')} holds no session")
+        archived = archive.sessions()
+        where = archive.store.where("")
+        if not archived:
+            raise ConfigError(f"the archive at {where} holds no session; nothing to restore")
+        if sessions:
+            held = set(archived)
+            missing = [sid for sid in sessions if sid not in held]
+            if missing:
+                raise SessionNotFound(missing[0], f"the archive at {where} does not hold it (nothing was restored)")
+        ids = list(dict.fromkeys(sessions)) if sessions else archived
         log = restore_target(config)
         try:
             appended = 0
             for sid in ids:
                 result = restore_session(archive, log, sid)
                 appended += result.appended
-                console.print(
-                    f"{sid}: archived {result.archived}, the log held {result.present}, appended {result.appended}"
-                )
+                if json:
+                    write_json(
+                        {
+                            "session": sid,
+                            "archived": result.archived,
+                            "present": result.present,
+                            "appended": result.appended,
+                        }
+                    )
+                else:
+                    console.print(
+                        line(
+                            literal(sid, "bold"),
+                            f": archived {result.archived}, the log held {result.present}, appended {result.appended}",
+                        )
+                    )
         finally:
             log.close()
     finally:
         archive.close()
-    console.print(f"restored {len(ids)} session(s), {appended} event(s) appended")
+    if json:
+        write_json({"restored": len(ids), "appended": appended})
+    else:
+        console.print(line(f"restored {len(ids)} session(s), {appended} event(s) appended"))
 
 
-_MARK = {"ok": "[green]OK  [/]", "warn": "[yellow]WARN[/]", "fail": "[bold red]FAIL[/]"}
+_MARK = {"ok": ("OK  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}
 
 
 def doctor(
@@ -157,15 +193,14 @@ def doctor(
     checks = run_checks(config, audit=audit)
     failed = [c for c in checks if c.status == "fail"]
     if json:
-        sys.stdout.write(
-            orjson.dumps({"ok": not failed and bool(checks), "checks": [c.to_json() for c in checks]}).decode() + "\n"
-        )
+        write_json({"ok": not failed and bool(checks), "checks": [c.to_json() for c in checks]})
     else:
-        console.print(f"backend {config.backend}, archive {config.archive.store}")
+        console.print(line(f"backend {config.backend}, archive {config.archive.store}"))
         for c in checks:
-            fix = f"\n        {escape(c.fix)}" if c.fix and c.status != "ok" else ""
-            console.print(f"{_MARK[c.status]} {c.area:8} {escape(c.name)}: {escape(c.detail)}{fix}", soft_wrap=True)
+            console.print(line(_MARK[c.status], f" {c.area:8} {c.name}: {c.detail}"), soft_wrap=True)
+            if c.fix and c.status != "ok":
+                console.print(line(f"        {c.fix}"), soft_wrap=True)
         colour = "red" if failed or not checks else "green"
-        console.print(f"[{colour}]{len(checks) - len(failed)}/{len(checks)} checks passed[/]")
+        console.print(line((f"{len(checks) - len(failed)}/{len(checks)} checks passed", colour)))
     if failed or not checks:
         raise typer.Exit(1)

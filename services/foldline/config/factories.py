@@ -258,9 +258,7 @@ def open_stores(config: Config, *, read_only: bool = False) -> Stores:
         try:
             log.check_topics()  # before anything is written: a topic that could lose the log is refused
             if config.backend == "kafka":
-                return Stores(
-                    log, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only)
-                )
+                return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
             return Stores(log, attachment_store(config), fold_store(config))
         except BaseException:
             log.close()
