@@ -2,7 +2,9 @@
 
 ``envelope_from_json`` answers the plain shapes through ``_fast`` and everything else through the validating
 reader; for every input, ``_fast`` either defers (``None``) or returns exactly what the validating reader
-returns — never accepts what it would refuse.
+returns — never accepts what it would refuse. And what it accepts is exactly what the encoder writes
+(``encode_event`` of the result is the canonical JSON of the input): ``decode_canonical`` relies on that
+to check an imported line is canonical without encoding the event again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foldline.core import codec
-from foldline.core.wire import _envelope_from_json, _fast, encode_event
+from foldline.core.wire import _envelope_from_json, _fast, decode_canonical, decode_event, encode_event
 from foldline.errors import ValidationError
 from tests.strategies import logs
 
@@ -36,6 +38,22 @@ def _agree(value: Any) -> None:
         assert fast is None, f"the fast path accepted what the validating reader refuses: {value!r}"
         return
     assert fast is None or fast == slow
+    if fast is not None:
+        assert encode_event(fast) == codec.canonical_json(value), f"the fast path took a non-canonical {value!r}"
+    _canonical_agrees(codec.canonical_json(value))
+
+
+def _canonical_agrees(raw: bytes) -> None:
+    """``decode_canonical`` is ``decode_event`` with ``encode_event`` of its result, on any text."""
+    try:
+        expected = decode_event(raw)
+    except ValidationError:
+        try:
+            decode_canonical(raw)
+        except ValidationError:
+            return
+        raise AssertionError(f"decode_canonical accepted what decode_event refuses: {raw!r}") from None
+    assert decode_canonical(raw) == (expected, encode_event(expected))
 
 
 def _golden_events() -> list[Any]:
@@ -97,3 +115,35 @@ def test_mutated_events_never_slip_through_the_fast_path(data: st.DataObject) ->
     else:
         parent.append(data.draw(json_values))
     _agree(value)
+
+
+def test_fields_the_encoder_omits_or_never_writes_leave_the_fast_path() -> None:
+    """A default written out (``isError: false``, ``ignorable: false``, a null optional field) decodes, but
+    is not canonical: the fast path leaves it to the validating reader, whose event encodes differently."""
+    result = {"callId": "c", "name": "t", "content": [{"type": "text", "text": "x"}], "surfaceOp": "append"}
+    message = {"id": "m", "role": "assistant", "content": [], "surfaceOp": "append"}
+    variants = [
+        {"type": "tool/result", "seq": 3, "time": 1, "data": {**result, "isError": False}},
+        {"type": "tool/result", "seq": 3, "time": 1, "data": result, "ignorable": False},
+        {"type": "assistant/message", "seq": 3, "time": 1, "data": {**message, "stopReason": None}},
+        {"type": "assistant/message", "seq": 3, "time": 1, "data": {**message, "usage": None}},
+        {
+            "type": "user/message",
+            "seq": 3,
+            "time": 1,
+            "data": {**message, "role": "user", "source": "user", "sourceEventSeqs": None},
+        },
+    ]
+    for value in variants:
+        assert _fast(value) is None, value
+        raw = codec.canonical_json(value)
+        try:
+            env, canonical = decode_canonical(raw)
+        except ValidationError:
+            continue
+        assert canonical != raw
+        assert canonical == encode_event(env)
+    kept = {"type": "tool/result", "seq": 3, "time": 1, "data": {**result, "isError": True}}
+    fast = _fast(kept)
+    assert fast is not None
+    assert decode_canonical(codec.canonical_json(kept)) == (fast, codec.canonical_json(kept))

@@ -23,10 +23,7 @@ imported events reference from the bundle into the target store, verified agains
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
@@ -35,7 +32,7 @@ from .core import codec
 from .core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
 from .core.events import SESSION_FORMAT_VERSION, AssistantMessage, Envelope, ToolResult, UserMessage
 from .core.validation import check_session_id
-from .core.wire import decode_event, encode_event
+from .core.wire import decode_canonical, encode_event
 from .errors import (
     AttachmentError,
     AttachmentNotFound,
@@ -274,23 +271,24 @@ class _Lines:
 
     def __iter__(self) -> Iterator[EncodedEvent]:
         header, hasher = self.header, hashlib.sha256()
-        while raw := self.fp.readline():
-            self.line += 1
-            line = self.line
-            if self.on_line is not None:
-                self.on_line(len(raw))
+        announced = header.events
+        readline, on_line, add_images, update = self.fp.readline, self.on_line, self.images.add, hasher.update
+        events = 0
+        while raw := readline():
+            line = self.line = events + 2  # the header is line 1
+            if on_line is not None:
+                on_line(len(raw))
             if not raw.endswith(b"\n"):
                 raise ImportFailed(line, "the line does not end with a newline (truncated file?)")
             body = raw[:-1]
             if not body or body.isspace():
                 raise ImportFailed(line, "empty line; every line after the header holds one event")
-            if self.events == header.events:
-                raise ImportFailed(line, f"the header announces {header.events} events but the file has more lines")
+            if events == announced:
+                raise ImportFailed(line, f"the header announces {announced} events but the file has more lines")
             try:
-                env = decode_event(body)
+                env, canonical = decode_canonical(body)
             except ValidationError as exc:
                 raise ImportFailed(line, str(exc)) from exc
-            canonical = encode_event(env)
             if canonical != body:
                 at = _first_difference(canonical, body)
                 raise ImportFailed(
@@ -299,13 +297,13 @@ class _Lines:
                     "events are stored and exported exactly as canonical JSON (docs/FORMAT.md)",
                 )
             try:
-                self.images.add(env)
+                add_images(env)
             except AttachmentError as exc:
                 raise ImportFailed(
                     line, f"cannot take an attachment the event references: {type(exc).__name__}: {exc}"
                 ) from exc
-            hasher.update(raw)
-            self.events += 1
+            update(raw)
+            events = self.events = events + 1
             yield EncodedEvent(env, body)  # checked canonical above: the log stores these very bytes
         if self.events != header.events:
             raise ImportFailed(
@@ -353,77 +351,13 @@ def import_session(
     if on_line is not None:
         on_line(len(first))
     images = _Images(bundle, attachments)
-    ahead = _ReadAhead(_Lines(fp, header, images, on_line))
+    # One thread reads, checks and writes: SQLite's own work is a small part of an import, and a reader
+    # thread beside the writer cost more in switching the interpreter between them than it overlapped.
+    lines = _Lines(fp, header, images, on_line)
     try:
-        log.create(session_id, ahead)
+        log.create(session_id, lines)
     except ConflictError as exc:  # another writer created the session since the check above
         raise SessionExists(session_id) from exc
     except ValidationError as exc:  # the log checks each event as it arrives: the one it was given last
-        raise ImportFailed(ahead.consumed + 1, str(exc)) from exc  # line 1 is the header
-    finally:
-        ahead.close()
-    return images.summary(session_id, ahead.consumed, header.digest, attachments if bundle is None else None)
-
-
-class _ReadAhead:
-    """Iterates ``source`` on a thread, some batches ahead of the consumer: the next lines are read, decoded
-    and checked while the log writes the last ones (SQLite lets go of the interpreter while it writes). An
-    exception of the source reaches the consumer where it occurred in the sequence, after every item before
-    it; ``consumed`` counts the items the consumer has taken."""
-
-    _END = object()
-
-    def __init__(self, source: Iterable[EncodedEvent], batch: int = 256, depth: int = 8) -> None:
-        self._source = source
-        self._batch = batch
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.consumed = 0
-
-    def _run(self) -> None:
-        batch: list[EncodedEvent] = []
-        try:
-            for item in self._source:
-                batch.append(item)
-                if len(batch) == self._batch:
-                    self._put(batch)
-                    batch = []
-                if self._stop.is_set():
-                    return
-            self._put(batch)
-            self._put(self._END)
-        except BaseException as exc:  # handed to the consumer, in order
-            self._put(batch)
-            self._put(exc)
-
-    def _put(self, item: object) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def __iter__(self) -> Iterator[EncodedEvent]:
-        self._thread = threading.Thread(target=self._run, name="foldline-import-read-ahead", daemon=True)
-        self._thread.start()
-        while True:
-            item = self._queue.get()
-            if item is self._END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, list)
-            for event in item:
-                self.consumed += 1
-                yield event
-
-    def close(self) -> None:
-        """Stop the reader (after a failure it may be ahead) and wait for it."""
-        self._stop.set()
-        if self._thread is not None:
-            while self._thread.is_alive():
-                with contextlib.suppress(queue.Empty):
-                    self._queue.get(timeout=0.05)
-            self._thread.join()
+        raise ImportFailed(lines.events + 1, str(exc)) from exc  # line 1 is the header
+    return images.summary(session_id, lines.events, header.digest, attachments if bundle is None else None)

@@ -366,14 +366,20 @@ def export_cmd(
 
 
 class _CountingReader:
-    """A binary file whose ``readline`` reports the bytes read (for the progress bar)."""
+    """A binary file whose ``readline`` reports the bytes read (for the progress bar), a MiB at a time."""
+
+    _EVERY = 1 << 20
 
     def __init__(self, fp: BinaryIO, advance: Callable[[int], None]) -> None:
         self._fp, self._advance = fp, advance
+        self._pending = 0
 
     def readline(self) -> bytes:
         raw = self._fp.readline()
-        self._advance(len(raw))
+        self._pending += len(raw)
+        if self._pending >= self._EVERY or not raw:
+            self._advance(self._pending)
+            self._pending = 0
         return raw
 
 
@@ -410,7 +416,7 @@ def import_cmd(
     with contextlib.closing(fp), stores_for(config_for(data_dir, backend)) as stores:
         bundle = _bundle(attachments, read_only=True) if attachments is not None else None
         with _progress(total, "importing", "bytes") as advance:
-            reader = _CountingReader(fp, advance)
+            reader = _CountingReader(fp, advance) if err_console.is_terminal else fp
             try:
                 summary = import_session(stores.log, reader, as_id, attachments=stores.attachments, bundle=bundle)
             except OSError as exc:

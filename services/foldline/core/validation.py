@@ -85,6 +85,8 @@ def id_problem(value: str, max_bytes: int, *, empty_ok: bool = False) -> str | N
     if not value.isprintable():
         bad = next(c for c in value if not c.isprintable())
         return f"it contains the non-printable character U+{ord(bad):04X} (ids are printable text)"
+    if len(value) * 4 <= max_bytes:  # a character is at most 4 bytes in UTF-8
+        return None
     if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
         return f"it is {len(value.encode('utf-8', 'surrogatepass')):,} bytes long (at most {max_bytes} in UTF-8)"
     return None
@@ -166,23 +168,23 @@ def check_values(e: Envelope) -> None:
             seq=seq,
         )
     data = e.data
-    match data:
-        case UserMessage():
-            _id(data.id, "message id", seq)
-            _blocks(data.content, seq)
+    match data:  # the most frequent events first
+        case StepStart() | StepEnd():
+            _int(data.turn, "turn", seq)
+            _int(data.step, "step", seq)
         case AssistantMessage():
             _id(data.id, "message id", seq)
             _blocks(data.content, seq)
             _usage(data.usage, seq)
+        case UserMessage():
+            _id(data.id, "message id", seq)
+            _blocks(data.content, seq)
         case ToolResult():
             _id(data.call_id, "callId", seq)
             _id(data.name, "tool name", seq)
             _blocks(data.content, seq)
         case TurnStart() | TurnEnd():
             _int(data.turn, "turn", seq)
-        case StepStart() | StepEnd():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
         case ToolCall():
             _int(data.turn, "turn", seq)
             _int(data.step, "step", seq)
@@ -333,7 +335,19 @@ class LogRules:
                 seq=seq,
             )
         change: tuple[int, int] | None = None
-        match data:
+        match data:  # the most frequent events first
+            case (
+                TurnStart()
+                | TurnEnd()
+                | StepStart()
+                | StepEnd()
+                | RequestDispatch()
+                | SessionEndSeed()
+                | CompactionStart()
+                | CompactionEnd()
+                | AttachmentQuarantine()
+            ):
+                pass
             case UserMessage():
                 if data.source == "compaction":
                     if not self._compaction_pending:
@@ -398,21 +412,12 @@ class LogRules:
                     raise ValidationError("unknown-type", f"unknown event type {data.type!r}", seq=seq)
                 if data.type in LEGACY_TYPES:
                     raise ValidationError("legacy-header-delta", f"{data.type!r} is a removed legacy event", seq=seq)
-            case (
-                TurnStart()
-                | TurnEnd()
-                | StepStart()
-                | StepEnd()
-                | RequestDispatch()
-                | SessionEndSeed()
-                | CompactionStart()
-                | CompactionEnd()
-                | AttachmentQuarantine()
-            ):
-                pass
             case _:
                 assert_never(data)
-        self._set("next_seq", seq + 1)
+        if self._undo is not None:
+            self._set("next_seq", seq + 1)
+        else:
+            self.next_seq = seq + 1
         return change
 
     def _surface(

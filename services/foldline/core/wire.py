@@ -62,6 +62,7 @@ __all__ = [
     "block_from_json",
     "block_to_json",
     "config_to_json",
+    "decode_canonical",
     "decode_event",
     "encode_event",
     "envelope_from_json",
@@ -850,6 +851,8 @@ def _fast_data(etype: Any, d: Any) -> EventData | None:
         is_error = d.get("isError", False)
         if type(call_id) is not str or type(name) is not str or parts is None or type(is_error) is not bool:
             return None
+        if "isError" in d and not is_error:  # the encoder writes only isError: true; false is not canonical
+            return None
         return ToolResult(call_id, name, parts, is_error)
     if etype in ("turn/start", "turn/end", "step/start", "step/end", "tool/call", "request/dispatch"):
         return _fast_other(etype, d)
@@ -858,7 +861,7 @@ def _fast_data(etype: Any, d: Any) -> EventData | None:
 
 def _fast_other(etype: str, d: dict[str, Any]) -> EventData | None:
     turn: Any = d.get("turn")
-    if not _nat(turn):
+    if type(turn) is not int or not 0 <= turn <= MAX_INT:
         return None
     if etype == "turn/start":
         return TurnStart(turn) if len(d) == 1 else None
@@ -868,7 +871,7 @@ def _fast_other(etype: str, d: dict[str, Any]) -> EventData | None:
             return None
         return TurnEnd(turn, reason)
     step: Any = d.get("step")
-    if not _nat(step):
+    if type(step) is not int or not 0 <= step <= MAX_INT:
         return None
     if etype in ("step/start", "step/end"):
         if len(d) != 2:
@@ -891,12 +894,17 @@ def _fast_other(etype: str, d: dict[str, Any]) -> EventData | None:
 
 
 def _fast(value: Any) -> Envelope | None:
+    """The common shapes, exactly as :func:`encode_event` writes them (every field it writes, none it omits,
+    the exact JSON types): whatever this returns, ``envelope_to_json`` of it equals ``value``. Anything
+    else is None, for the validating reader."""
     if type(value) is not dict or len(value) != 4:  # an "ignorable" event takes the validating path
         return None
     seq: Any = value.get("seq")
     time: Any = value.get("time")
+    if type(seq) is not int or not 0 <= seq <= MAX_INT or type(time) is not int or not 0 <= time <= MAX_TIME_MS:
+        return None
     data = _fast_data(value.get("type"), value.get("data"))
-    if data is None or not _nat(seq) or type(time) is not int or not 0 <= time <= MAX_TIME_MS:
+    if data is None:
         return None
     return Envelope(seq, time, data)
 
@@ -927,6 +935,23 @@ def _envelope_from_json(value: Any) -> Envelope:
     t = r.int_(value, "time", "event")
     ignorable = r.bool_(value, "ignorable", "event")
     return Envelope(s, t, data_from_json(r, etype, value.get("data"), ignorable), ignorable)
+
+
+def decode_canonical(raw: bytes | str) -> tuple[Envelope, bytes]:
+    """Decode one event, with the canonical bytes of what it decoded to (``encode_event`` of the result).
+
+    The text is canonical exactly when those bytes equal it. For the shapes the fast path takes they are the
+    canonical JSON of the parsed value itself (the fast path takes only what the encoder writes), which
+    spares building the event's JSON again."""
+    try:
+        value = codec.loads(raw)
+    except ValueError as exc:
+        raise FormatError("format", str(exc)) from exc
+    fast = _fast(value)
+    if fast is not None:
+        return fast, codec.canonical_json(value)
+    env = _envelope_from_json(value)
+    return env, encode_event(env)
 
 
 def decode_event(raw: bytes | str) -> Envelope:
