@@ -220,3 +220,70 @@ def test_transport_failures_and_non_json_answers_are_provider_errors_without_the
     assert KEY not in str(info.value)
     with pytest.raises(ProviderError, match="non-JSON"):
         _send(make(httpx.MockTransport(lambda r: httpx.Response(200, text="<html>oops</html>"))), b"{}")
+
+
+def _chain(exc: BaseException) -> str:
+    """Everything an error carries that could be printed or logged: its message, attributes and causes."""
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None:
+        parts += [str(current), repr(current.args), repr(vars(current))]
+        current = current.__cause__ or current.__context__
+    return " ".join(parts)
+
+
+ANSWERS_QUOTING_THE_KEY = {
+    "anthropic": [
+        {"id": "m", "role": "assistant", "content": [{"type": KEY}], "stop_reason": "end_turn"},
+        {"id": "m", "role": "assistant", "content": [], "usage": {"input_tokens": KEY, "output_tokens": 1}},
+        {"id": "m", "role": "assistant", "content": [{"type": KEY[:14] + "…"}]},
+        {"id": "m", "role": "assistant", "content": [{"type": f"{KEY[:8]}****{KEY[-4:]}"}]},
+    ],
+    "openai": [
+        {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [{"type": KEY}]}}]},
+        {"choices": [{"message": {"role": "assistant", "content": "x"}}], "usage": {"prompt_tokens": KEY}},
+    ],
+}
+
+
+@pytest.mark.parametrize("make", PROVIDERS, ids=["anthropic", "openai"])
+def test_a_2xx_answer_the_parser_refuses_never_carries_the_key_whole_or_in_part(
+    make: Callable[[httpx.AsyncBaseTransport], Provider],
+) -> None:
+    name = make(httpx.MockTransport(lambda r: httpx.Response(200))).name
+    for answer in ANSWERS_QUOTING_THE_KEY[name]:
+        body = canonical_json(answer)
+        with pytest.raises(ProviderError) as info:
+            _send(make(httpx.MockTransport(lambda r, b=body: httpx.Response(200, content=b))), b"{}")
+        seen = _chain(info.value)
+        for piece in (KEY, KEY[:14], KEY[-8:], KEY[8:18]):
+            assert piece not in seen, (answer, seen)
+        assert "[redacted]" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("make", PROVIDERS, ids=["anthropic", "openai"])
+def test_a_streamed_answer_the_assembler_refuses_never_carries_the_key(
+    make: Callable[[httpx.AsyncBaseTransport], Provider],
+) -> None:
+    streams = [
+        f"event: {KEY}\ndata: {{}}\n\n".encode(),
+        f'data: {{"type": "{KEY}"}}\n\n'.encode(),
+        f'event: error\ndata: {{"type": "error", "error": {{"type": "{KEY}", "message": "{KEY[:12]}"}}}}\n\n'.encode(),
+    ]
+    for raw in streams:
+        transport = httpx.MockTransport(
+            lambda r, b=raw: httpx.Response(200, content=b, headers={"content-type": "text/event-stream"})
+        )
+        provider = make(transport)
+
+        async def go(p: Provider = provider) -> ProviderResponse:
+            try:
+                return await p.send(b"{}", stream=True)
+            finally:
+                await p.aclose()
+
+        with pytest.raises(ProviderError) as info:
+            asyncio.run(go())
+        seen = _chain(info.value)
+        for piece in (KEY, KEY[:12], KEY[-8:]):
+            assert piece not in seen, (raw, seen)

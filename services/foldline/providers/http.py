@@ -47,7 +47,7 @@ from .settings import TransportSettings
 from .sse import SSEDecoder
 from .streaming import AnswerProgress, StreamAssembler
 
-__all__ = ["EXCERPT_CHARS", "JsonHttpProvider", "redact", "status_error"]
+__all__ = ["EXCERPT_CHARS", "JsonHttpProvider", "redact", "scrubbed", "status_error"]
 
 EXCERPT_CHARS = 300
 _REDACTED = "[redacted]"
@@ -85,6 +85,22 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
         return run
 
     return _KEYLIKE_RUN.sub(piece, text)
+
+
+def scrubbed(exc: BaseException, secrets: tuple[str, ...]) -> BaseException:
+    """``exc`` with every secret redacted (:func:`redact`) from its message and from the exceptions it was
+    raised from: an error quotes what it refused, and an answer may echo the key. Returns ``exc`` itself."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in current.args)
+        for name in ("excerpt", "error_type"):
+            value = getattr(current, name, None)
+            if isinstance(value, str):
+                setattr(current, name, redact(value, secrets))
+        current = current.__cause__ or current.__context__
+    return exc
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -238,8 +254,13 @@ class JsonHttpProvider(Provider):
         except ProviderStreamError as exc:
             exc.received_bytes = progress.received_bytes
             exc.request_id = progress.request_id
-            raise
-        parsed = self.parse(payload)
+            raise scrubbed(exc, secrets) from exc.__cause__
+        except ProviderError as exc:
+            raise scrubbed(exc, secrets) from exc.__cause__
+        try:
+            parsed = self.parse(payload)
+        except ProviderError as exc:  # a 2xx answer the parser refuses quotes the answer, which may echo the key
+            raise scrubbed(exc, secrets) from exc.__cause__
         message_id = payload.get("id")
         return replace(parsed, request_id=request_id, message_id=message_id if isinstance(message_id, str) else None)
 
