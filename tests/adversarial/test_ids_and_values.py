@@ -78,6 +78,7 @@ def test_a_bad_session_id_is_refused_at_every_entry_point(tmp_path: Path, bad: s
         ("export", bad, "-o", tmp_path / "x.jsonl"),
         ("fork", "good", "--at", "0", "--as", bad),
         ("fork", bad, "--at", "0"),
+        ("restore", bad),
     ):
         line = assert_one_line_error(invoke(args[0], "--data-dir", data, "--", *args[1:]))
         assert printable_output(line)
