@@ -133,6 +133,28 @@ class EventLogContract(abc.ABC):
         assert log.append(sid, 2, events[2:4], lease=second) == 4
         assert log.read(sid) == events[:4]
 
+    def test_acquire_and_read_is_a_lease_plus_every_event(self, log: EventLog, sid: str) -> None:
+        lease, events = log.acquire_and_read(sid)
+        assert events == []
+        written = simple_log()
+        log.append(sid, 0, written[:5], lease=lease)
+        assert log.read(sid, 1, 4) == written[1:4]  # a range the writer itself appended
+        newer, again = log.acquire_and_read(sid)
+        assert newer.epoch > lease.epoch
+        assert again == written[:5]
+        with pytest.raises(FencedError):
+            log.append(sid, 5, written[5:6], lease=lease)
+        assert log.append(sid, 5, written[5:6], lease=newer) == 6
+        assert log.read(sid) == written[:6]
+
+    def test_many_new_sessions_each_get_their_own_lease(self, log: EventLog, sid: str) -> None:
+        events = simple_log()[:3]
+        leases = [log.acquire(f"{sid}-{i}") for i in range(20)]
+        for i, lease in enumerate(leases):
+            assert log.append(f"{sid}-{i}", 0, events, lease=lease) == 3
+        assert all(log.read(f"{sid}-{i}") == events for i in range(20))
+        assert {f"{sid}-{i}" for i in range(20)} <= set(log.sessions())
+
     def test_empty_append_is_a_no_op(self, log: EventLog, sid: str) -> None:
         assert log.append(sid, 0, []) == 0
         assert log.read(sid) == []

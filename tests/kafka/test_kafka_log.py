@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,17 @@ class TestKafkaEventLog(EventLogContract):
 
     def make_log(self) -> EventLog:
         return self._make()
+
+
+class TestFollowingKafkaEventLog(EventLogContract):
+    """The same contract with the follower of committed records serving reads of the sessions it writes."""
+
+    @pytest.fixture(autouse=True)
+    def _factory(self, make_log: MakeLog) -> None:
+        self._make = make_log
+
+    def make_log(self) -> EventLog:
+        return self._make(follow=True)
 
 
 def _sid() -> str:
@@ -403,3 +415,55 @@ def test_a_fault_in_the_group_writer_fails_its_appends_fast_and_the_next_ones_go
     assert log.head(sid) == 3  # the failed batch was never sent
     assert log.append(sid, 3, events[3:6]) == 6  # the writer goes on (with a fresh producer)
     assert make_log().read(sid) == events[:6]
+
+
+def test_new_sessions_are_created_in_a_few_transactions_not_one_take_over_each(make_log: MakeLog) -> None:
+    log = make_log()
+    sids = [_sid() for _ in range(120)]
+    with ThreadPoolExecutor(32) as pool:
+        leases = list(pool.map(log.acquire, sids))
+    assert {lease.epoch for lease in leases} == {1}
+    assert log._creator.transactions <= 60  # batched per partition, not one per session (4 partitions here)
+    events = simple_log()[:2]
+    with ThreadPoolExecutor(32) as pool:
+        heads = list(pool.map(lambda sid, lease: log.append(sid, 0, events, lease=lease), sids, leases))
+    assert heads == [2] * len(sids)
+    other = make_log()
+    assert all(other.read(sid) == events for sid in sids[:10])
+
+
+def test_two_instances_creating_one_new_session_at_once_get_one_owner_each_in_turn(make_log: MakeLog) -> None:
+    """Creation is fenced per partition: whichever creates first owns epoch 1; the other takes it over."""
+    for _ in range(5):
+        sid = _sid()
+        a, b = make_log(), make_log()
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(KafkaEventLog.acquire, (a, b), (sid, sid))
+        assert sorted((first.epoch, second.epoch)) == [1, 2]
+        stale, fresh = (a, first), (b, second)
+        if first.epoch > second.epoch:
+            stale, fresh = (b, second), (a, first)
+        with pytest.raises(FencedError):
+            stale[0].append(sid, 0, simple_log()[:1], lease=stale[1])
+        assert fresh[0].append(sid, 0, simple_log()[:1], lease=fresh[1]) == 1
+
+
+def test_the_follower_serves_reads_of_what_this_instance_appended(make_log: MakeLog) -> None:
+    log = make_log(follow=True)
+    sid = _sid()
+    lease, _ = log.acquire_and_read(sid)
+    events = simple_log()
+    fetched: list[int] = []
+    original = log._reader.events
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        fetched.append(1)
+        return original(*args, **kwargs)
+
+    log._reader.events = counting  # type: ignore[method-assign]
+    head = 0
+    for i in range(0, len(events), 3):
+        head = log.append(sid, head, events[i : i + 3], lease=lease)
+        assert log.read(sid, i, head) == events[i:head]
+    assert fetched == []  # every read came from the follower
+    assert make_log().read(sid) == events  # and another instance reads the same from the broker

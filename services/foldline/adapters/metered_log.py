@@ -67,5 +67,8 @@ class MeteredEventLog(EventLog):
     def acquire(self, session_id: str) -> WriterLease:
         return self.inner.acquire(session_id)
 
+    def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        return self.inner.acquire_and_read(session_id)
+
     def close(self) -> None:
         self.inner.close()

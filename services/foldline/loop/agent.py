@@ -170,8 +170,8 @@ class Agent:
         self.inbox = Inbox()
         self._pre_step: list[PreStepHook] = []
         self._request_hooks: list[RequestHook] = []
-        self.lease: WriterLease = log.acquire(session_id)
-        loaded = log.read(session_id)
+        self.lease: WriterLease
+        self.lease, loaded = log.acquire_and_read(session_id)
         self.session = Session(session_id, loaded)  # validates on load
         repair = closing_events(loaded)
         if repair:  # the last instance stopped mid-step: answer its calls and close it first (core/repair.py)

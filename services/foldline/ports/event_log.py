@@ -88,6 +88,14 @@ class EventLog(abc.ABC):
     def acquire(self, session_id: str) -> WriterLease:
         """Become the session's only writer; every earlier lease is fenced from now on."""
 
+    def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        """:meth:`acquire`, then every event of the session: what a new writer starts from.
+
+        Default: the two calls; adapters that learn the session's state while acquiring answer both at once.
+        """
+        lease = self.acquire(session_id)
+        return lease, self.read(session_id)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 

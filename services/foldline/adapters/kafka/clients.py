@@ -183,6 +183,25 @@ class KafkaClients:
         except KafkaException as exc:
             raise ConfigError(f"invalid Kafka consumer configuration: {exc}") from exc
 
+    def following_consumer(self) -> Consumer:
+        """A committed-records consumer that tails partitions (assign only): the broker holds each fetch up
+        to 10 ms for new records, so following costs little when nothing is written and ~10 ms of latency."""
+        try:
+            return Consumer(
+                {
+                    **self.base,
+                    "group.id": f"foldline-follower-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 10,
+                    "auto.offset.reset": "latest",
+                }
+            )
+        except KafkaException as exc:
+            raise ConfigError(f"invalid Kafka consumer configuration: {exc}") from exc
+
     def admin(self) -> AdminClient:
         try:
             return AdminClient(self.base)

@@ -24,8 +24,14 @@ naming itself. A writer keeps the state of the sessions it owns and checks ``exp
 lease epoch against it before anything is sent; if its producer is fenced the commit fails, nothing of
 that transaction becomes visible, and each waiting append takes its session over again and re-checks.
 
+**Creating a session** costs no take-over: new sessions are created in batches, one transaction per
+partition for all the sessions created meanwhile, through a transactional id per partition that every
+instance shares (:mod:`.creator`), so two instances can never both create one.
+
 **Reading one session** costs the session's size (:mod:`.reader`): the index partition is tailed (one
-small entry per session after compaction), then exactly the listed offsets are fetched. With an archive
+small entry per session after compaction), then exactly the listed offsets are fetched. Reading seqs of a
+session this instance writes needs neither: their offsets are known, and with ``follow=True`` a follower
+of the committed stream (:mod:`.follower`) has usually decoded them already. With an archive
 (``archive``), the seqs below a session's archive watermark are read from it instead, the tail from Kafka
 (:mod:`.archive_tail`): the log outlives the topic's retention.
 
@@ -53,6 +59,8 @@ from ...ports.event_log import EventLog, WriterLease
 from ..avro import AvroCodec
 from .archive_tail import ArchiveAndTail
 from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
+from .creator import SessionCreator
+from .follower import Follower
 from .index import SessionState, encode_index
 from .partitioning import partition_for
 from .reader import SessionReader
@@ -159,6 +167,7 @@ class KafkaEventLog(EventLog):
         writers: int = 1,
         archive: ArchiveReader | None = None,
         policy: TopicPolicy | None = None,
+        follow: bool = False,
     ) -> None:
         if partitions < 1:
             raise ConfigError("partitions must be >= 1")
@@ -201,6 +210,9 @@ class KafkaEventLog(EventLog):
         self._taking_over = threading.BoundedSemaphore(_MAX_TAKE_OVERS)
         self._owned: OrderedDict[str, _Owned] = OrderedDict()
         self._writers: list[GroupWriter] = []
+        self._creator = SessionCreator(self._clients, self._reader, topic=topic, index_topic=self.index_topic)
+        self._follow = follow
+        self._follower: Follower | None = None
 
     # -------------------------------------------------------------- EventLog
 
@@ -276,6 +288,10 @@ class KafkaEventLog(EventLog):
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         self._ensure_ready()
         deadline = self._clients.deadline()
+        owned = self._owned.get(session_id)
+        if owned is not None and to_seq is not None and to_seq <= owned.state.next_seq:
+            # Seqs this instance has seen committed: their offsets are known and events never change.
+            return self._read_known(session_id, owned.state, max(from_seq, 0), to_seq, deadline)
         state = self._load_state(session_id, deadline)
         end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
         if from_seq >= end:
@@ -291,20 +307,30 @@ class KafkaEventLog(EventLog):
         return self._reader.sessions(self._clients.deadline())
 
     def acquire(self, session_id: str) -> WriterLease:
+        return self.acquire_and_read(session_id)[0]
+
+    def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        """The lease and the session's events as the take-over (or the creation) found them: exact, with no
+        second read of the index."""
         check_session_id(session_id)
         self._ensure_ready()
         deadline = self._clients.deadline()
         with self._session_lock(session_id):
             owned, _ = self._own(session_id, deadline, new_epoch=True)
-            return WriterLease(session_id, owned.state.epoch)
+            state = owned.state
+            lease = WriterLease(session_id, state.epoch)
+            return lease, self._read_known(session_id, state, 0, state.next_seq, deadline)
 
     def close(self) -> None:
         with self._ready_lock:
             if self._closed:
                 return
             self._closed = True
+        if self._follower is not None:
+            self._follower.close()
         for writer in self._writers:
             writer.close()
+        self._creator.close()
         with self._owned_lock:
             solos = [o.solo for o in self._owned.values() if o.solo is not None]
             self._owned.clear()
@@ -353,6 +379,13 @@ class KafkaEventLog(EventLog):
                     return owned, False
             self._disown(session_id)
             state = self._load_state(session_id, deadline)
+            if state.owner is None and state.next_seq == 0 and state.epoch == 0:
+                # A new session: created in a batched transaction, no take-over (see .creator)
+                part = partition_for(session_id, self.partitions)
+                created = self._creator.create(session_id, part, writer_id, 1 if new_epoch else 0, deadline)
+                if created is None:
+                    continue  # another instance created it meanwhile: take it over below, on a fresh read
+                return self._keep(session_id, _Owned(writer_id, created)), True
             if state.owner == writer_id and not new_epoch:
                 # Nobody took it over since our writer last committed to it (a take-over fences our
                 # writer first, and the next commit would fail): the committed state is exact.
@@ -495,6 +528,20 @@ class KafkaEventLog(EventLog):
             values.append(value)
         return values
 
+    def _read_known(
+        self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float
+    ) -> list[Envelope]:
+        """Events ``from_seq .. to_seq`` of a session whose offsets ``state`` holds (from the follower if it has
+        them, else from the archive and by offset)."""
+        if from_seq >= to_seq:
+            return []
+        if self._follower is not None:
+            part = partition_for(session_id, self.partitions)
+            followed = self._follower.events(session_id, part, from_seq, state.offsets[from_seq:to_seq])
+            if followed is not None:
+                return followed
+        return self._events.events(session_id, state, from_seq, to_seq, deadline)
+
     def _rules_for(self, session_id: str, state: SessionState, deadline: float) -> LogRules:
         rules = LogRules()
         if state.next_seq:
@@ -528,6 +575,16 @@ class KafkaEventLog(EventLog):
                 self._clients, self.topic, partitions=self.partitions, policy=self.policy, create=self._create_topics
             )
             self._writers = [GroupWriter(self._context, k) for k in range(min(self._writer_count, self.partitions))]
+            if self._follow:
+                marks = self._reader.watermarks
+                self._follower = Follower(
+                    self._clients,
+                    topic=self.topic,
+                    partitions=self.partitions,
+                    decode=self.codec.decode,
+                    wanted=self._owned.__contains__,
+                    start=[marks.high(self.topic, p) for p in range(self.partitions)],
+                )
 
     def _writer_for(self, part: int) -> GroupWriter:
         """The writer of a partition: writer ``k`` commits partitions ``p`` with ``p % writers == k``."""

@@ -209,6 +209,14 @@ class SessionReader:
         with self._index_lock:
             self._chunks.setdefault(session_id, {})[n] = chunk
 
+    def known_entries(self, session_ids: Sequence[str], part: int, deadline: float) -> dict[str, IndexEntry]:
+        """The committed index entries of ``session_ids`` (all in partition ``part``), after one catch-up."""
+        high = self.watermarks.high(self.index_topic, part, deadline)
+        with self.lock:
+            self._catch_up_index(part, deadline, high)
+        with self._index_lock:
+            return {sid: entry for sid in session_ids if (entry := self._index.get(sid)) is not None}
+
     def sessions(self, deadline: float) -> list[str]:
         """Every session with events, after catching up every index partition."""
         with self.lock:

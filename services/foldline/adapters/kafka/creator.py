@@ -1,0 +1,178 @@
+"""Creating new sessions in batches: one transaction per partition for every session created meanwhile.
+
+A session that has no index entry yet has no owner to fence, so making it this instance's costs no
+take-over — but two instances must not both create it. Creation goes through a transactional id per
+*partition*, ``<topic>:create:<partition>``, shared by every instance:
+
+1. ``init_transactions`` on it (once, and again after being fenced) fences whichever instance used it
+   before: its open transaction is aborted and its later commits fail;
+2. this instance then catches its view of the index partition up to the end — every creation committed
+   before the ``init`` is in it — and keeps only the sessions that still have no entry;
+3. one transaction writes, for each of them, the lease record (epoch 1) and an index entry naming this
+   instance's group writer as the owner.
+
+If another instance initialises the same id between 1 and 3, this commit fails (fenced): nothing of it is
+visible, and the batch starts again at 1 — after which step 2 sees the other instance's creations. A
+session found to exist is answered as such; the caller takes it over the usual way. Concurrent creations
+of one partition in this instance wait for the transaction under way and then go together in the next,
+so creating a thousand sessions costs tens of transactions, not a thousand take-overs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, Producer
+
+from ...errors import StoreUnavailable
+from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
+from .index import IndexEntry, SessionState, encode_index
+from .reader import SessionReader
+from .records import HEADER_BATCH, HEADER_EPOCH, HEADER_KIND, KIND_LEASE
+
+__all__ = ["SessionCreator"]
+
+
+@dataclass(slots=True)
+class _Creation:
+    session_id: str
+    owner: str
+    epoch: int
+    done: bool = False
+    state: SessionState | None = None  # None when done: the session exists already
+    error: BaseException | None = None
+
+
+class _Partition:
+    """One partition's creator: its producer and the creations waiting for the next transaction."""
+
+    def __init__(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        self.cond = threading.Condition()
+        self.queue: list[_Creation] = []
+        self.busy = False
+        self.producer: Producer | None = None
+
+
+class SessionCreator:
+    """Creates new sessions of one log's topics in batched transactions (see the module docstring)."""
+
+    def __init__(self, clients: KafkaClients, reader: SessionReader, *, topic: str, index_topic: str) -> None:
+        self._clients = clients
+        self._reader = reader
+        self._topic = topic
+        self._index_topic = index_topic
+        self._lock = threading.Lock()
+        self._parts: dict[int, _Partition] = {}
+        self.transactions = 0  # committed creation transactions (observability, tests)
+
+    def create(self, session_id: str, part: int, owner: str, epoch: int, deadline: float) -> SessionState | None:
+        """Create ``session_id`` (in partition ``part``) owned by ``owner`` at lease ``epoch``.
+
+        Returns its state, or ``None`` when the session turned out to exist (another instance created it).
+        """
+        p = self._partition(part)
+        mine = _Creation(session_id, owner, epoch)
+        with p.cond:
+            p.queue.append(mine)
+            while not mine.done and p.busy:
+                if not p.cond.wait(timeout=self._clients.remaining(deadline)):
+                    raise StoreUnavailable(
+                        f"creating session {session_id!r}: the creation transaction of partition {part} under way "
+                        f"did not finish within {self._clients.timeout_s:g}s"
+                    )
+            if mine.done:
+                return self._outcome(mine)
+            batch, p.queue, p.busy = p.queue, [], True
+        try:
+            self._commit(p, part, batch, deadline)
+        except BaseException as exc:
+            for c in batch:
+                if not c.done:
+                    c.error, c.done = exc if c is mine else StoreUnavailable(str(exc)), True
+        finally:
+            with p.cond:
+                p.busy = False
+                p.cond.notify_all()
+        return self._outcome(mine)
+
+    def close(self) -> None:
+        with self._lock:
+            parts, self._parts = list(self._parts.values()), {}
+        for p in parts:
+            discard(p.producer, f"the session creator {p.transactional_id}")
+
+    # ------------------------------------------------------------------ internals
+
+    def _partition(self, part: int) -> _Partition:
+        with self._lock:
+            p = self._parts.get(part)
+            if p is None:
+                p = self._parts[part] = _Partition(f"{self._topic}:create:{part}")
+            return p
+
+    @staticmethod
+    def _outcome(c: _Creation) -> SessionState | None:
+        if c.error is not None:
+            raise c.error
+        return c.state
+
+    def _commit(self, p: _Partition, part: int, batch: list[_Creation], deadline: float) -> None:
+        clients = self._clients
+        while True:
+            if p.producer is None:
+                producer = clients.transactional_producer(p.transactional_id, SESSION_PRODUCER)
+                try:
+                    producer.init_transactions(clients.remaining(deadline))
+                except KafkaException as exc:
+                    discard(producer, f"the session creator {p.transactional_id}")
+                    raise clients.unavailable(f"starting the session creator of partition {part}", exc) from exc
+                p.producer = producer
+            producer = p.producer
+            # every creation committed before our init is in the index now
+            known = self._reader.known_entries([c.session_id for c in batch], part, deadline)
+            fresh: list[_Creation] = []
+            for c in batch:
+                if c.session_id in known:
+                    c.done = True  # exists: the caller takes it over
+                else:
+                    fresh.append(c)
+            if not fresh:
+                return
+            entries = [IndexEntry(c.epoch, 0, c.owner) for c in fresh]
+            try:
+                producer.begin_transaction()
+                for c, entry in zip(fresh, entries, strict=True):
+                    if c.epoch > 0:
+                        producer.produce(
+                            self._topic,
+                            value=None,
+                            key=c.session_id,
+                            partition=part,
+                            headers=[
+                                (HEADER_KIND, KIND_LEASE),
+                                (HEADER_EPOCH, str(c.epoch).encode()),
+                                (HEADER_BATCH, uuid.uuid4().hex.encode()),
+                            ],
+                        )
+                    producer.produce(self._index_topic, value=encode_index(entry), key=c.session_id, partition=part)
+                producer.commit_transaction(clients.remaining(deadline))
+            except (KafkaException, BufferError) as exc:
+                p.producer = None
+                discard(producer, f"the session creator {p.transactional_id}")
+                err = kafka_error(exc) if isinstance(exc, KafkaException) else None
+                if err is not None and err.code() in FENCED_CODES and time.monotonic() < deadline:
+                    continue  # another instance created sessions of this partition meanwhile: look again
+                raise clients.unavailable(
+                    f"creating {len(fresh)} session(s) in partition {part} (the creation may or may not have "
+                    "committed; the next attempt settles it)",
+                    exc,
+                ) from exc
+            self.transactions += 1
+            for c, entry in zip(fresh, entries, strict=True):
+                self._reader.remember(c.session_id, entry)
+                c.state, c.done = SessionState(entry.epoch, [], entry.owner), True
+            return
