@@ -13,22 +13,15 @@ import certifi
 import pytest
 from typer.testing import CliRunner
 
-from foldline.adapters.fs_attachments import FilesystemAttachmentStore
-from foldline.adapters.memory_folds import MemoryFoldStore
-from foldline.adapters.memory_log import MemoryEventLog
 from foldline.cli.main import app
 from foldline.config import (
     KAFKA_SECURITY_VARIABLES,
     SETTINGS,
     Config,
-    DispatchConfig,
     KafkaConfig,
-    RedisConfig,
-    Stores,
     read_client_properties,
 )
-from foldline.config.factories import aiokafka_credentials, emulated_providers
-from foldline.dispatcher.factory import open_dispatcher
+from foldline.config.factories import aiokafka_credentials
 from foldline.errors import ConfigError
 from foldline.projector import WorkerSettings
 
@@ -67,7 +60,9 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_DISPATCH_CONCURRENCY": "200",
     "FOLDLINE_DISPATCH_FOLD_TIMEOUT": "2.5",
     "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT": "300",
-    "FOLDLINE_DISPATCH_INVARIANT": "false",
+    "FOLDLINE_DISPATCH_ANSWER_TIMEOUT": "900",
+    "FOLDLINE_DISPATCH_CLAIM_IDLE": "20",
+    "FOLDLINE_OUTAGE_SECONDS": "45",
     "FOLDLINE_PROJECTOR_RUNTIME": "faust",
     "FOLDLINE_PROJECTOR_MAX_BATCH": "100",
     "FOLDLINE_ANTHROPIC_URL": "https://api.anthropic.com",
@@ -160,7 +155,6 @@ def test_an_empty_environment_is_the_defaults_and_empty_values_count_as_unset() 
         ({"FOLDLINE_KAFKA_PARTITIONS": "0"}, "at least 1"),
         ({"FOLDLINE_BACKEND": "cloud"}, "choose one of embedded, kafka, distributed"),
         ({"FOLDLINE_DISPATCH_FOLD_TIMEOUT": "-1"}, "positive"),
-        ({"FOLDLINE_DISPATCH_INVARIANT": "maybe"}, "true or false"),
         ({"FOLDLINE_METRICS_PORT": "70000"}, "0..65535"),
         ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "security.protocol 'TLS' is unknown"),
         ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "needs sasl.mechanism"),
@@ -260,13 +254,6 @@ def test_projector_settings_carry_partitions_and_security() -> None:
     settings = WorkerSettings(config)
     assert (settings.partitions, settings.max_batch, settings.topic) == (6, 100, "prod.events")
     assert settings.client_config["sasl.password"] == "kafka-secret-pw"
-
-
-def test_a_dispatcher_needs_more_redis_connections_than_steps_in_flight(tmp_path: Path) -> None:
-    config = Config(redis=RedisConfig(max_connections=64), dispatch=DispatchConfig(concurrency=64))
-    stores = Stores(MemoryEventLog(), FilesystemAttachmentStore(tmp_path), MemoryFoldStore())
-    with pytest.raises(ConfigError, match=r"FOLDLINE_REDIS_MAX_CONNECTIONS \(64\) must exceed"):
-        open_dispatcher(config, stores, providers_by_name=emulated_providers())
 
 
 def test_faust_gets_the_same_security_settings(tmp_path: Path) -> None:

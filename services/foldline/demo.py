@@ -41,7 +41,6 @@ from .replay.verify import VerifyReport, verify_events
 
 if TYPE_CHECKING:
     from .metrics import LoopMetrics
-    from .ports.event_log import EventLog
     from .ports.step_dispatch import StepDispatcher
 
 __all__ = [
@@ -248,7 +247,7 @@ async def run_session(
         on_invariant_violation=metrics.invariant_violation if metrics is not None else None,
         sender=sender,
     )
-    agent = Agent(session_id, stores.log, provider, options, attachments=stores.attachments)
+    agent = await Agent.open(session_id, stores.log, provider, options, attachments=stores.attachments)
     result = SessionResult(session_id)
 
     def record(r: StepRecord) -> None:
@@ -314,7 +313,7 @@ def run_demo(
     steps: int,
     quiet: bool,
     metrics: LoopMetrics | None = None,
-    dispatcher_for: Callable[[EventLog], StepDispatcher] | None = None,
+    make_dispatcher: Callable[[], StepDispatcher] | None = None,
 ) -> DemoResult:
     from .providers.emulated import emulated_provider_factory
 
@@ -337,7 +336,7 @@ def run_demo(
 
     async def main(progress: Progress | None) -> list[SessionResult]:
         # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
-        dispatcher = dispatcher_for(stores.log) if dispatcher_for is not None else None
+        dispatcher = make_dispatcher() if make_dispatcher is not None else None
         task = progress.add_task("agent steps", total=(sessions + len(reasoning)) * steps) if progress else None
 
         def tick() -> None:
@@ -402,14 +401,14 @@ def run_demo_cli(
     embedded = config.backend == "embedded"
     # one demo per data directory at a time; a fresh run clears only what an earlier demo wrote there
     with demo_data_dir(config.data_dir, fresh=fresh and embedded, embedded=embedded):
-        stores = open_stores(config)
+        stores = open_stores(config, writer=True)
         try:
             if config.backend == "distributed":
                 from .worker_processes import worker_processes
 
                 with worker_processes(config, stores, projectors=projectors, dispatchers=dispatchers) as workers:
                     return run_demo(
-                        stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher_for
+                        stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher
                     )
             return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
         finally:

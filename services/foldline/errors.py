@@ -24,7 +24,8 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── ImportFailed                    an export file has a bad line (names the line)
     ├── InvariantViolation              a request differs from its rebuild from the log; not sent
     ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
-    │   └── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
+    │   ├── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
+    │   └── DispatchLost                the dispatcher holding a send died: it may or may not have been sent
     ├── ProviderError                   the model provider failed or answered something unusable
     │   ├── ProviderStatusError         the provider answered with a non-2xx HTTP status
     │   │   └── ContextOverflow         the request does not fit the model's context window
@@ -67,6 +68,7 @@ __all__ = [
     "ConflictError",
     "ContextOverflow",
     "DispatchFailed",
+    "DispatchLost",
     "DispatchTimeout",
     "EventsExpired",
     "FencedError",
@@ -226,6 +228,10 @@ class DispatchFailed(FoldlineError):
 
 class DispatchTimeout(DispatchFailed):
     """No dispatcher answered within the bounded wait; the session log says what, if anything, was sent."""
+
+
+class DispatchLost(DispatchFailed):
+    """A ``send`` whose dispatcher died while it held it: it may or may not have reached the provider."""
 
 
 class ProviderError(FoldlineError):

@@ -16,6 +16,7 @@ Public API::
     loop.cache_read_drop(provider, model, cause, lost_tokens)  # a classified drop (foldline.core.drops)
     loop.invariant_violation()
     loop.attachment_error(kind)                      # e.g. "AttachmentNotFound"
+    loop.append_fenced(session_id)                   # an append refused: a newer writer holds the session
     loop.observe_events(session_id, envelopes)       # all of the above, derived from appended events
 
     projector = ProjectorMetrics(registry)
@@ -23,13 +24,10 @@ Public API::
     projector.set_lag(events=..., seconds=..., partition="0")
     projector.seq_gap(); projector.fenced_write(); projector.duplicate(n); projector.fold_rebuilt()
 
-    dispatcher = DispatcherMetrics(registry)         # has .loop (a LoopMetrics on the same registry,
-                                                     # or pass loop=... to share an in-process loop's)
+    dispatcher = DispatcherMetrics(registry)
     dispatcher.dispatch_latency(provider, model, seconds)
     dispatcher.fold_wait(seconds)                    # waiting for the fold to reach the boundary
     dispatcher.dispatch_error(kind)                  # e.g. "ProviderError", "FoldTimeout"
-    dispatcher.fenced_write()
-    dispatcher.attachment_error(kind); dispatcher.invariant_violation()
 
     provider = ProviderMetrics(registry)             # the transport: what RetryingSender reports
     provider.retried(provider, status_class)         # a failed attempt that will be retried (4xx|5xx|transport|stream)
@@ -43,8 +41,9 @@ Public API::
     archiver.archive_error(kind); archiver.expired(events)  # events Kafka deleted before they were archived
 
 A loop is measured from what it appends: :class:`~foldline.adapters.metered_log.MeteredEventLog`
-wraps any event log and feeds every successful append to :meth:`LoopMetrics.observe_events`; a
-:class:`~foldline.dispatcher.Dispatcher` given ``metrics=`` meters its own log the same way. Invariant
+wraps any event log and feeds every successful append to :meth:`LoopMetrics.observe_events` (and every
+append refused with :class:`~foldline.errors.FencedError` to :meth:`LoopMetrics.append_fenced`). Steps a
+dispatcher serves are logged, and so counted, by their loop. Invariant
 violations are counted through the companion's ``on_violation`` hook
 (``AgentOptions(on_invariant_violation=loop.invariant_violation)``).
 """
@@ -195,6 +194,12 @@ class LoopMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.fenced_writes = Counter(
+            "loop_fenced_writes",
+            "Appends refused because a newer writer holds the session (this loop was fenced).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
         # Export zeros from the first scrape: increase() cannot see a series' first increment, so an
         # alert on a counter that appears already at 1 would miss it.
         for reason in HEADER_REASONS:
@@ -240,6 +245,10 @@ class LoopMetrics:
 
     def attachment_error(self, kind: str) -> None:
         self.attachment_errors.labels(kind).inc()
+
+    def append_fenced(self, session_id: str) -> None:
+        """An append to ``session_id`` was refused: a newer writer holds the session."""
+        self.fenced_writes.inc()
 
     def observation_failed(self, session_id: str, exc: BaseException) -> None:
         """Deriving metrics from an append failed: count it, log it, and re-read the session next time."""
@@ -390,17 +399,17 @@ class ProjectorMetrics:
 
 
 class DispatcherMetrics:
-    """A dispatcher process: request latency and errors; ``.loop`` records the steps it completes."""
+    """A dispatcher process: how long steps take, how long they wait for their fold, and what fails.
 
-    def __init__(self, registry: CollectorRegistry, *, loop: LoopMetrics | None = None) -> None:
-        """``loop``: share the loop metrics of an in-process loop on the same registry (else new ones)."""
+    A dispatcher appends nothing to the log: the steps, tokens and drops of the steps it serves are counted
+    by the loop that logs them (:class:`LoopMetrics` through
+    :class:`~foldline.adapters.metered_log.MeteredEventLog`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        if loop is not None and loop.registry is not registry:
-            raise ValueError("DispatcherMetrics(loop=...) must share the dispatcher's registry")
-        self.loop = loop if loop is not None else LoopMetrics(registry)
         self.dispatch_seconds = Histogram(
             "dispatch_duration_seconds",
-            "Step boundary to response appended, per provider and model.",
+            "A handed-over step, prepare to the provider's answer, per provider and model.",
             ("provider", "model"),
             namespace=NAMESPACE,
             registry=registry,
@@ -420,12 +429,6 @@ class DispatcherMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
-        self.fenced_writes = Counter(
-            "dispatcher_fenced_writes",
-            "Response appends refused because the session's writer was fenced.",
-            namespace=NAMESPACE,
-            registry=registry,
-        )
 
     def dispatch_latency(self, provider: str, model: str, seconds: float) -> None:
         self.dispatch_seconds.labels(provider, model).observe(seconds)
@@ -436,15 +439,6 @@ class DispatcherMetrics:
     def dispatch_error(self, kind: str | BaseException) -> None:
         """Count a failed dispatch; pass the exception or its type name (e.g. ``"ProviderError"``)."""
         self.errors.labels(kind if isinstance(kind, str) else type(kind).__name__).inc()
-
-    def fenced_write(self) -> None:
-        self.fenced_writes.inc()
-
-    def attachment_error(self, kind: str | BaseException) -> None:
-        self.loop.attachment_error(kind if isinstance(kind, str) else type(kind).__name__)
-
-    def invariant_violation(self) -> None:
-        self.loop.invariant_violation()
 
 
 class ProviderMetrics:

@@ -8,7 +8,9 @@
 * ``dispatchers == 0``: loops get one in-process :class:`~foldline.dispatcher.Dispatcher` (shared by every
   session, answering through the provider emulator); ``dispatchers > 0``: that many ``foldline dispatcher``
   processes serve a Redis stream unique to this run and loops get a
-  :class:`~foldline.dispatcher.RedisStepClient`.
+  :class:`~foldline.dispatcher.RedisStepClient`; the dispatchers share one ``foldline emulator`` process
+  (one prompt cache, like one provider account), so a step's cache reads do not depend on which
+  dispatcher served it.
 
 Child processes get this process's configuration as their environment (:meth:`Config.to_env`, so an option
 given to the demo reaches them too), without the metrics endpoint and the provider URLs (the demo answers
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,7 +37,6 @@ from .config import Config, Stores
 from .config.factories import emulated_providers
 from .dispatcher.factory import open_dispatcher, step_client
 from .errors import ConfigError, StoreUnavailable
-from .ports.event_log import EventLog
 from .ports.step_dispatch import StepDispatcher
 
 __all__ = ["WorkerProcesses", "worker_processes"]
@@ -58,21 +60,22 @@ class _Child:
 
 @dataclass
 class WorkerProcesses:
-    """The running workers; :meth:`dispatcher_for` gives loops their step dispatcher (the caller closes it)."""
+    """The running workers; :meth:`dispatcher` gives loops their step dispatcher (the caller closes it)."""
 
     config: Config
     stores: Stores
     stream: str | None = None  # the Redis stream of remote dispatchers, when there are any
     children: list[_Child] = field(default_factory=list)
 
-    def dispatcher_for(self, log: EventLog) -> StepDispatcher:
-        """The dispatcher loops on ``log`` hand their steps to (``log`` may wrap theirs, e.g. metered)."""
+    def dispatcher(self) -> StepDispatcher:
+        """The dispatcher the loops hand their steps to (the caller closes it)."""
         if self.stream is not None:
             return step_client(self.config, stream=self.stream)
         if self.stores.folds is None:
             raise ConfigError("the demo's workers need a fold store (backend distributed)")
-        stores = Stores(log, self.stores.attachments, self.stores.folds)
-        return open_dispatcher(self.config, stores, providers_by_name=emulated_providers())
+        return open_dispatcher(
+            self.config, self.stores.folds, self.stores.attachments, providers_by_name=emulated_providers()
+        )
 
     def check_children(self) -> None:
         """Raise if a child process has exited (with its output)."""
@@ -95,6 +98,12 @@ class WorkerProcesses:
                 child.process.wait(5)
             child.log_file.close()
         self.children.clear()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], logs: Path) -> _Child:
@@ -145,9 +154,22 @@ def worker_processes(
                 time.sleep(0.05)
         if dispatchers:
             workers.stream = f"foldline:dispatch:{config.kafka.topic}:{run}"
+            port = _free_port()
+            emulator = _spawn("emulator", ["emulator", "--port", str(port)], env, logs)
+            workers.children.append(emulator)
+            while "emulator listening" not in emulator.output():
+                workers.check_children()
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"the emulator did not start within {ready_timeout_s:g}s")
+                time.sleep(0.05)
+            shared = {
+                **env,
+                "FOLDLINE_ANTHROPIC_URL": f"http://127.0.0.1:{port}",
+                "FOLDLINE_OPENAI_URL": f"http://127.0.0.1:{port}",
+            }
             for i in range(dispatchers):
                 args = ["dispatcher", "--stream", workers.stream, "--consumer", f"dispatcher-{i}"]
-                workers.children.append(_spawn(f"dispatcher-{i}", args, env, logs))
+                workers.children.append(_spawn(f"dispatcher-{i}", args, shared, logs))
         yield workers
         workers.check_children()
     finally:

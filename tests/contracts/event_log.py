@@ -6,6 +6,7 @@ Subclass :class:`EventLogContract` in a ``Test*`` class and implement ``make_log
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -154,6 +155,30 @@ class EventLogContract(abc.ABC):
             assert log.append(f"{sid}-{i}", 0, events, lease=lease) == 3
         assert all(log.read(f"{sid}-{i}") == events for i in range(20))
         assert {f"{sid}-{i}" for i in range(20)} <= set(log.sessions())
+
+    def test_the_async_calls_behave_as_the_sync_ones(self, log: EventLog, sid: str) -> None:
+        written = simple_log()
+
+        async def one(session: str) -> None:
+            lease, events = await log.acquire_and_read_async(session)
+            assert events == []
+            head = 0
+            for i in range(0, len(written), 2):
+                head = await log.append_async(session, head, written[i : i + 2], lease=lease)
+                assert await log.read_async(session, i, head) == written[i:head]
+            with pytest.raises(ConflictError):
+                await log.append_async(session, 0, written[:1], lease=lease)
+            newer, again = await log.acquire_and_read_async(session)
+            assert again == written
+            with pytest.raises(FencedError):
+                await log.append_async(session, head, [env(head, UserMessage("late", (TextBlock("x"),)))], lease=lease)
+            assert await log.read_async(session) == written
+            assert newer.epoch > lease.epoch
+
+        async def main() -> None:
+            await asyncio.gather(*(one(f"{sid}-{i}") for i in range(8)))  # many sessions' calls in flight at once
+
+        asyncio.run(main())
 
     def test_empty_append_is_a_no_op(self, log: EventLog, sid: str) -> None:
         assert log.append(sid, 0, []) == 0

@@ -1,4 +1,4 @@
-"""The dispatcher in-process: requests built from the fold, proved against the raw log, logged, sent, answered.
+"""The dispatcher in-process: requests built from the fold, checked by the loop against the raw log, sent, answered.
 
 The fold store here is the in-process one, fed by a small projector of this module that folds each
 appended batch a little later (on the event loop), so the dispatcher really waits for the fold.
@@ -21,12 +21,12 @@ from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock
 from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnEnd
 from foldline.core.fold import decode_message, encode_message, fold_delta, fold_state
 from foldline.core.projection import Message, Session
-from foldline.dispatcher import Dispatcher, StepHandoff
+from foldline.dispatcher import Dispatcher, PreparedStep, StepHandoff
 from foldline.dispatcher.decode import MessageCache, decode_fold_messages
-from foldline.errors import ConflictError, FencedError, FoldTimeout, FormatError, InvariantViolation
+from foldline.errors import ConflictError, DispatchFailed, FoldTimeout, FormatError, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.pressure import PressurePolicy
-from foldline.metrics import DispatcherMetrics, new_registry
+from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
 from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
@@ -95,7 +95,6 @@ async def run_session(log: EventLog, session_id: str, dispatcher: Dispatcher | N
 
 
 def dispatcher_for(
-    log: EventLog,
     folds: FoldStore,
     emulator: Emulator,
     *,
@@ -103,10 +102,8 @@ def dispatcher_for(
     max_concurrency: int = 64,
 ) -> Dispatcher:
     return Dispatcher(
-        log,
         folds,
         {"anthropic": emulated_provider(emulator=emulator)},
-        clock=ticking_clock(),
         fold_timeout_s=2.0,
         metrics=metrics,
         max_concurrency=max_concurrency,
@@ -114,7 +111,7 @@ def dispatcher_for(
 
 
 def shape(events: Sequence[Envelope]) -> list[tuple[int, object]]:
-    """Events without their time (the dispatcher and the loop have separate clocks)."""
+    """Events without their time."""
     return [(e.seq, e.data) for e in events]
 
 
@@ -126,7 +123,7 @@ async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     log = ProjectingLog(folds)
     emulator = Emulator(ToolLoopScript(tool_steps=2))
     metrics = DispatcherMetrics(new_registry(process=False))
-    dispatcher = dispatcher_for(log, folds, emulator, metrics=metrics)
+    dispatcher = dispatcher_for(folds, emulator, metrics=metrics)
     await run_session(log, "s-1", dispatcher, emulator)
     await dispatcher.aclose()
 
@@ -149,7 +146,7 @@ async def case_many_sessions_concurrently_keep_their_own_order() -> None:
     folds = MemoryFoldStore()
     log = ProjectingLog(folds)
     emulator = Emulator(ToolLoopScript(tool_steps=1))
-    dispatcher = dispatcher_for(log, folds, emulator, max_concurrency=4)
+    dispatcher = dispatcher_for(folds, emulator, max_concurrency=4)
     ids = [f"c-{i:02d}" for i in range(16)]
     await asyncio.gather(*(run_session(log, sid, dispatcher, emulator) for sid in ids))
     await dispatcher.aclose()
@@ -171,7 +168,7 @@ async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None
     emulator = Emulator()
     metrics = DispatcherMetrics(new_registry(process=False))
     dispatcher = Dispatcher(
-        log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=0.2, metrics=metrics
+        folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=0.2, metrics=metrics
     )
     with pytest.raises(FoldTimeout, match="projector"):
         await run_session(log, "s-t", dispatcher, emulator)
@@ -199,39 +196,41 @@ async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> N
     folds = MemoryFoldStore()
     log = TamperingLog(folds)
     emulator = Emulator()
-    metrics = DispatcherMetrics(new_registry(process=False))
-    dispatcher = dispatcher_for(log, folds, emulator, metrics=metrics)
-    agent = Agent("s-x", log, emulated_provider(emulator=emulator), AgentOptions(CONFIG, system=SYSTEM))
+    loop_metrics = LoopMetrics(new_registry(process=False))
+    dispatcher = dispatcher_for(folds, emulator)
+    options = AgentOptions(CONFIG, system=SYSTEM, on_invariant_violation=loop_metrics.invariant_violation)
+    agent = Agent("s-x", log, emulated_provider(emulator=emulator), options)
     agent.options.dispatcher = dispatcher
-    with pytest.raises(InvariantViolation, match="differs from its rebuild"):
-        await agent.run_turn("hello")
+    with pytest.raises(InvariantViolation, match="the rebuild from the log serializes to"):
+        await agent.run_turn("hello")  # the loop's companion refuses the digest the fold built
     await dispatcher.aclose()
     assert emulator.requests == 0
     assert not any(isinstance(e.data, RequestDispatch) for e in log.read("s-x"))
-    assert metrics.registry.get_sample_value("foldline_dispatch_errors_total", {"kind": "InvariantViolation"}) == 1
-    assert metrics.registry.get_sample_value("foldline_invariant_violations_total") == 1
+    assert loop_metrics.registry.get_sample_value("foldline_invariant_violations_total") == 1
 
 
-async def case_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
+async def case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing() -> None:
     folds = MemoryFoldStore()
     log = ProjectingLog(folds)
     emulator = Emulator(ToolLoopScript(tool_steps=0))
-    dispatcher = dispatcher_for(log, folds, emulator)
+    dispatcher = dispatcher_for(folds, emulator)
     await run_session(log, "s-f", dispatcher, emulator)
     await asyncio.sleep(0.05)  # let the fold catch up with the last turn/end
     sent = emulator.requests
     events = log.read("s-f")
     first_dispatch = next(e for e in events if isinstance(e.data, RequestDispatch))
-    lease = WriterLease("s-f", 0)
-    stale = StepHandoff("s-f", first_dispatch.seq, 0, 0, lease.epoch)
-    with pytest.raises(ConflictError):
-        await dispatcher.dispatch(stale)
-    # a newer loop instance fences the old lease: the dispatcher cannot write for the old one
-    current = log.acquire("s-f")
+    stale = StepHandoff("s-f", first_dispatch.seq, 0, 0, 1)
+    with pytest.raises(ConflictError):  # the log moved past this boundary: nothing is built
+        await dispatcher.prepare(stale)
+    # a send whose logged digest the fold does not build is refused, and a prepared body is never
+    # sent for another digest
     head = log.head("s-f")
-    old = StepHandoff("s-f", head, 5, 0, current.epoch - 1)
-    with pytest.raises((FencedError, ConflictError, FoldTimeout)):
-        await dispatcher.dispatch(old)
+    handoff = StepHandoff("s-f", head, 9, 0, 1)
+    dispatch = first_dispatch.data
+    assert isinstance(dispatch, RequestDispatch)
+    forged = PreparedStep("s-f", head, dispatch.serializer, dispatch.serializer_version, "sha256:" + "0" * 64, 10)
+    with pytest.raises(DispatchFailed, match="not the logged"):
+        await dispatcher.send(handoff, forged)
     await dispatcher.aclose()
     assert emulator.requests == sent
     assert log.head("s-f") == head
@@ -253,8 +252,8 @@ def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
     asyncio.run(case_a_fold_that_differs_from_the_log_is_refused_before_sending())
 
 
-def test_a_stale_handoff_or_a_fenced_lease_sends_nothing() -> None:
-    asyncio.run(case_a_stale_handoff_or_a_fenced_lease_sends_nothing())
+def test_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing() -> None:
+    asyncio.run(case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing())
 
 
 texts = st.text(max_size=20)
@@ -304,7 +303,7 @@ async def case_compaction_replaces_the_fold_and_dispatched_requests_still_verify
     folds = MemoryFoldStore()
     log = ProjectingLog(folds)
     emulator = Emulator(ToolLoopScript(tool_steps=2))
-    dispatcher = dispatcher_for(log, folds, emulator)
+    dispatcher = dispatcher_for(folds, emulator)
     pressure = PressurePolicy(budget_tokens=300, keep_recent_tokens=120, trim_over_tokens=None, summary_max_tokens=64)
     options = AgentOptions(CONFIG, system="Be brief.", tools=tools(), dispatcher=dispatcher, pressure=pressure)
     agent = Agent("s-c", log, emulated_provider(emulator=emulator), options, clock=ticking_clock())

@@ -53,7 +53,7 @@ def test_dispatcher_process_serves_health_and_metrics_and_stops_on_sigterm() -> 
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=30)
         assert proc.returncode == 0, rest
-        assert "dispatcher stopped after answering 0 step(s)" in rest
+        assert "dispatcher stopped after sending 0 step(s)" in rest
     finally:
         if proc.poll() is None:
             proc.kill()

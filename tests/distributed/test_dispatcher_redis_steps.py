@@ -1,4 +1,4 @@
-"""Steps handed to a dispatcher over a Redis stream (the real local Redis), answered through the reply key."""
+"""Steps handed to dispatchers over a Redis stream (the real local Redis), answered through the reply list."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import asyncio
 import os
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis
+from redis.typing import EncodableT, FieldT
 
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.config import DispatchConfig, RedisConfig
 from foldline.core.events import RequestDispatch, TurnEnd
 from foldline.dispatcher import Dispatcher, RedisStepClient, StepHandoff, serve_steps
-from foldline.errors import DispatchFailed, DispatchTimeout
+from foldline.errors import DispatchLost, DispatchTimeout, FoldTimeout
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
@@ -33,33 +35,60 @@ def redis_url() -> str:
     return url
 
 
-def with_server(
-    body: Callable[[ProjectingLog, RedisStepClient, Emulator], Coroutine[Any, Any, None]],
+@dataclass
+class Rig:
+    log: ProjectingLog
+    client: RedisStepClient
+    emulator: Emulator
+    dispatcher: Dispatcher
+    stream: str
+    group: str
+
+    def agent(self, sid: str, **options: Any) -> Agent:
+        provider = emulated_provider(emulator=self.emulator)
+        return Agent(sid, self.log, provider, AgentOptions(CONFIG, system=SYSTEM, dispatcher=self.client, **options))
+
+    def serve(self, stop: asyncio.Event, *, consumer: str | None = None, claim_idle_s: float = 15.0) -> Any:
+        return asyncio.create_task(
+            serve_steps(
+                self.dispatcher,
+                RedisConfig(redis_url()),
+                stream=self.stream,
+                group=self.group,
+                consumer=consumer,
+                stop=stop,
+                claim_idle_s=claim_idle_s,
+            )
+        )
+
+
+def with_rig(
+    body: Callable[[Rig], Coroutine[Any, Any, None]],
     *,
     serve: bool = True,
+    client_timeout_s: float = 10.0,
+    ack_timeout_s: float = 10.0,
 ) -> None:
     stream = f"test:dispatch:{uuid.uuid4().hex[:10]}"
+    group = DispatchConfig().group
 
     async def main() -> None:
         folds = MemoryFoldStore()
-        log = ProjectingLog(folds)
         emulator = Emulator(ToolLoopScript(tool_steps=1))
-        dispatcher = Dispatcher(log, folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=1)
-        stop = asyncio.Event()
-        redis = RedisConfig(redis_url())
-        steps = DispatchConfig()
-        server = (
-            asyncio.create_task(
-                serve_steps(
-                    dispatcher, redis, stream=stream, group=steps.group, max_in_flight=steps.concurrency, stop=stop
-                )
-            )
-            if serve
-            else None
+        dispatcher = Dispatcher(folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=1)
+        client = RedisStepClient(
+            RedisConfig(redis_url()),
+            stream=stream,
+            group=group,
+            prepare_timeout_s=client_timeout_s,
+            answer_timeout_s=client_timeout_s,
+            ack_timeout_s=ack_timeout_s,
         )
-        client = RedisStepClient(redis, stream=stream, timeout_s=1.0 if not serve else 10.0)
+        rig = Rig(ProjectingLog(folds), client, emulator, dispatcher, stream, group)
+        stop = asyncio.Event()
+        server = rig.serve(stop) if serve else None
         try:
-            await body(log, client, emulator)
+            await body(rig)
         finally:
             stop.set()
             if server is not None:
@@ -71,71 +100,156 @@ def with_server(
         asyncio.run(main())
     finally:
         r = redis.Redis.from_url(redis_url())
-        r.delete(stream)
+        for key in r.scan_iter(f"{stream}*"):
+            r.delete(key)
         r.close()
 
 
 def test_sessions_dispatched_through_the_stream_verify() -> None:
-    async def body(log: ProjectingLog, client: RedisStepClient, emulator: Emulator) -> None:
+    async def body(rig: Rig) -> None:
         async def session(sid: str) -> None:
-            agent = Agent(
-                sid,
-                log,
-                emulated_provider(emulator=emulator),
-                AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=client),
-            )
+            agent = rig.agent(sid, tools=tools())
             await agent.run_turn(f"[{sid}] question one")
             await agent.run_turn(f"[{sid}] question two")
 
         ids = [f"r-{i}" for i in range(6)]
         await asyncio.gather(*(session(sid) for sid in ids))
         for sid in ids:
-            report = verify_events(sid, log.read(sid))
+            report = verify_events(sid, rig.log.read(sid))
             assert (report.ok, report.checked) == (True, 4), sid
+        assert rig.emulator.requests == 24  # each logged dispatch sent once
+        assert rig.dispatcher.dispatched == 24
 
-    with_server(body)
+    with_rig(body)
 
 
-def test_a_failed_step_comes_back_typed_and_a_missing_dispatcher_times_out() -> None:
-    async def failing(log: ProjectingLog, client: RedisStepClient, emulator: Emulator) -> None:
-        with pytest.raises(DispatchFailed, match=r"FoldTimeout: .*projector") as info:
-            # a step the log never opened: the fold never reaches it
-            await client.dispatch(StepHandoff("nobody", 3, 0, 0, 1))
-        assert info.value.kind == "FoldTimeout"
+def test_a_failed_step_comes_back_typed_and_a_missing_dispatcher_times_out_naming_it() -> None:
+    async def failing(rig: Rig) -> None:
+        # a step the log never opened: the fold never reaches it, and the loop hears the dispatcher's cause
+        with pytest.raises(FoldTimeout, match="projector"):
+            await rig.client.prepare(StepHandoff("nobody", 3, 0, 0, 1))
 
-    async def no_server(log: ProjectingLog, client: RedisStepClient, emulator: Emulator) -> None:
-        agent = Agent(
-            "lonely", log, emulated_provider(emulator=emulator), AgentOptions(CONFIG, system=SYSTEM, dispatcher=client)
-        )
-        with pytest.raises(DispatchTimeout, match="foldline dispatcher"):
+    async def no_server(rig: Rig) -> None:
+        agent = rig.agent("lonely")
+        with pytest.raises(DispatchTimeout, match=r"no dispatcher is reading .*start `foldline dispatcher`"):
             await agent.run_turn("anyone there?")
-        events = log.read("lonely")
+        events = rig.log.read("lonely")
         assert not any(isinstance(e.data, RequestDispatch) for e in events)
         assert isinstance(events[-1].data, TurnEnd)
         assert events[-1].data.reason == "error"
-        assert emulator.requests == 0
+        assert rig.emulator.requests == 0
 
-    with_server(failing)
-    with_server(no_server, serve=False)
+    with_rig(failing)
+    with_rig(no_server, serve=False, client_timeout_s=1.5, ack_timeout_s=0.5)
 
 
-def test_a_handoff_waits_its_whole_timeout_even_past_the_redis_socket_timeout() -> None:
-    """The reply wait is one blocking BLPOP: the client's socket must outlast it, or a slow answer (a long
-    provider call) would surface as a lost Redis connection instead of waiting."""
+def test_a_hand_over_waits_its_whole_timeout_even_past_the_redis_socket_timeout() -> None:
+    """The reply wait outlasts the client's socket timeout: a slow answer (a long provider call) must wait,
+    not surface as a lost Redis connection."""
 
     async def main() -> None:
         settings = RedisConfig(redis_url(), socket_timeout_s=0.2, connect_timeout_s=1.0)
-        client = RedisStepClient(settings, stream=f"test:dispatch:{uuid.uuid4().hex[:10]}", timeout_s=1.5)
+        stream = f"test:dispatch:{uuid.uuid4().hex[:10]}"
+        client = RedisStepClient(settings, stream=stream, group="g", prepare_timeout_s=1.5, ack_timeout_s=5)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            with pytest.raises(DispatchTimeout, match="no dispatcher answered within"):
-                await client.dispatch(StepHandoff("nobody", 3, 0, 0, 1))
+            with pytest.raises(DispatchTimeout, match="no dispatcher is reading"):
+                await client.prepare(StepHandoff("nobody", 3, 0, 0, 1))
         finally:
             await client.aclose()
             r = redis.Redis.from_url(settings.url)
-            r.delete(client.stream)
+            r.delete(stream)
             r.close()
         assert loop.time() - started >= 1.5
 
     asyncio.run(main())
+
+
+def test_a_dispatcher_recreates_its_group_after_it_vanished() -> None:
+    """Redis flushed or restarted empty: the consumer group is gone; the dispatcher makes it again."""
+
+    async def body(rig: Rig) -> None:
+        agent = rig.agent("g-1")
+        await agent.run_turn("before")
+        r = redis.Redis.from_url(redis_url())
+        r.delete(rig.stream)  # the stream and its group, as FLUSHALL would leave them
+        r.close()
+        await agent.run_turn("after")
+        assert verify_events("g-1", rig.log.read("g-1")).ok
+        assert rig.emulator.requests == 2
+
+    with_rig(body, ack_timeout_s=1.0)
+
+
+def _steal(r: redis.Redis, rig: Rig) -> dict[bytes, bytes]:
+    """Read the one waiting hand-over as a dispatcher that will never answer it (it is about to be killed)."""
+    got: Any = r.xreadgroup(rig.group, "dead", {rig.stream: ">"}, count=10)
+    entries = got[0][1] if got else []
+    assert len(entries) == 1, entries
+    fields: dict[bytes, bytes] = entries[0][1]
+    return fields
+
+
+async def _drained(r: redis.Redis, stream: str) -> None:
+    for _ in range(200):
+        if not r.xrange(stream):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"hand-overs still in {stream}: {r.xrange(stream)!r}")
+
+
+def test_a_dead_dispatchers_hand_overs_are_taken_over_and_a_taken_send_is_never_sent_twice() -> None:
+    """Entries a dispatcher read and never answered (it was killed) are claimed by another after the idle
+    time: a prepare is served again, a send it had taken is answered ``lost`` and not sent again, and a
+    send handed over twice is sent once."""
+
+    async def body(rig: Rig) -> None:
+        r = redis.Redis.from_url(redis_url())
+        stop = asyncio.Event()
+        server = rig.serve(stop)
+        agent = rig.agent("d-1")
+        await agent.run_turn("first")  # the session exists, its fold is current, the group exists
+        stop.set()
+        await server
+        assert rig.emulator.requests == 1
+        handoff = StepHandoff("d-1", rig.log.head("d-1"), 1, 0, agent.lease.epoch)
+        try:
+            # 1. a prepare read by a dispatcher that then died: another one takes it over and answers it
+            call = asyncio.create_task(rig.client.prepare(handoff))
+            await asyncio.sleep(0.3)
+            _steal(r, rig)
+            stop = asyncio.Event()
+            server = rig.serve(stop, consumer="alive", claim_idle_s=0.6)
+            prepared = await asyncio.wait_for(call, 10)
+            stop.set()
+            await server
+
+            # 2. a send the dead dispatcher had taken (marked): answered lost, not sent again
+            lost = asyncio.create_task(rig.client.send(handoff, prepared))
+            await asyncio.sleep(0.3)
+            fields = _steal(r, rig)
+            r.set(f"{rig.stream}:taken:{fields[b'id'].decode()}", "dead")
+            stop = asyncio.Event()
+            server = rig.serve(stop, consumer="alive", claim_idle_s=0.6)
+            with pytest.raises(DispatchLost, match="may or may not have reached the provider"):
+                await asyncio.wait_for(lost, 10)
+            assert rig.emulator.requests == 1
+
+            # 3. a send taken by none before its dispatcher died is served; handed over again, it is not resent
+            answer = await asyncio.wait_for(rig.client.send(handoff, prepared), 10)
+            assert answer.content
+            assert rig.emulator.requests == 2
+            await _drained(r, rig.stream)  # answered, acknowledged and deleted
+            sent: dict[FieldT, EncodableT] = dict(fields.items())
+            sent[b"id"] = b"again"
+            r.set(f"{rig.stream}:taken:again", "alive")
+            r.xadd(rig.stream, sent)
+            await _drained(r, rig.stream)
+            assert rig.emulator.requests == 2
+            stop.set()
+            await server
+        finally:
+            r.close()
+
+    with_rig(body, serve=False)

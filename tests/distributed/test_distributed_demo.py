@@ -47,7 +47,7 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
             events = log.read(sid)
             dispatches = [e for e in events if isinstance(e.data, RequestDispatch)]
             checked += len(dispatches)
-            # every request/dispatch is answered right after it (the dispatcher's two appends)
+            # every request/dispatch is answered right after it
             seqs = {e.seq for e in events}
             assert all(isinstance(events[d.seq + 1].data, AssistantMessage) for d in dispatches if d.seq + 1 in seqs)
             # the projector's fold is the fold of the log
@@ -95,7 +95,7 @@ def test_distributed_demo_with_a_dispatcher_process(distributed_env: dict[str, s
     assert res.exit_code == 0, res.output + (tmp_path / "logs" / "dispatcher-0.log").read_text()
     out = json.loads(res.stdout)
     assert all(len(s["steps"]) == 3 and s["verified"] for s in out["sessions"])
-    assert "answering 6 step(s)" in (tmp_path / "logs" / "dispatcher-0.log").read_text()
+    assert "sending 6 step(s)" in (tmp_path / "logs" / "dispatcher-0.log").read_text()
     res = runner.invoke(app, ["verify", "--json", *args])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["matched"] == 6
@@ -113,7 +113,7 @@ def test_distributed_demo_on_a_six_partition_topic(
     logs = tmp_path / "logs"
     assert res.exit_code == 0, res.output + "".join(p.read_text() for p in logs.glob("*.log"))
     assert all(len(s["steps"]) == 3 and s["verified"] for s in json.loads(res.stdout)["sessions"])
-    assert "answering 6 step(s)" in (logs / "dispatcher-0.log").read_text()
+    assert "sending 6 step(s)" in (logs / "dispatcher-0.log").read_text()
     topic = distributed_env["FOLDLINE_KAFKA_TOPIC"]
     metadata = AdminClient({"bootstrap.servers": distributed_env["bootstrap"]}).list_topics(timeout=10)
     assert {t: len(metadata.topics[t].partitions) for t in (topic, f"{topic}.index")} == {topic: 6, f"{topic}.index": 6}

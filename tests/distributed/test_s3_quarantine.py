@@ -65,7 +65,6 @@ def test_an_image_corrupted_in_s3_is_quarantined_before_sending(
 
         async def run() -> tuple[int, int]:
             dispatcher = Dispatcher(
-                log,
                 folds,
                 {"anthropic": emulated_provider(emulator=emulator)},
                 attachments=attachments,

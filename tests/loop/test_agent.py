@@ -330,13 +330,13 @@ def test_invariant_refuses_a_request_that_differs_from_the_log() -> None:
         GenerateOptions(good.config, good.system, good.tools, (*good.messages, Message("user", (TextBlock("x"),))))
     )
     upto = max(e.seq for e in log.read("s") if isinstance(e.data, RequestDispatch))
-    companion.check("s", upto, good)  # the real request equals its rebuild
+    asyncio.run(companion.check("s", upto, good))  # the real request equals its rebuild
     with pytest.raises(InvariantViolation) as info:
-        companion.check("s", upto, drifted)
+        asyncio.run(companion.check("s", upto, drifted))
     assert "rebuilt-from-log" in info.value.diff
     assert '+          "text": "x",' in info.value.diff
     # a one-shot of any shape is outside the invariant
-    companion.check("s", upto, GenerateOptions(good.config, good.system, good.tools, drifted.messages))
+    asyncio.run(companion.check("s", upto, GenerateOptions(good.config, good.system, good.tools, drifted.messages)))
 
 
 def test_stale_writer_is_fenced(tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ def test_summarize_request_is_not_a_loop_request() -> None:
     assert is_loop_request(agent.last_request)
     # the companion skips one-shots whatever they look like
     assert agent.invariant is not None
-    agent.invariant.check("s", 0, action.summarize_request)
+    asyncio.run(agent.invariant.check("s", 0, action.summarize_request))
 
 
 def test_verify_flags_a_forged_compaction_replacement() -> None:

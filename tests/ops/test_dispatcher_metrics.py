@@ -1,4 +1,4 @@
-"""A dispatcher counts the steps it answers, and their cache-read drops, from the log; the loop counts its own."""
+"""The loop counts every step it logs, dispatched or not; a dispatcher counts only its latencies and failures."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from foldline.core.projection import Session
 from foldline.core.request import build_request
 from foldline.demo import demo_png
 from foldline.dispatcher import Dispatcher
-from foldline.errors import AttachmentNotFound, InvariantViolation
+from foldline.errors import AttachmentNotFound, FencedError, InvariantViolation
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
 from foldline.ports.event_log import WriterLease
@@ -75,9 +75,7 @@ def test_dispatcher_and_loop_metrics_split_the_log_between_them() -> None:
         return text
 
     async def main() -> None:
-        dispatcher = Dispatcher(
-            log, folds, {"anthropic": emulated_provider(emulator=emulator)}, metrics=dispatcher_metrics
-        )
+        dispatcher = Dispatcher(folds, {"anthropic": emulated_provider(emulator=emulator)}, metrics=dispatcher_metrics)
         options = AgentOptions(CONFIG, system=lambda: system["text"], tools=toolset, dispatcher=dispatcher)
         agent = Agent("s-1", loop_log, emulated_provider(emulator=emulator), options)
         for i in range(3):
@@ -89,38 +87,44 @@ def test_dispatcher_and_loop_metrics_split_the_log_between_them() -> None:
     events = log.read("s-1")
     verdicts = classify_session("s-1", events)
     assert len(verdicts) == 9
-    d = dispatcher_metrics.registry
+    d, lp = dispatcher_metrics.registry, loop_registry
     pm = {"provider": "anthropic", "model": "claude-emulated"}
-    assert value(d, "foldline_steps_total", **pm) == 9
-    assert value(d, "foldline_step_cache_read_tokens_total", **pm) == sum(v.step.usage.cache_read for v in verdicts)
-    assert value(d, "foldline_step_cache_write_tokens_total", **pm) == sum(v.step.usage.cache_write for v in verdicts)
-    assert value(d, "foldline_dispatch_duration_seconds_count", **pm) == 9
+    # the loop logged every step, so the loop counts them, their tokens, drops and headers
+    assert value(lp, "foldline_steps_total", **pm) == 9
+    assert value(lp, "foldline_step_cache_read_tokens_total", **pm) == sum(v.step.usage.cache_read for v in verdicts)
+    assert value(lp, "foldline_step_cache_write_tokens_total", **pm) == sum(v.step.usage.cache_write for v in verdicts)
     drops = Counter(drop.cause for drop in session_drops("s-1", events))
     assert drops["header-change"] == 1  # the new system prompt
     for cause in DROP_CAUSES:
-        assert value(d, "foldline_cache_read_drops_total", cause=cause) == drops[cause], cause
+        assert value(lp, "foldline_cache_read_drops_total", cause=cause) == drops[cause], cause
     headers = Counter(e.data.reason for e in events if isinstance(e.data, RequestHeader))
     assert headers == {"initial": 1, "change": 1}
-    for reason, n in headers.items():  # the loop appended the headers, so the loop counts them
-        assert value(loop_registry, "foldline_request_header_snapshots_total", reason=reason) == n
-        assert value(d, "foldline_request_header_snapshots_total", reason=reason) == 0
-    assert value(loop_registry, "foldline_steps_total", **pm) == 0  # the dispatcher answered them
+    for reason, n in headers.items():
+        assert value(lp, "foldline_request_header_snapshots_total", reason=reason) == n
+    # the dispatcher times what it served and appends (so counts) nothing of the log's
+    assert value(d, "foldline_dispatch_duration_seconds_count", **pm) == 9
+    assert value(d, "foldline_dispatcher_fold_wait_seconds_count") == 9
+    assert value(d, "foldline_steps_total", **pm) == 0
+    assert d.get_sample_value("foldline_steps_total", pm) is None
 
 
 def test_an_attachment_failure_is_counted_once(tmp_path: Path) -> None:
-    """The dispatcher logs a quarantine and fails the step; the quarantine in the log is what is counted."""
+    """The dispatcher fails the prepare, the loop logs the quarantine: the quarantine in the log is what the
+    loop counts, the failed prepare what the dispatcher counts."""
     folds = MemoryFoldStore()
     log = FoldingLog(folds)
     attachments = FilesystemAttachmentStore(tmp_path / "attachments")
     emulator = Emulator(ToolLoopScript(tool_steps=0))
     metrics = DispatcherMetrics(new_registry(process=False))
+    loop_metrics = LoopMetrics(new_registry(process=False))
 
     async def main() -> None:
         dispatcher = Dispatcher(
-            log, folds, {"anthropic": emulated_provider(emulator=emulator)}, attachments=attachments, metrics=metrics
+            folds, {"anthropic": emulated_provider(emulator=emulator)}, attachments=attachments, metrics=metrics
         )
         options = AgentOptions(CONFIG, system="You look at images. " * 100, dispatcher=dispatcher)
-        agent = Agent("s-2", log, emulated_provider(emulator=emulator), options, attachments=attachments)
+        metered = MeteredEventLog(log, loop_metrics)
+        agent = Agent("s-2", metered, emulated_provider(emulator=emulator), options, attachments=attachments)
         meta = attachments.put(demo_png(16, 16, 3), "image/png")
         await agent.run_turn([TextBlock("What is this?"), ImageBlock(meta.image_ref())])
         for path in (tmp_path / "attachments").rglob("*"):
@@ -134,10 +138,22 @@ def test_an_attachment_failure_is_counted_once(tmp_path: Path) -> None:
     assert [e.data.failure.split(":")[0] for e in log.read("s-2") if isinstance(e.data, AttachmentQuarantine)] == [
         "AttachmentNotFound"
     ]
-    r = metrics.registry
-    assert value(r, "foldline_attachment_errors_total", kind="AttachmentNotFound") == 1
-    assert value(r, "foldline_dispatch_errors_total", kind="AttachmentNotFound") == 1
-    assert value(r, "foldline_steps_total", provider="anthropic", model="claude-emulated") == 1
+    lp = loop_metrics.registry
+    assert value(lp, "foldline_attachment_errors_total", kind="AttachmentNotFound") == 1
+    assert value(lp, "foldline_steps_total", provider="anthropic", model="claude-emulated") == 1
+    assert value(metrics.registry, "foldline_dispatch_errors_total", kind="AttachmentNotFound") == 1
+
+
+def test_a_fenced_append_is_counted() -> None:
+    log = MemoryEventLog()
+    registry = new_registry(process=False)
+    metered = MeteredEventLog(log, LoopMetrics(registry))
+    old = metered.acquire("s-4")
+    metered.append("s-4", 0, simple_log(turns=1, steps=1), lease=old)
+    metered.acquire("s-4")  # a newer writer
+    with pytest.raises(FencedError):
+        metered.append("s-4", log.head("s-4") + 1, simple_log(turns=1, steps=1)[:1], lease=old)
+    assert value(registry, "foldline_loop_fenced_writes_total") == 1
 
 
 def test_an_instrumented_agent_counts_its_invariant_violations() -> None:
@@ -153,8 +169,10 @@ def test_an_instrumented_agent_counts_its_invariant_violations() -> None:
     header = session.header()
     assert header is not None
     request = mark_loop_request(build_request(session.derive_messages(), header))
-    agent.invariant.check("s-3", session.next_seq, request)  # equal to its rebuild: passes, nothing counted
+    companion = agent.invariant
+    asyncio.run(companion.check("s-3", session.next_seq, request))  # equal to its rebuild: passes, nothing counted
     assert value(registry, "foldline_invariant_violations_total") == 0
     with pytest.raises(InvariantViolation, match="differs from its rebuild"):
-        agent.invariant.check("s-3", session.next_seq - 3, request)  # a shorter prefix rebuilds another request
+        # a shorter prefix rebuilds another request
+        asyncio.run(companion.check("s-3", session.next_seq - 3, request))
     assert value(registry, "foldline_invariant_violations_total") == 1

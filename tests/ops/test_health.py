@@ -67,10 +67,11 @@ def test_a_taken_port_is_a_clear_error() -> None:
         server.close()
 
 
-def test_projector_and_dispatcher_recorders_over_http() -> None:
+def test_projector_dispatcher_and_loop_recorders_over_http() -> None:
     registry = new_registry(process=False)
     projector = ProjectorMetrics(registry)
     dispatcher = DispatcherMetrics(registry)
+    loop = LoopMetrics(registry)
     projector.projector_applied(120, 0.004)
     projector.projector_applied(30, 0.002)
     projector.set_lag(events=7, seconds=0.25, partition="3")
@@ -82,10 +83,10 @@ def test_projector_and_dispatcher_recorders_over_http() -> None:
     dispatcher.fold_wait(0.01)
     dispatcher.dispatch_error(ProviderError("503 from upstream"))
     dispatcher.dispatch_error("FoldTimeout")
-    dispatcher.fenced_write()
-    dispatcher.attachment_error("AttachmentNotFound")
-    dispatcher.invariant_violation()
-    dispatcher.loop.observe_step("anthropic", "claude", Usage(input=10, output=5, cache_read=900, cache_write=90))
+    loop.append_fenced("s-1")
+    loop.attachment_error("AttachmentNotFound")
+    loop.invariant_violation()
+    loop.observe_step("anthropic", "claude", Usage(input=10, output=5, cache_read=900, cache_write=90))
     with serve(0, registry, host="127.0.0.1") as server:
         status, text = get(server.url + "/metrics")
     assert status == 200
@@ -103,7 +104,7 @@ def test_projector_and_dispatcher_recorders_over_http() -> None:
     assert got[("foldline_dispatcher_fold_wait_seconds_count", ())] == 1
     assert got[("foldline_dispatch_errors_total", (("kind", "ProviderError"),))] == 1
     assert got[("foldline_dispatch_errors_total", (("kind", "FoldTimeout"),))] == 1
-    assert got[("foldline_dispatcher_fenced_writes_total", ())] == 1
+    assert got[("foldline_loop_fenced_writes_total", ())] == 1
     assert got[("foldline_attachment_errors_total", (("kind", "AttachmentNotFound"),))] == 1
     assert got[("foldline_attachment_errors_total", (("kind", "AttachmentCorrupt"),))] == 0
     assert got[("foldline_invariant_violations_total", ())] == 1
@@ -112,12 +113,3 @@ def test_projector_and_dispatcher_recorders_over_http() -> None:
     assert got[("foldline_step_cache_read_ratio_bucket", (("le", "0.9"), *pm))] == 1  # 900 / 1000
     assert got[("foldline_cache_read_drops_total", (("cause", "unexplained"),))] == 0
     assert not any(name.endswith("_created") for name, _ in got)
-
-
-def test_a_dispatcher_can_share_an_in_process_loops_metrics() -> None:
-    registry = new_registry(process=False)
-    loop = LoopMetrics(registry)
-    dispatcher = DispatcherMetrics(registry, loop=loop)
-    assert dispatcher.loop is loop
-    with pytest.raises(ValueError, match="share the dispatcher's registry"):
-        DispatcherMetrics(new_registry(process=False), loop=loop)

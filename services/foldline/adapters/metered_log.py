@@ -1,10 +1,10 @@
 """An event-log decorator that reports every successful append to an observer (e.g. the loop metrics).
 
 :class:`MeteredEventLog` wraps any :class:`~foldline.ports.event_log.EventLog`. Reads, leases and errors
-pass through unchanged; a failed append reports nothing, so an observer only ever hears of what the log
-holds. If the observer fails after a successful append (say it could not read the log for a gap), the
-append still succeeds: the failure goes to :meth:`AppendObserver.observation_failed`. It runs the
-EventLog contract suite like every other log.
+pass through unchanged; a failed append reports nothing (a fenced one is reported as fenced), so an
+observer only ever hears of what the log holds. If the observer fails after a successful append (say it
+could not read the log for a gap), the append still succeeds: the failure goes to
+:meth:`AppendObserver.observation_failed`. It runs the EventLog contract suite like every other log.
 
 :class:`foldline.metrics.LoopMetrics` is the observer foldline ships: ``MeteredEventLog(log, LoopMetrics(registry))``.
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..core.events import Envelope
+from ..errors import FencedError
 from ..ports.event_log import EventLog, WriterLease
 
 __all__ = ["AppendObserver", "MeteredEventLog"]
@@ -37,6 +38,10 @@ class AppendObserver(Protocol):
         """``observe_events`` raised for an append that succeeded."""
         ...
 
+    def append_fenced(self, session_id: str) -> None:
+        """An append was refused with :class:`~foldline.errors.FencedError` (a newer writer holds it)."""
+        ...
+
 
 class MeteredEventLog(EventLog):
     """An :class:`EventLog` that feeds every successful append to ``observer`` (see the module docstring)."""
@@ -48,15 +53,39 @@ class MeteredEventLog(EventLog):
     def append(
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
     ) -> int:
-        head = self.inner.append(session_id, expected_seq, events, lease=lease)
+        try:
+            head = self.inner.append(session_id, expected_seq, events, lease=lease)
+        except FencedError:
+            self.observer.append_fenced(session_id)
+            raise
+        self._observe(session_id, events)
+        return head
+
+    async def append_async(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        try:
+            head = await self.inner.append_async(session_id, expected_seq, events, lease=lease)
+        except FencedError:
+            self.observer.append_fenced(session_id)
+            raise
+        self._observe(session_id, events)
+        return head
+
+    def _observe(self, session_id: str, events: Sequence[Envelope]) -> None:
         try:
             self.observer.observe_events(session_id, events, history=lambda a, b: self.inner.read(session_id, a, b))
         except Exception as exc:  # the events are durable: an observer failure must not look like a failed append
             self.observer.observation_failed(session_id, exc)
-        return head
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         return self.inner.read(session_id, from_seq, to_seq)
+
+    async def read_async(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        return await self.inner.read_async(session_id, from_seq, to_seq)
+
+    async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        return await self.inner.acquire_and_read_async(session_id)
 
     def head(self, session_id: str) -> int:
         return self.inner.head(session_id)

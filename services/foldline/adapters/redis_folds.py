@@ -280,25 +280,18 @@ class RedisFoldStore(FoldStore):
 
     def tail(self, session_id: str, *, generation: int, known: int) -> FoldTail | None:
         """:meth:`get` minus the ``known`` messages the caller holds: one script, so O(new messages)."""
-        meta_key, msgs_key, _ = self.keys_of(session_id)
-        reply = self._call(
-            lambda: self._tail(keys=[meta_key, msgs_key], args=[generation, known]),
-            f"reading the fold of {session_id!r}",
-        )
-        if not reply:
-            return None  # no fold, or its keys disagree (the next apply deletes it and it is rebuilt)
-        applied, epoch, gen, header_seq, offset, header, messages = reply
-        hs = _int(header_seq)
-        return FoldTail(
-            session_id=session_id,
-            applied_seq=_int(applied),
-            epoch=_int(epoch),
-            generation=_int(gen),
-            header=header if hs >= 0 else None,
-            header_seq=hs if hs >= 0 else None,
-            offset=_int(offset),
-            messages=tuple(messages),
-        )
+        return self.tails([(session_id, generation, known)])[0]
+
+    def tails(self, requests: Sequence[tuple[str, int, int]]) -> list[FoldTail | None]:
+        """:meth:`tail` of many sessions in one pipelined round trip (each its own atomic script)."""
+        if not requests:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for session_id, generation, known in requests:
+            meta_key, msgs_key, _ = self.keys_of(session_id)
+            self._tail(keys=[meta_key, msgs_key], args=[generation, known], client=pipe)
+        replies = self._execute(pipe, f"reading {len(requests)} fold(s)")
+        return [_tail_of(sid, reply) for (sid, _, _), reply in zip(requests, replies, strict=True)]
 
     def applied_seq(self, session_id: str) -> int:
         raw = self._call(lambda: self._redis.hget(self.keys_of(session_id)[0], "a"), "reading an applied seq")
@@ -373,6 +366,23 @@ class RedisFoldStore(FoldStore):
 
 
 _STATUSES: dict[str, ApplyStatus] = {s: s for s in ("applied", "duplicate", "gap", "fenced")}
+
+
+def _tail_of(session_id: str, reply: Any) -> FoldTail | None:
+    if not reply:
+        return None  # no fold, or its keys disagree (the next apply deletes it and it is rebuilt)
+    applied, epoch, gen, header_seq, offset, header, messages = reply
+    hs = _int(header_seq)
+    return FoldTail(
+        session_id=session_id,
+        applied_seq=_int(applied),
+        epoch=_int(epoch),
+        generation=_int(gen),
+        header=header if hs >= 0 else None,
+        header_seq=hs if hs >= 0 else None,
+        offset=_int(offset),
+        messages=tuple(messages),
+    )
 
 
 def _result(reply: Any) -> ApplyResult:

@@ -262,14 +262,6 @@ def dispatcher(
             show_default=False,
         ),
     ] = None,
-    invariant: Annotated[
-        bool | None,
-        typer.Option(
-            "--invariant/--no-invariant",
-            help="Rebuild every request from the raw log first [env FOLDLINE_DISPATCH_INVARIANT; default on].",
-            show_default=False,
-        ),
-    ] = None,
     anthropic_url: Annotated[
         str | None,
         typer.Option(
@@ -290,7 +282,7 @@ def dispatcher(
     metrics_host: MetricsHostOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Report start and stop as JSON lines on stderr.")] = False,
 ) -> None:
-    """Dispatch handed-off steps: request from the fold, checked against the log, logged, sent, answered."""
+    """Serve handed-over steps: each request built from the fold, its digest answered, sent once logged."""
     from ..dispatcher import serve_steps
     from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
     from ..metrics import DispatcherMetrics, new_registry
@@ -306,7 +298,6 @@ def dispatcher(
         dispatch__group=group,
         dispatch__concurrency=concurrency,
         dispatch__fold_timeout_s=fold_timeout,
-        dispatch__invariant=invariant,
         providers__anthropic_url=anthropic_url,
         providers__openai_url=openai_url,
         metrics__port=metrics_port,
@@ -318,13 +309,13 @@ def dispatcher(
     stop = asyncio.Event()
     d = config.dispatch
 
-    async def main() -> int:
+    async def main() -> tuple[int, int]:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        worker = open_dispatcher(config, stores, metrics=metrics)
+        worker = open_dispatcher(config, stores.folds, stores.attachments, metrics=metrics)
         try:
-            return await serve_steps(
+            answered = await serve_steps(
                 worker,
                 config.redis,
                 stream=d.stream,
@@ -332,7 +323,10 @@ def dispatcher(
                 consumer=consumer,
                 stop=stop,
                 max_in_flight=d.concurrency,
+                claim_idle_s=d.claim_idle_s,
+                outage_s=config.outage_s,
             )
+            return answered, worker.dispatched
         finally:
             await worker.aclose()
 
@@ -354,11 +348,12 @@ def dispatcher(
             write_json({"serving": d.stream, "group": d.group, "metrics": metrics_url}, stderr=True)
         else:
             err_console.print(literal(f"dispatcher serving steps from {d.stream!r} (stop with SIGTERM or Ctrl-C)"))
-        answered = asyncio.run(main())
+        answered, sent = asyncio.run(main())
         if json:
-            write_json({"stopped": True, "answered": answered}, stderr=True)
+            write_json({"stopped": True, "sent": sent, "answered": answered}, stderr=True)
         else:
-            err_console.print(literal(f"dispatcher stopped after answering {answered} step(s)"))
+            stopped = f"dispatcher stopped after sending {sent} step(s) ({answered} hand-over(s) answered)"
+            err_console.print(literal(stopped))
     finally:
         if server is not None:
             server.close()

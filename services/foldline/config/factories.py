@@ -194,19 +194,17 @@ def emulated_providers() -> dict[str, Provider]:
 
 
 def providers(config: Config) -> dict[str, Provider]:
-    """Real adapters for the providers with a base URL (keys from the configuration), the in-process
-    emulator for the others (one shared prompt cache)."""
-    import httpx
-
+    """Real adapters for the providers with a base URL (keys from the configuration; pools, timeouts and
+    HTTP/2 from ``config.transport``), the in-process emulator for the others (one shared prompt cache)."""
     from ..providers.anthropic import AnthropicProvider
     from ..providers.openai import OpenAIProvider
 
     p = config.providers
     chosen = emulated_providers()
     if p.anthropic_url:
-        chosen["anthropic"] = AnthropicProvider(httpx.AsyncHTTPTransport(), p.anthropic_api_key, p.anthropic_url)
+        chosen["anthropic"] = AnthropicProvider(None, p.anthropic_api_key, p.anthropic_url, settings=config.transport)
     if p.openai_url:
-        chosen["openai"] = OpenAIProvider(httpx.AsyncHTTPTransport(), p.openai_api_key, p.openai_url)
+        chosen["openai"] = OpenAIProvider(None, p.openai_api_key, p.openai_url, settings=config.transport)
     return chosen
 
 
@@ -232,11 +230,13 @@ def check_data_dir(config: Config, *, read_only: bool = False) -> None:
         )
 
 
-def open_stores(config: Config, *, read_only: bool = False) -> Stores:
+def open_stores(config: Config, *, read_only: bool = False, writer: bool = False) -> Stores:
     """The event log and attachment store the configuration names (and the folds, on ``distributed``).
 
     ``read_only=True`` (the audits and listings) opens the embedded log and the filesystem attachment store
     for reading: nothing is created or written, and a read-only data directory or copy serves.
+    ``writer``: the process runs loops (it writes sessions): a Kafka log then follows the committed stream,
+    so the loops' invariant companions read back what they appended without a fetch per read.
     """
     from ..adapters.fs_attachments import FilesystemAttachmentStore
     from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
@@ -254,7 +254,7 @@ def open_stores(config: Config, *, read_only: bool = False) -> Stores:
     if config.backend in ("kafka", "distributed"):
         if config.backend == "kafka":
             check_data_dir(config)
-        log = kafka_log(config)
+        log = kafka_log(config, follow=writer)
         try:
             log.check_topics()  # before anything is written: a topic that could lose the log is refused
             if config.backend == "kafka":

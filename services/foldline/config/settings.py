@@ -181,10 +181,11 @@ class DispatchConfig:
 
     stream: str = "foldline:dispatch:steps"
     group: str = "foldline-dispatchers"
-    concurrency: int = 64  # steps in flight per dispatcher process, across sessions
-    fold_timeout_s: float = 10.0  # wait for the fold to reach a step's boundary
-    handover_timeout_s: float = 120.0  # a loop waits this long for a dispatcher's answer
-    invariant: bool = True  # rebuild every request from the raw log before sending
+    concurrency: int = 1024  # hand-overs in flight per dispatcher process, across sessions
+    fold_timeout_s: float = 60.0  # wait for the fold to reach a step's boundary (a projector restart fits)
+    handover_timeout_s: float = 120.0  # a loop waits this long for a prepared step (fold wait included)
+    answer_timeout_s: float = 600.0  # ... and this long for the provider's answer to a taken send
+    claim_idle_s: float = 15.0  # a hand-over its dispatcher left this long is taken over by another
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,7 @@ class Config:
 
     data_dir: Path = Path("foldline-data")  # the embedded backend's log and attachments; demo logs
     backend: Backend = "embedded"
+    outage_s: float = 60.0  # a dependency that does not answer (Kafka, Redis, S3) is waited out this long
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
@@ -438,6 +440,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FOLDLINE_BACKEND", "backend", _choice(BACKENDS), "embedded, kafka or distributed"),
     Setting("FOLDLINE_DATA_DIR", "data_dir", Path, "the embedded log and attachments; the demo's process logs"),
     Setting(
+        "FOLDLINE_OUTAGE_SECONDS",
+        "outage_s",
+        _seconds,
+        "seconds a dependency that does not answer (Kafka, Redis, S3) is waited out before a step fails",
+    ),
+    Setting(
         "FOLDLINE_SQLITE_BUSY_TIMEOUT",
         "embedded.busy_timeout_s",
         _seconds,
@@ -503,7 +511,18 @@ SETTINGS: tuple[Setting, ...] = (
         _seconds,
         "seconds a loop waits for a dispatcher's answer",
     ),
-    Setting("FOLDLINE_DISPATCH_INVARIANT", "dispatch.invariant", _bool, "rebuild each request from the log first"),
+    Setting(
+        "FOLDLINE_DISPATCH_ANSWER_TIMEOUT",
+        "dispatch.answer_timeout_s",
+        _seconds,
+        "seconds a loop waits for the answer to a step a dispatcher took",
+    ),
+    Setting(
+        "FOLDLINE_DISPATCH_CLAIM_IDLE",
+        "dispatch.claim_idle_s",
+        _seconds,
+        "seconds before a dead dispatcher's hand-over is taken over",
+    ),
     Setting("FOLDLINE_PROJECTOR_RUNTIME", "projector.runtime", _choice(RUNTIMES), "confluent or faust"),
     Setting("FOLDLINE_PROJECTOR_MAX_BATCH", "projector.max_batch", _positive_int, "records per poll and apply"),
     Setting("FOLDLINE_ANTHROPIC_URL", "providers.anthropic_url", _text, "Anthropic base URL (unset: emulator)"),

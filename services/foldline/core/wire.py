@@ -62,6 +62,7 @@ __all__ = [
     "block_from_json",
     "block_to_json",
     "config_to_json",
+    "content_from_json",
     "decode_canonical",
     "decode_event",
     "encode_event",
@@ -70,6 +71,7 @@ __all__ = [
     "header_from_json",
     "header_to_json",
     "usage_from_json",
+    "usage_from_plain",
     "usage_to_json",
 ]
 
@@ -430,6 +432,19 @@ def block_from_json(r: _Reader, value: Any, path: str) -> ContentBlock:
         f"{path}.type must be one of text, image, tool-call, tool-result, reasoning, redacted-reasoning, "
         f"encrypted-reasoning; got {kind!r}"
     )
+
+
+def content_from_json(items: Any) -> tuple[ContentBlock, ...]:
+    """Content blocks from their logged JSON (a list); FormatError naming the block that is wrong."""
+    r = _Reader(None)
+    if not isinstance(items, list):
+        r.fail(f"content must be a list of blocks, got {type(items).__name__}")
+    return _blocks(r, items, "content")
+
+
+def usage_from_plain(value: Any) -> Usage:
+    """Usage from its logged JSON object; FormatError when it is not one."""
+    return usage_from_json(_Reader(None), value, "usage")
 
 
 def _blocks(r: _Reader, items: list[Any], path: str) -> tuple[ContentBlock, ...]:

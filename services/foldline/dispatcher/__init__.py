@@ -1,4 +1,4 @@
-"""Dispatchers: build each step's request from the fold, prove it against the log, log, send, log the answer.
+"""Dispatchers: build each step's request from the fold and send it once the loop has logged its digest.
 
 * :class:`Dispatcher` — the work itself; usable in-process as ``AgentOptions(dispatcher=...)``.
 * :class:`RedisStepClient` / :func:`serve_steps` — the same across processes: loops hand steps over a
@@ -7,15 +7,18 @@
 
 from __future__ import annotations
 
-from ..ports.step_dispatch import DispatchOutcome, StepDispatcher, StepHandoff
-from .dispatcher import Dispatcher, DispatchResult, request_from_fold
+from ..errors import DispatchLost
+from ..ports.step_dispatch import PreparedStep, StepAnswer, StepDispatcher, StepHandoff
+from .dispatcher import Dispatcher, FoldWatcher, request_from_fold
 from .redis_steps import RedisStepClient, serve_steps
 
 __all__ = [
-    "DispatchOutcome",
-    "DispatchResult",
+    "DispatchLost",
     "Dispatcher",
+    "FoldWatcher",
+    "PreparedStep",
     "RedisStepClient",
+    "StepAnswer",
     "StepDispatcher",
     "StepHandoff",
     "request_from_fold",

@@ -1,59 +1,68 @@
-"""The dispatcher: builds a step's request from the fold, proves it against the raw log, logs, sends, logs.
+"""The dispatcher: builds each step's request from the fold, serializes it, and sends it once it is logged.
 
-For one :class:`~foldline.ports.step_dispatch.StepHandoff`, in order:
+It serves the :class:`~foldline.ports.step_dispatch.StepDispatcher` port — the loop stays the session's only
+writer, so a dispatcher writes nothing to the log and needs no Kafka client at all. For one
+:class:`~foldline.ports.step_dispatch.StepHandoff`:
 
-1. wait (bounded, :class:`~foldline.errors.FoldTimeout`) until the fold store has applied the last event
-   before the boundary; a fold already *past* the boundary means the step is stale
-   (:class:`~foldline.errors.ConflictError`, nothing sent);
-2. build the request from the fold — its folded header and derived message bytes — never from a loop's
-   in-memory session (:func:`~foldline.replay.step.request_at`, as every path does); mark it as a loop request;
-3. the invariant companion rebuilds the same request from the raw log prefix through a fresh session
-   (:class:`~foldline.replay.invariant.InvariantCompanion`) and refuses to send on a mismatch;
-4. the provider adapter's serializer turns it into exact wire bytes, resolving image attachments from
-   the attachment store (S3 in the distributed backend); an unusable object appends
-   ``attachment/quarantine`` and fails the step before anything is sent;
-5. append ``request/dispatch`` with the digest of those bytes, then send them;
-6. append the ``assistant/message`` (with usage) and one ``tool/call`` per tool-call block.
+**prepare** —
 
-Every append carries the handing-off loop's writer lease: a newer loop instance of the session fences
-the dispatcher's writes exactly as it fences the old loop's. Many sessions run concurrently; the steps
-of one session are dispatched one at a time, in the order they were handed over.
+1. wait (bounded) until the fold store has applied the last event before the boundary
+   (:class:`FoldWatcher`: one poll of every waiting session per round); a fold already *past* the
+   boundary means the step is stale (:class:`~foldline.errors.ConflictError`, nothing built);
+2. build the request from the fold — its folded header and derived message bytes, never a loop's memory —
+   with :func:`~foldline.replay.step.request_at`, as every path does; a session's later steps read and
+   decode only the fold's messages past what its previous step held (:class:`_View`);
+3. serialize it with the adapter of the header's ``config.provider``, resolving image attachments from the
+   attachment store (S3 in the distributed backend) with digest and metadata checks, through the
+   session's incremental body cache; an object that cannot be used raises its
+   :class:`~foldline.errors.AttachmentError` (the loop logs ``attachment/quarantine``); a store that does
+   not answer is waited out for ``outage_s``;
+4. keep the body and answer its digest (a :class:`~foldline.ports.step_dispatch.PreparedStep`).
+
+The loop checks that digest against its own rebuild from the durable log and appends ``request/dispatch``.
+
+**send** — send exactly the prepared body, once (rebuilt from the fold when this process no longer holds it,
+e.g. after a restart or on another dispatcher; a different digest is refused before anything is sent), and
+answer the provider's reply (:class:`~foldline.ports.step_dispatch.StepAnswer`) or raise its error as it
+came: retrying is the loop's, which logs each failed attempt (``llm/retry``) before it calls ``send`` again.
+The body is kept until a send succeeds, so a retry sends the same bytes without building them again.
+
+Many sessions run concurrently; the calls of one session are served one at a time, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..adapters.metered_log import MeteredEventLog
-from ..core.events import Envelope, EventData
 from ..core.fold import FoldState, decode_header
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
-from ..errors import AttachmentError, ConfigError, ConflictError, FencedError, FoldlineError
+from ..errors import (
+    AttachmentReadFailed,
+    ConfigError,
+    ConflictError,
+    DispatchFailed,
+    FoldlineError,
+    FoldTimeout,
+    StoreUnavailable,
+)
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
-from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore, FoldTail
-from ..ports.step_dispatch import DispatchOutcome, StepHandoff
-from ..providers.base import Provider, ProviderResponse, Serializer
+from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff
+from ..providers.base import Provider, Serializer
 from ..providers.framing import IncrementalBody
-from ..replay.invariant import InvariantCompanion
 from ..replay.registry import mark_loop_request
-from ..replay.step import answer_records, dispatch_record, quarantine_record, request_at
+from ..replay.step import request_at
 from .decode import MessageCache, decode_fold_messages
 
-__all__ = ["DispatchResult", "Dispatcher", "request_from_fold"]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+__all__ = ["Dispatcher", "FoldWatcher", "request_from_fold"]
 
 
 def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> GenerateOptions:
@@ -66,18 +75,150 @@ def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> Ge
     return mark_loop_request(request_at(state.session_id, state.applied_seq + 1, state.decoded_header(), messages))
 
 
+# ---------------------------------------------------------------------------- waiting for folds
+
+
+@dataclass(slots=True, eq=False)  # identity: each wait is its own
+class _Wait:
+    session_id: str
+    seq: int
+    generation: int
+    known: int
+    deadline: float
+    future: asyncio.Future[FoldTail]
+    loop: asyncio.AbstractEventLoop
+    applied: int = -1
+    cause: str = ""
+
+
+class FoldWatcher:
+    """Waits for many sessions' folds at once, on one thread: each round asks the applied seq of every
+    waiting session in one round trip (:meth:`FoldStore.applied_seqs`), then reads the folds that got
+    there in one more (:meth:`FoldStore.tails`). Rounds are ``poll_s`` apart while folds keep arriving,
+    backing off to ``max_poll_s`` while nothing does. A fold store that fails (Redis restarting) is retried
+    every round until each waiter's own deadline; the timeout then names the cause."""
+
+    def __init__(self, folds: FoldStore, *, poll_s: float = 0.002, max_poll_s: float = 0.02) -> None:
+        self._folds = folds
+        self._poll_s = poll_s
+        self._max_poll_s = max_poll_s
+        self._cond = threading.Condition()
+        self._waits: list[_Wait] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="foldline-fold-watcher", daemon=True)
+        self._thread.start()
+
+    async def wait(self, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int) -> FoldTail:
+        """The session's fold (past the ``known`` messages of ``generation``) once it has applied ``seq``."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[FoldTail] = loop.create_future()
+        with self._cond:
+            if self._closed:
+                raise StoreUnavailable("the dispatcher's fold watcher is closed")
+            self._waits.append(_Wait(session_id, seq, generation, known, time.monotonic() + timeout_s, future, loop))
+            self._cond.notify()
+        return await future
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # a bug here must fail the waiters, not leave them hanging
+            with self._cond:
+                self._closed = True
+                for w in self._waits:
+                    w.loop.call_soon_threadsafe(_fail, w.future, StoreUnavailable(f"the fold watcher failed: {exc!r}"))
+                self._waits = []
+            raise
+
+    def _serve(self) -> None:
+        pause = self._poll_s
+        while True:
+            with self._cond:
+                while not self._waits and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    for w in self._waits:
+                        w.loop.call_soon_threadsafe(_fail, w.future, StoreUnavailable("the fold watcher closed"))
+                    return
+                waits = list(self._waits)
+            done = self._round(waits)
+            now = time.monotonic()
+            with self._cond:
+                self._waits = [w for w in self._waits if w not in done]
+                for w in self._waits:
+                    if now >= w.deadline:
+                        done.add(w)
+                        w.loop.call_soon_threadsafe(_fail, w.future, _timeout(w))
+                self._waits = [w for w in self._waits if w not in done]
+            pause = self._poll_s if done else min(pause * 2, self._max_poll_s)
+            time.sleep(pause)
+
+    def _round(self, waits: list[_Wait]) -> set[_Wait]:
+        """One round: the waits it settled."""
+        settled: set[_Wait] = set()
+        try:
+            applied = self._folds.applied_seqs(sorted({w.session_id for w in waits}))
+            ready = [w for w in waits if applied.get(w.session_id, -1) >= w.seq]
+            for w in waits:
+                w.applied = applied.get(w.session_id, -1)
+            if not ready:
+                return settled
+            tails = self._folds.tails([(w.session_id, w.generation, w.known) for w in ready])
+        except StoreUnavailable as exc:
+            for w in waits:
+                w.cause = f"the fold store failed: {exc}"
+            return settled
+        for w, tail in zip(ready, tails, strict=True):
+            if tail is not None and tail.applied_seq >= w.seq:
+                settled.add(w)
+                w.loop.call_soon_threadsafe(_deliver, w.future, tail)
+        return settled
+
+
+def _deliver(future: asyncio.Future[FoldTail], tail: FoldTail) -> None:
+    if not future.done():
+        future.set_result(tail)
+
+
+def _fail(future: asyncio.Future[FoldTail], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _timeout(w: _Wait) -> FoldTimeout:
+    cause = w.cause or (
+        "check that a projector (foldline projector) is running and consuming the session's partition"
+        if w.applied >= 0
+        else "the session has no fold yet: check that a projector is running (it folds a session on its first events)"
+    )
+    return FoldTimeout(
+        f"session {w.session_id!r}: the fold has applied seq {w.applied}, not {w.seq}, after waiting; {cause}"
+    )
+
+
+# ---------------------------------------------------------------------------- one session's view
+
+
 @dataclass(slots=True)
 class _View:
     """What the dispatcher holds of one session between its steps: the fold's messages decoded so far (one
-    list per surface generation, only appended to), the decoded header, and one incremental body per
-    serializer. A step reads only the fold's messages past these and encodes only the wire messages past
-    the body's cached prefix, so its cost does not grow with the session."""
+    list per surface generation, only appended to), the decoded header, one incremental body per
+    serializer, and the body it prepared last. A step reads only the fold's messages past these and
+    encodes only the wire messages past the body's cached prefix, so its cost does not grow with the
+    session."""
 
     generation: int = -1
     messages: list[Message] = field(default_factory=list)
     header_bytes: bytes | None = None
     header: EpochHeader | None = None
     bodies: dict[tuple[str, int], IncrementalBody] = field(default_factory=dict)
+    prepared: tuple[int, str, bytes, Provider] | None = None  # boundary, digest, body, its provider
 
     def advance(self, tail: FoldTail, cache: MessageCache) -> None:
         new = cache.decode(tail.messages)
@@ -102,145 +243,162 @@ class _View:
         return body
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchResult(DispatchOutcome):
-    """An in-process outcome also carries the parsed provider answer."""
-
-    response: ProviderResponse | None = None
+# ---------------------------------------------------------------------------- the dispatcher
 
 
 class Dispatcher:
-    """Dispatches handed-off steps; usable in-process (``AgentOptions.dispatcher``) and by ``foldline dispatcher``.
+    """Serves handed-over steps; usable in-process (``AgentOptions.dispatcher``) and by ``foldline dispatcher``.
 
     ``providers`` maps a call config's ``provider`` (``"anthropic"``, ``"openai"``) to its adapter.
-    ``invariant`` (default on) rebuilds every request from the raw log before sending. ``fold_timeout_s``
-    bounds the wait for the fold; ``max_concurrency`` bounds steps in flight across sessions;
-    ``decode_cache`` is how many decoded fold messages are kept for later steps.
+    ``fold_timeout_s`` bounds the wait for a step's fold; ``outage_s`` how long an attachment store that
+    does not answer is waited out; ``max_concurrency`` bounds the calls in flight across sessions;
+    ``max_sessions`` sessions keep their view (least recently served first out); ``decode_cache`` is how
+    many decoded fold messages are kept for folds read whole.
     """
 
     def __init__(
         self,
-        log: EventLog,
         folds: FoldStore,
         providers: Mapping[str, Provider],
         *,
         attachments: AttachmentStore | None = None,
-        invariant: bool = True,
-        fold_timeout_s: float = 10.0,
-        max_concurrency: int = 64,
+        fold_timeout_s: float = 60.0,
+        outage_s: float = 60.0,
+        max_concurrency: int = 1024,
         metrics: DispatcherMetrics | None = None,
-        clock: Callable[[], int] = wall_clock_ms,
         decode_cache: int = 20_000,
-        max_sessions: int = 4096,
+        max_sessions: int = 8192,
     ) -> None:
         if not providers:
             raise ConfigError("a dispatcher needs at least one provider adapter")
         if max_concurrency < 1:
             raise ConfigError("max_concurrency must be at least 1")
-        if metrics is not None:  # steps, their usage and cache-read drops are counted from what it appends
-            log = MeteredEventLog(log, metrics.loop)
-        self.log = log
         self.folds = folds
         self.providers = dict(providers)
         self.attachments = attachments
-        self.invariant = (
-            InvariantCompanion(
-                log,
-                attachments=attachments,
-                on_violation=metrics.invariant_violation if metrics is not None else None,
-            )
-            if invariant
-            else None
-        )
         self.fold_timeout_s = fold_timeout_s
+        self.outage_s = outage_s
         self.metrics = metrics
-        self.clock = clock
         self.dispatched = 0
+        self.rebuilt_for_send = 0  # sends whose body had to be prepared again (another process prepared it)
         self.messages = MessageCache(decode_cache)  # decoded fold messages, for folds read whole
         self.max_sessions = max_sessions
-        self._views: OrderedDict[str, _View] = OrderedDict()  # per session: what the last step read and built
+        self._views: OrderedDict[str, _View] = OrderedDict()
         self._slots = asyncio.Semaphore(max_concurrency)
         self._sessions: dict[str, tuple[asyncio.Lock, int]] = {}  # per-session lock and its user count
-        # fold waits block (the FoldStore port is synchronous); they get their own threads so a slow
-        # projector never starves the event loop or the default executor
-        self._waiters = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="foldline-fold-wait")
+        self._watcher = FoldWatcher(folds)
 
-    async def dispatch(self, handoff: StepHandoff) -> DispatchResult:
-        """Dispatch one step (see the module docstring); steps of one session run in handoff order."""
-        sid = handoff.session_id
-        lock, users = self._sessions.get(sid) or (asyncio.Lock(), 0)
-        self._sessions[sid] = (lock, users + 1)
-        try:
-            async with lock, self._slots:
-                return await self._dispatch(handoff)
-        finally:
-            lock, users = self._sessions[sid]
-            if users == 1:
-                del self._sessions[sid]
-            else:
-                self._sessions[sid] = (lock, users - 1)
+    async def prepare(self, handoff: StepHandoff) -> PreparedStep:
+        """Build and serialize the step's request from the fold (see the module docstring)."""
+        async with self._session(handoff.session_id):
+            try:
+                return await self._prepare(handoff, exact=True)
+            except FoldlineError as exc:
+                self._count_error(exc)
+                raise
+
+    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+        """Send the prepared body and answer the provider's reply (see the module docstring)."""
+        async with self._session(handoff.session_id):
+            try:
+                return await self._send(handoff, prepared)
+            except FoldlineError as exc:
+                self._count_error(exc)
+                raise
 
     async def aclose(self) -> None:
-        """Close the provider adapters and the fold-wait threads."""
+        """Close the provider adapters and the fold watcher."""
         for provider in self.providers.values():
             await provider.aclose()
-        self._waiters.shutdown(wait=False, cancel_futures=True)
+        self._watcher.close()
 
-    # ------------------------------------------------------------------ one step
+    # ------------------------------------------------------------------ one session at a time
 
-    async def _dispatch(self, h: StepHandoff) -> DispatchResult:
-        started = time.perf_counter()
-        try:
-            view = await self._wait_for_fold(h)
-            request = view.request(h.session_id, h.boundary)
-            if self.invariant is not None:
-                self.invariant.check(h.session_id, h.boundary, request)
-            provider = self._provider_for(request.config)
-            serializer = provider.serializer
-            try:
-                body, digest = view.body(serializer).serialize(request, self.attachments)
-            except AttachmentError as exc:
-                self._append(h, h.boundary, [quarantine_record(exc)])
-                raise
-            if self.invariant is not None:
-                self.invariant.check_body(h.session_id, h.boundary, digest, serializer)
-            if h.archive and self.attachments is not None:
-                self.attachments.put(body, "application/json")
-            self._append(h, h.boundary, [dispatch_record(h.turn, h.step, serializer, body, digest)])
-            response = await provider.send(body)
-            head = self._append(h, h.boundary + 1, answer_records(h.turn, h.step, h.boundary + 1, response))
-        except FoldlineError as exc:
-            self._count_error(exc)
-            raise
-        self.dispatched += 1
-        if self.metrics is not None:
-            self.metrics.dispatch_latency(request.config.provider, request.config.model, time.perf_counter() - started)
-        return DispatchResult(h.session_id, h.boundary, digest, head, response)
+    def _session(self, session_id: str) -> _SessionSlot:
+        return _SessionSlot(self, session_id)
 
-    async def _wait_for_fold(self, h: StepHandoff) -> _View:
-        """The session's view at the boundary: the fold read past what the last step of the session read."""
+    async def _prepare(self, h: StepHandoff, *, exact: bool) -> PreparedStep:
         started = time.perf_counter()
         view = self._views.pop(h.session_id, None) or _View()
-        loop = asyncio.get_running_loop()
-        wait = functools.partial(
-            self.folds.wait_for_tail,
-            h.session_id,
-            h.boundary - 1,
-            self.fold_timeout_s,
-            generation=view.generation,
-            known=len(view.messages),
+        tail = await self._watcher.wait(
+            h.session_id, h.boundary - 1, self.fold_timeout_s, generation=view.generation, known=len(view.messages)
         )
-        tail = await loop.run_in_executor(self._waiters, wait)
+        waited = time.perf_counter() - started
         if self.metrics is not None:
-            self.metrics.fold_wait(time.perf_counter() - started)
-        if tail.applied_seq != h.boundary - 1:
-            # the log moved past this boundary: another writer (or an earlier attempt) answered the step
+            self.metrics.fold_wait(waited)
+        # A prepare at a boundary the log moved past is stale; a send's rebuild comes after the loop logged
+        # request/dispatch (and perhaps failed attempts), none of which changes the request.
+        if tail.applied_seq != h.boundary - 1 and (exact or tail.applied_seq < h.boundary - 1):
             raise ConflictError(h.session_id, h.boundary, tail.applied_seq + 1)
         view.advance(tail, self.messages)
         self._views[h.session_id] = view
         while len(self._views) > self.max_sessions:
             self._views.popitem(last=False)
-        return view
+        built = time.perf_counter()
+        request = view.request(h.session_id, h.boundary)
+        provider = self._provider_for(request.config)
+        serializer = provider.serializer
+        body, digest = await self._serialize(view.body(serializer), request)
+        if h.archive and self.attachments is not None:
+            self.attachments.put(body, "application/json")
+        view.prepared = (h.boundary, digest, body, provider)
+        return PreparedStep(
+            h.session_id,
+            h.boundary,
+            serializer.name,
+            serializer.version,
+            digest,
+            len(body),
+            {"fold_wait": waited, "build": time.perf_counter() - built},
+        )
+
+    async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[bytes, str]:
+        """The body and its digest; an attachment store that does not answer is waited out (``outage_s``)."""
+        deadline = time.monotonic() + self.outage_s
+        pause = 0.1
+        while True:
+            try:
+                return cache.serialize(request, self.attachments)
+            except AttachmentReadFailed:
+                if time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    async def _send(self, h: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+        started = time.perf_counter()
+        view = self._views.get(h.session_id)
+        held = view.prepared if view is not None else None
+        if held is None or held[:2] != (h.boundary, prepared.digest):
+            again = await self._prepare(h, exact=False)  # not held here: build it again, from the fold
+            self.rebuilt_for_send += 1
+            view = self._views.get(h.session_id)
+            held = view.prepared if view is not None else None
+            if held is None or again.digest != prepared.digest:
+                raise DispatchFailed(
+                    h.session_id,
+                    h.boundary,
+                    "ReconstructionError",
+                    f"the fold now builds a body with digest {again.digest}, not the logged {prepared.digest}; "
+                    "nothing was sent — rebuild the fold from the log (foldline projector --rebuild)",
+                )
+        _, _, body, provider = held
+        stream = view.header.config.stream if view is not None and view.header is not None else False
+        sent = time.perf_counter()
+        response = await provider.send(body, stream=stream)  # one attempt: the loop logs and drives retries
+        if view is not None:
+            view.prepared = None
+        self.dispatched += 1
+        if self.metrics is not None:
+            self.metrics.dispatch_latency(provider.name, _model(view), time.perf_counter() - started)
+        return StepAnswer(
+            response.content,
+            response.usage,
+            response.stop_reason,
+            {"send": time.perf_counter() - sent},
+            response.request_id,
+            response.message_id,
+        )
 
     def _provider_for(self, config: CallConfig) -> Provider:
         try:
@@ -252,14 +410,47 @@ class Dispatcher:
                 "start it with that provider configured"
             ) from None
 
-    def _append(self, h: StepHandoff, seq: int, datas: list[EventData]) -> int:
-        now = self.clock()
-        events = [Envelope(seq + i, now, d) for i, d in enumerate(datas)]
-        return self.log.append(h.session_id, seq, events, lease=h.lease)
-
     def _count_error(self, exc: FoldlineError) -> None:
-        if self.metrics is None:
-            return
-        self.metrics.dispatch_error(exc)  # invariant violations: counted by the companion; attachment errors:
-        if isinstance(exc, FencedError):  # counted from the quarantine record the dispatcher appended
-            self.metrics.fenced_write()
+        if self.metrics is not None:
+            self.metrics.dispatch_error(exc)
+
+
+def _model(view: _View | None) -> str:
+    return view.header.config.model if view is not None and view.header is not None else "unknown"
+
+
+class _SessionSlot:
+    """One session's calls one at a time (in arrival order), within the dispatcher's concurrency bound."""
+
+    __slots__ = ("_dispatcher", "_lock", "_session_id")
+
+    def __init__(self, dispatcher: Dispatcher, session_id: str) -> None:
+        self._dispatcher = dispatcher
+        self._session_id = session_id
+        self._lock: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> None:
+        sessions = self._dispatcher._sessions
+        lock, users = sessions.get(self._session_id) or (asyncio.Lock(), 0)
+        sessions[self._session_id] = (lock, users + 1)
+        self._lock = lock
+        await lock.acquire()
+        try:
+            await self._dispatcher._slots.acquire()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._dispatcher._slots.release()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        sessions = self._dispatcher._sessions
+        lock, users = sessions[self._session_id]
+        if users == 1:
+            del sessions[self._session_id]
+        else:
+            sessions[self._session_id] = (lock, users - 1)

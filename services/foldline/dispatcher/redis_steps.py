@@ -1,120 +1,490 @@
-"""Handing steps to ``foldline dispatcher`` processes over a Redis stream.
+"""Serving steps across processes: loops hand them to ``foldline dispatcher`` processes through Redis.
 
-A loop process uses :class:`RedisStepClient` as its ``AgentOptions.dispatcher``: each handoff is one
-``XADD`` to the steps stream (fields ``handoff`` — the :class:`StepHandoff` as JSON — and ``reply``, a
-key unique to this handoff), then a bounded ``BLPOP`` on the reply key. Dispatcher processes read the
-stream in one consumer group (:func:`serve_steps`): every handoff goes to exactly one of them, which
-dispatches it and pushes ``{"ok": true, "outcome": ...}`` or ``{"ok": false, "kind", "message"}`` to the
-reply key (expiring), then acknowledges and deletes the stream entry.
+**The loop's end** (:class:`RedisStepClient`, the loop's ``AgentOptions.dispatcher``): each call —
+``prepare`` or ``send`` — is one ``XADD`` to the steps stream (fields ``op``, ``id``, ``reply``,
+``handoff``, and for ``send`` the ``prepared`` step). Every reply comes back on one Redis list per client
+(``<stream>:replies:<client id>``), read by one task in batches (``BLMPOP``): a thousand sessions in flight
+hold one connection, not a thousand.
 
-The stream and the reply are transport, not state: the session log is the record of what was sent and
-answered. A lost handoff or reply (Redis flushed or restarted) surfaces at the loop as a typed
-:class:`~foldline.errors.DispatchTimeout`; the loop ends the turn with reason ``error`` and the log stays
-valid — at worst it holds a ``request/dispatch`` whose answer never arrived, which ``foldline verify``
-still proves against its digest. A handoff is never redelivered to a second dispatcher: the dispatcher
-appends ``request/dispatch`` at the boundary seq, so a retried or duplicated handoff of the same step
-fails with :class:`~foldline.errors.ConflictError` before anything is sent.
+**The dispatchers' end** (:func:`serve_steps`): dispatcher processes read the stream as one consumer group;
+an entry goes to one of them, which answers ``accepted`` at once, then the result, and then acknowledges
+and deletes the entry. Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in
+the same transaction as the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most
+one dispatcher.
+
+**What survives what.** The stream and the replies are transport, not state: the log records what was
+sent and answered.
+
+* Redis restarted or flushed: a dispatcher reconnects and recreates its group; a loop whose call was not
+  ``accepted`` within ``ack_timeout_s`` hands it over again (``prepare`` is safe to repeat; a ``send``
+  that was not accepted was taken by no dispatcher, and the taken mark stops a second one). Redis calls
+  that fail are retried for ``outage_s`` before the error names Redis.
+* A dispatcher killed mid-call: its entries stay pending in the group; every dispatcher heartbeats the
+  entries it works on (re-claims them to itself) and takes over entries idle for ``claim_idle_s``. A taken
+  ``prepare`` is served again, and so is a ``send`` its first dispatcher had not taken yet; a taken ``send``
+  may or may not have reached the provider, so no dispatcher sends it again: it is answered ``lost`` and
+  the loop resolves it by the rule in docs/DISPATCHER.md.
+* No dispatcher at all: the loop's wait is bounded, and its error says whether the group has consumers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import socket
+import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
 from ..config import RedisConfig
 from ..core import codec
-from ..errors import ConfigError, DispatchFailed, DispatchTimeout, FoldlineError, FormatError, StoreUnavailable
-from ..ports.step_dispatch import DispatchOutcome, StepHandoff
+from ..errors import (
+    ConfigError,
+    DispatchLost,
+    DispatchTimeout,
+    FoldlineError,
+    FormatError,
+    StoreUnavailable,
+)
+from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff, error_from_json, error_to_json
 from .dispatcher import Dispatcher
 
 __all__ = ["RedisStepClient", "serve_steps"]
 
 _LOG = logging.getLogger("foldline.dispatcher")
-_REPLY_TTL_S = 300
-_STREAM_MAXLEN = 100_000
+_REPLY_TTL_S = 600
+_TAKEN_TTL_S = 86_400  # a send's taken mark outlives any re-claim of its hand-over
+_STREAM_MAXLEN = 200_000
+_REPLY_BATCH = 512
+_T = TypeVar("_T")
 
 
-def _reply_json(value: dict[str, Any]) -> bytes:
+def _json(value: dict[str, Any]) -> bytes:
     return codec.canonical_json(value)
+
+
+def _connect(redis: RedisConfig, *, blocking_s: float = 0.0) -> aioredis.Redis:
+    """A client whose socket timeout outlasts any blocking wait it issues (``blocking_s``), on a pool of
+    ``max_connections`` that a call waits on (up to the socket timeout) instead of failing when all are busy:
+    a thousand sessions handing steps over at once share the pool, each command holding a connection for a
+    round trip."""
+    try:
+        pool = aioredis.BlockingConnectionPool.from_url(
+            redis.url,
+            max_connections=redis.max_connections,
+            timeout=redis.socket_timeout_s,
+            socket_timeout=redis.socket_timeout_s + blocking_s,
+            socket_connect_timeout=redis.connect_timeout_s,
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL: {exc}") from exc
+    return aioredis.Redis.from_pool(pool)
+
+
+def _pool_exhausted(exc: BaseException) -> bool:
+    return isinstance(exc, RedisConnectionError) and "No connection available" in str(exc)
+
+
+async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]]) -> _T:
+    """``call()``, retried while Redis does not answer, for up to ``outage_s``; then a StoreUnavailable that
+    names Redis and the call (or the process's own connection pool, when that is what was exhausted)."""
+    deadline = time.monotonic() + outage_s
+    pause = 0.05
+    while True:
+        try:
+            return await call()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            if time.monotonic() + pause > deadline:
+                if _pool_exhausted(exc):
+                    raise StoreUnavailable(
+                        f"{what}: every connection of this process's Redis pool stayed busy for {outage_s:g}s; "
+                        "raise FOLDLINE_REDIS_MAX_CONNECTIONS or lower the steps in flight"
+                    ) from exc
+                raise StoreUnavailable(
+                    f"Redis did not answer {what} for {outage_s:g}s ({type(exc).__name__}: {exc}); "
+                    "check that Redis is running and FOLDLINE_REDIS_URL points at it"
+                ) from exc
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
+# ---------------------------------------------------------------------------- the loop's end
+
+
+@dataclass(slots=True)
+class _Call:
+    op: str
+    fields: dict[FieldT, EncodableT]
+    reply: asyncio.Future[dict[str, Any]]
+    accepted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class RedisStepClient:
     """A :class:`~foldline.ports.step_dispatch.StepDispatcher` served by ``foldline dispatcher`` processes.
 
-    ``timeout_s`` is how long a handoff waits for its answer (the configuration's
-    ``dispatch.handover_timeout_s``). The reply wait is one blocking ``BLPOP``, so this client's socket
-    timeout is that wait plus ``redis.socket_timeout_s``: the connection never times out under a wait it
-    asked for.
+    ``prepare_timeout_s`` bounds the wait for a prepared step (it includes the dispatcher's wait for the
+    fold); ``ack_timeout_s`` how long a ``send`` waits to be taken by a dispatcher before it is re-sent;
+    ``answer_timeout_s`` how long a taken ``send`` waits for the provider's answer; ``outage_s`` how long a
+    Redis that does not answer is retried.
     """
 
-    def __init__(self, redis: RedisConfig, *, stream: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        redis: RedisConfig,
+        *,
+        stream: str,
+        group: str,
+        prepare_timeout_s: float = 120.0,
+        ack_timeout_s: float = 10.0,
+        answer_timeout_s: float = 600.0,
+        outage_s: float = 60.0,
+    ) -> None:
         self.redis = redis
         self.stream = stream
-        self.timeout_s = timeout_s
+        self.group = group
+        self.prepare_timeout_s = prepare_timeout_s
+        self.ack_timeout_s = ack_timeout_s
+        self.answer_timeout_s = answer_timeout_s
+        self.outage_s = outage_s
+        self.reply_key = f"{stream}:replies:{uuid.uuid4().hex}"
         self._redis: aioredis.Redis | None = None
+        self._calls: dict[str, _Call] = {}
+        self._reader: asyncio.Task[None] | None = None
 
-    def _client(self) -> aioredis.Redis:
-        if self._redis is None:
-            self._redis = _connect(self.redis, blocking_s=self.timeout_s)
-        return self._redis
+    # -- the port
 
-    async def dispatch(self, handoff: StepHandoff) -> DispatchOutcome:
-        reply_key = f"{self.stream}:reply:{uuid.uuid4().hex}"
-        r = self._client()
-        fields: dict[FieldT, EncodableT] = {
-            "handoff": codec.canonical_json(handoff.to_json()),
-            "reply": reply_key,
-        }
-        try:
-            await r.xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True)
-            got = await r.blpop([reply_key], timeout=self.timeout_s)
-        except RedisError as exc:
-            raise StoreUnavailable(
-                f"cannot hand the step at seq {handoff.boundary} of session {handoff.session_id!r} to a dispatcher "
-                f"through Redis ({type(exc).__name__}); check FOLDLINE_REDIS_URL and that Redis is up"
-            ) from exc
-        if got is None:
-            raise DispatchTimeout(
-                handoff.session_id,
-                handoff.boundary,
-                "DispatchTimeout",
-                f"no dispatcher answered within {self.timeout_s:.0f}s; check that `foldline dispatcher` "
-                f"processes are running on stream {self.stream!r}",
-            )
-        try:
-            value: Any = codec.loads(got[1])
-            if value["ok"]:
-                return DispatchOutcome.from_json(value["outcome"])
-            kind, message = str(value["kind"]), str(value["message"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FormatError("dispatch-reply", f"malformed dispatcher reply {got[1][:120]!r}: {exc}") from exc
-        raise DispatchFailed(handoff.session_id, handoff.boundary, kind, message)
+    async def prepare(self, handoff: StepHandoff) -> PreparedStep:
+        reply = await self._call("prepare", handoff, None, self.prepare_timeout_s)
+        return PreparedStep.from_json(reply)
+
+    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+        reply = await self._call("send", handoff, prepared, self.answer_timeout_s)
+        return StepAnswer.from_json(reply)
 
     async def aclose(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
 
+    # -- internals
 
-def _connect(redis: RedisConfig, *, blocking_s: float) -> aioredis.Redis:
-    """An asyncio client whose socket timeout outlasts its longest blocking command by ``socket_timeout_s``."""
-    try:
-        return aioredis.Redis.from_url(
-            redis.url,
-            socket_timeout=blocking_s + redis.socket_timeout_s,
-            socket_connect_timeout=redis.connect_timeout_s,
-            max_connections=redis.max_connections,
-        )
-    except ValueError as exc:
-        raise ConfigError(f"bad Redis URL (FOLDLINE_REDIS_URL): {exc}") from exc
+    def _client(self) -> aioredis.Redis:
+        if self._redis is None:
+            self._redis = _connect(self.redis, blocking_s=1.0)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_replies(), name=f"foldline-replies-{self.reply_key}")
+        return self._redis
+
+    async def _call(self, op: str, h: StepHandoff, prepared: PreparedStep | None, timeout_s: float) -> Any:
+        call_id = uuid.uuid4().hex
+        fields: dict[FieldT, EncodableT] = {
+            "op": op,
+            "id": call_id,
+            "reply": self.reply_key,
+            "handoff": codec.canonical_json(h.to_json()),
+        }
+        if prepared is not None:
+            fields["prepared"] = codec.canonical_json(prepared.to_json())
+        call = _Call(op, fields, asyncio.get_running_loop().create_future())
+        self._calls[call_id] = call
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                await _retrying(
+                    f"handing the step at seq {h.boundary} of {h.session_id!r} over",
+                    self.outage_s,
+                    lambda: self._client().xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True),
+                )
+                # a call must be taken by a dispatcher within ack_timeout_s, or it reached none: hand it over again
+                first = call.accepted if not call.accepted.done() else call.reply
+                wait = self.ack_timeout_s if first is call.accepted else deadline - time.monotonic()
+                done, _ = await asyncio.wait({first, call.reply}, timeout=max(0.0, wait))
+                if call.reply in done:
+                    return self._result(h, call.reply.result())
+                if call.accepted.done():
+                    left = deadline - time.monotonic()
+                    done, _ = await asyncio.wait({call.reply}, timeout=max(0.0, left))
+                    if done:
+                        return self._result(h, call.reply.result())
+                    raise await self._timeout(h, op, timeout_s, taken=True)
+                if time.monotonic() >= deadline:
+                    raise await self._timeout(h, op, timeout_s, taken=False)
+                _LOG.info(
+                    "no dispatcher took the %s of %s seq %d in time; handing it over again",
+                    op,
+                    h.session_id,
+                    h.boundary,
+                )
+        finally:
+            self._calls.pop(call_id, None)
+
+    def _result(self, h: StepHandoff, reply: dict[str, Any]) -> Any:
+        kind = reply.get("kind")
+        if kind == "ok":
+            return reply.get("result")
+        if kind == "lost":
+            raise DispatchLost(h.session_id, h.boundary, "DispatchLost", str(reply.get("message", "")))
+        raise error_from_json(reply.get("error") or {}, h.session_id, h.boundary)
+
+    async def _timeout(self, h: StepHandoff, op: str, timeout_s: float, *, taken: bool) -> DispatchTimeout:
+        """The timeout, naming what the group shows: no dispatcher, dispatchers behind, or one that took it."""
+        try:
+            groups = await self._client().xinfo_groups(self.stream)
+            group = next((g for g in groups if _text(g.get("name")) == self.group), None)
+        except (RedisError, OSError):
+            group = None
+        if taken:
+            cause = f"a dispatcher took the {op} but answered nothing within {timeout_s:g}s"
+        elif group is None or not int(group.get("consumers", 0)):
+            cause = (
+                f"no dispatcher is reading stream {self.stream!r} (group {self.group!r} has no consumers): "
+                "start `foldline dispatcher`"
+            )
+        else:
+            cause = (
+                f"{group.get('consumers')} dispatcher(s) read {self.stream!r} but none answered within {timeout_s:g}s "
+                f"({group.get('pending')} hand-over(s) pending): they are overloaded or stuck"
+            )
+        return DispatchTimeout(h.session_id, h.boundary, "DispatchTimeout", cause)
+
+    async def _read_replies(self) -> None:
+        """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages)."""
+        pause = 0.05
+        while True:
+            try:
+                assert self._redis is not None
+                got: Any = await self._redis.blmpop(1, 1, self.reply_key, direction="LEFT", count=_REPLY_BATCH)
+                pause = 0.05
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                _LOG.warning("reading dispatcher replies failed (%s); retrying", exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            if not got:
+                continue
+            for raw in got[1]:
+                try:
+                    value: Any = codec.loads(raw)
+                    call = self._calls.get(str(value["id"]))
+                except (ValueError, KeyError, TypeError):
+                    _LOG.error("a malformed dispatcher reply was dropped: %r", raw[:200])
+                    continue
+                if call is None:
+                    continue  # a call that was answered already (a repeated hand-over) or given up
+                if value.get("kind") == "accepted":
+                    if not call.accepted.done():
+                        call.accepted.set_result(None)
+                elif not call.reply.done():
+                    call.reply.set_result(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ---------------------------------------------------------------------------- the dispatchers' end
+
+
+class _Server:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        redis: RedisConfig,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        max_in_flight: int,
+        block_ms: int,
+        claim_idle_s: float,
+        outage_s: float,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.max_in_flight = max_in_flight
+        self.block_ms = block_ms
+        self.claim_idle_s = claim_idle_s
+        self.outage_s = outage_s
+        self.r = _connect(redis, blocking_s=block_ms / 1000)
+        self.in_flight: dict[str, asyncio.Task[None]] = {}  # entry id -> its task
+        self.answered = 0
+
+    async def ensure_group(self) -> None:
+        try:
+            await self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def serve(self, stop: asyncio.Event) -> int:
+        pause = 0.05
+        next_claim = time.monotonic() + self.claim_idle_s / 3
+        group_ready = False
+        while not stop.is_set():
+            try:
+                if not group_ready:
+                    await self.ensure_group()
+                    group_ready = True
+                if time.monotonic() >= next_claim:
+                    await self.heartbeat_and_reclaim()
+                    next_claim = time.monotonic() + self.claim_idle_s / 3
+                free = self.max_in_flight - len(self.in_flight)
+                if free <= 0:
+                    await asyncio.wait(set(self.in_flight.values()), timeout=0.2, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                got: Any = await self.r.xreadgroup(
+                    self.group, self.consumer, {self.stream: ">"}, count=free, block=self.block_ms
+                )
+                pause = 0.05
+            except ResponseError as exc:
+                # Redis was flushed or restarted without data (NOGROUP), or the stream was deleted while this
+                # read blocked on it (UNBLOCKED): make the group again
+                if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):
+                    _LOG.warning("the dispatch group %r is gone (%s); creating it again", self.group, exc)
+                    group_ready = False
+                    continue
+                raise StoreUnavailable(f"Redis refused the dispatcher's read of {self.stream!r}: {exc}") from exc
+            except (RedisError, OSError) as exc:
+                _LOG.warning("the dispatcher lost Redis (%s: %s); retrying in %.2fs", type(exc).__name__, exc, pause)
+                group_ready = False
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            for _name, batch in got or []:
+                for entry_id, fields in batch:
+                    self.start(_text(entry_id), fields, claimed=False)
+        if self.in_flight:
+            await asyncio.gather(*self.in_flight.values(), return_exceptions=True)
+        return self.answered
+
+    def start(self, entry_id: str, fields: dict[bytes, bytes], *, claimed: bool) -> None:
+        if entry_id in self.in_flight:
+            return
+        task = asyncio.create_task(self.handle(entry_id, fields, claimed=claimed))
+        self.in_flight[entry_id] = task
+        task.add_done_callback(functools.partial(self.finished, entry_id))
+
+    def finished(self, entry_id: str, task: asyncio.Task[None]) -> None:
+        self.in_flight.pop(entry_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            _LOG.error("serving hand-over %s failed: %r", entry_id, task.exception())
+
+    async def heartbeat_and_reclaim(self) -> None:
+        """Re-claim the entries this process works on (their idle time restarts) and take over entries other
+        dispatchers left idle for ``claim_idle_s`` (they died)."""
+        mine: list[int | bytes | str | memoryview[int]] = list(self.in_flight)
+        if mine:
+            await self.r.xclaim(self.stream, self.group, self.consumer, 0, mine, justid=True)
+        start = "0-0"
+        while True:
+            reply: Any = await self.r.xautoclaim(
+                self.stream, self.group, self.consumer, int(self.claim_idle_s * 1000), start_id=start, count=100
+            )
+            start, claimed = _text(reply[0]), reply[1]
+            for entry_id, fields in claimed:
+                if fields:
+                    _LOG.warning("taking over hand-over %s from a dispatcher that stopped", _text(entry_id))
+                    self.start(_text(entry_id), fields, claimed=True)
+            if start == "0-0" or not claimed:
+                return
+
+    async def handle(self, entry_id: str, fields: dict[bytes, bytes], *, claimed: bool) -> None:
+        reply_key = fields.get(b"reply", b"").decode()
+        call_id = fields.get(b"id", b"").decode()
+        op = fields.get(b"op", b"").decode()
+        payload = await self.serve_one(op, call_id, reply_key, fields, claimed=claimed)
+        if payload is not None:
+            await self.reply(reply_key, payload)
+        await _retrying("acknowledging a hand-over", self.outage_s, functools.partial(self._ack, entry_id))
+        self.answered += 1
+
+    async def serve_one(
+        self, op: str, call_id: str, reply_key: str, fields: dict[bytes, bytes], *, claimed: bool
+    ) -> dict[str, Any] | None:
+        """The reply to one hand-over (errors included: a loop always hears back), or None for a repeated
+        hand-over of a send that another dispatcher took (that one answers it)."""
+        try:
+            handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
+            if op == "prepare":  # safe to repeat: served again whenever handed over again or re-claimed
+                await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
+                return {"id": call_id, "kind": "ok", "result": (await self.dispatcher.prepare(handoff)).to_json()}
+            if op != "send":
+                raise FormatError("step-handoff", f"unknown hand-over operation {op!r}")
+            prepared = PreparedStep.from_json(codec.loads(fields[b"prepared"]))
+            if not await self.take(call_id, reply_key):
+                if claimed:  # the dispatcher that took it died: it may or may not have sent it
+                    return {"id": call_id, "kind": "lost", "message": _LOST}
+                return None  # a repeated hand-over of a send another dispatcher took: that one answers
+            answer = await self.dispatcher.send(handoff, prepared)
+            return {"id": call_id, "kind": "ok", "result": answer.to_json()}
+        except (KeyError, ValueError) as exc:
+            error: dict[str, Any] = {"kind": "FormatError", "message": f"bad hand-over: {exc}"}
+        except FoldlineError as exc:
+            error = error_to_json(exc)
+        except Exception as exc:  # an unexpected bug: answer the loop, keep serving, log the trace
+            _LOG.exception("serving a %s of %r failed unexpectedly", op, fields.get(b"handoff", b"")[:200])
+            error = {"kind": type(exc).__name__, "message": "unexpected dispatcher failure"}
+        return {"id": call_id, "kind": "error", "error": error}
+
+    async def take(self, call_id: str, reply_key: str) -> bool:
+        """Take a send: mark its call id taken and tell the loop (``accepted``) in one transaction. False if
+        a dispatcher took it already — the mark is what keeps a send handed over twice (the loop heard no
+        ``accepted`` in time) or re-claimed from a dispatcher that died from being sent twice."""
+
+        async def mark() -> bool:
+            async with self.r.pipeline(transaction=True) as pipe:
+                pipe.set(f"{self.stream}:taken:{call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
+                pipe.rpush(reply_key, _json({"id": call_id, "kind": "accepted"}))
+                pipe.expire(reply_key, _REPLY_TTL_S)
+                took, *_ = await pipe.execute()
+            return bool(took)
+
+        return await _retrying("taking a send", self.outage_s, mark)
+
+    async def _ack(self, entry_id: str) -> None:
+        async with self.r.pipeline(transaction=True) as pipe:
+            pipe.xack(self.stream, self.group, entry_id)
+            pipe.xdel(self.stream, entry_id)
+            await pipe.execute()
+
+    async def reply(self, reply_key: str, payload: dict[str, Any]) -> None:
+        if not reply_key:
+            return
+
+        async def push() -> None:
+            async with self.r.pipeline(transaction=True) as pipe:
+                pipe.rpush(reply_key, _json(payload))
+                pipe.expire(reply_key, _REPLY_TTL_S)
+                await pipe.execute()
+
+        try:
+            await _retrying("answering a hand-over", self.outage_s, push)
+        except StoreUnavailable as exc:  # the loop re-sends after its own timeout
+            _LOG.error("could not answer a hand-over: %s", exc)
+
+
+_LOST = "the dispatcher that took this send stopped before answering; it may or may not have reached the provider"
 
 
 async def serve_steps(
@@ -123,76 +493,29 @@ async def serve_steps(
     *,
     stream: str,
     group: str,
-    max_in_flight: int,
     consumer: str | None = None,
     stop: asyncio.Event | None = None,
+    max_in_flight: int = 1024,
     block_ms: int = 200,
+    claim_idle_s: float = 15.0,
+    outage_s: float = 60.0,
 ) -> int:
-    """Serve handoffs from ``stream`` until ``stop`` is set; returns how many steps were answered.
+    """Serve hand-overs from ``stream`` until ``stop`` is set; returns how many were answered.
 
-    Steps of different sessions run concurrently (at most ``max_in_flight``); the dispatcher keeps the
-    steps of one session in handoff order. On stop, steps in flight finish and are answered first.
-    """
-    stop = stop or asyncio.Event()
-    consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-    r = _connect(redis, blocking_s=block_ms / 1000)
-    in_flight: set[asyncio.Task[None]] = set()
-    answered = 0
-
-    async def handle(entry_id: bytes, fields: dict[bytes, bytes]) -> None:
-        nonlocal answered
-        reply_key = fields.get(b"reply", b"").decode()
-        try:
-            handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
-        except (KeyError, ValueError) as exc:
-            payload: dict[str, Any] = {"ok": False, "kind": "FormatError", "message": f"bad handoff: {exc}"}
-        else:
-            try:
-                outcome = await dispatcher.dispatch(handoff)
-                payload = {"ok": True, "outcome": DispatchOutcome.to_json(outcome)}
-            except FoldlineError as exc:
-                payload = {"ok": False, "kind": type(exc).__name__, "message": str(exc)}
-            except Exception as exc:  # an unexpected bug: answer the loop, keep serving, log the trace
-                _LOG.exception("dispatching %s failed unexpectedly", handoff)
-                payload = {"ok": False, "kind": type(exc).__name__, "message": "unexpected dispatcher failure"}
-        async with r.pipeline(transaction=True) as pipe:
-            if reply_key:
-                pipe.rpush(reply_key, _reply_json(payload))
-                pipe.expire(reply_key, _REPLY_TTL_S)
-            pipe.xack(stream, group, entry_id)
-            pipe.xdel(stream, entry_id)
-            await pipe.execute()
-        answered += 1
-
-    def finished(task: asyncio.Task[None]) -> None:
-        in_flight.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # the step ran but its reply could not be written (Redis lost): the loop gets DispatchTimeout
-            _LOG.error("could not answer a handed-off step: %r", task.exception())
-
+    Never exits for a Redis outage: it reconnects and recreates its group. On stop, calls in flight finish
+    and are answered first."""
+    server = _Server(
+        dispatcher,
+        redis,
+        stream=stream,
+        group=group,
+        consumer=consumer or f"{socket.gethostname()}-{os.getpid()}",
+        max_in_flight=max_in_flight,
+        block_ms=block_ms,
+        claim_idle_s=claim_idle_s,
+        outage_s=outage_s,
+    )
     try:
-        try:
-            await r.xgroup_create(stream, group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        while not stop.is_set():
-            free = max_in_flight - len(in_flight)
-            if free <= 0:
-                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            got: Any = await r.xreadgroup(group, consumer, {stream: ">"}, count=free, block=block_ms)
-            for _name, batch in got or []:
-                for entry_id, fields in batch:
-                    task = asyncio.create_task(handle(entry_id, fields))
-                    in_flight.add(task)
-                    task.add_done_callback(finished)
-        if in_flight:
-            await asyncio.gather(*in_flight)
-    except RedisError as exc:
-        raise StoreUnavailable(
-            f"the dispatcher lost Redis at {stream!r} ({type(exc).__name__}); check FOLDLINE_REDIS_URL"
-        ) from exc
+        return await server.serve(stop or asyncio.Event())
     finally:
-        await r.aclose()
-    return answered
+        await server.r.aclose()

@@ -11,7 +11,10 @@
    ``request/dispatch`` with the body's digest in ONE append; then send through the retrying sender —
    every attempt posts the same bytes, and each failed attempt is appended as ``llm/retry`` before the
    wait (streamed when the logged header config says so; each event as ``assistant/chunk`` when
-   ``TransportSettings.log_chunks``);
+   ``TransportSettings.log_chunks``). With a dispatcher (``AgentOptions.dispatcher``) the opening is
+   appended first, the dispatcher builds and serializes the request from the fold and answers its digest,
+   the companion checks it, the loop appends ``request/dispatch``, and only then does the dispatcher send —
+   one attempt per call, the retries driven and logged here the same way;
 9. append the ``assistant/message`` (with the provider's request and message ids) and its ``tool/call``
    events; run tools; append ``tool/result``s; a tool's additional context goes to the inbox for a later
    claim.
@@ -39,7 +42,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +54,7 @@ from ..core.events import (
     EventData,
     LlmRetry,
     ReplaceOp,
+    RequestDispatch,
     RequestHeader,
     StepEnd,
     StepStart,
@@ -66,14 +70,23 @@ from ..core.projection import Session
 from ..core.repair import closing_events
 from ..core.request import GenerateOptions
 from ..core.validation import check_session_id
-from ..errors import AttachmentError, ContextOverflow, FoldlineError, ReconstructionError
+from ..errors import (
+    AttachmentError,
+    ConflictError,
+    ContextOverflow,
+    DispatchFailed,
+    DispatchLost,
+    FoldlineError,
+    ProviderTransportError,
+    StoreUnavailable,
+)
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
-from ..ports.step_dispatch import StepDispatcher, StepHandoff
-from ..providers.base import Provider, ProviderResponse
+from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
+from ..providers.base import Provider, ProviderResponse, Serializer, serializer_for
 from ..providers.framing import IncrementalBody
 from ..providers.header_defaults import header_config
-from ..providers.retry import RetryingSender
+from ..providers.retry import FailedAttempt, RetryingSender
 from ..providers.sse import ServerSentEvent
 from ..providers.streaming import AnswerProgress
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
@@ -123,6 +136,7 @@ class AgentOptions:
     # sender of this instance's own, with the provider's transport settings)
     sender: RetryingSender | None = None
     reset_after_refusal: bool = True  # remove a refused turn before the next one where the provider asks for it
+    outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +174,9 @@ class Agent:
         *,
         attachments: AttachmentStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        opened: tuple[WriterLease, list[Envelope]] | None = None,
     ) -> None:
+        """Become the session's writer and load it (``opened``: what :meth:`open` already acquired)."""
         self.session_id = check_session_id(session_id)
         self.log = log
         self.provider = provider
@@ -171,11 +187,14 @@ class Agent:
         self._pre_step: list[PreStepHook] = []
         self._request_hooks: list[RequestHook] = []
         self.lease: WriterLease
-        self.lease, loaded = log.acquire_and_read(session_id)
+        self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
         self.session = Session(session_id, loaded)  # validates on load
         repair = closing_events(loaded)
         if repair:  # the last instance stopped mid-step: answer its calls and close it first (core/repair.py)
-            self._append(*repair)
+            start, now = self.session.next_seq, clock()
+            events = [Envelope(start + i, now, d) for i, d in enumerate(repair)]
+            log.append(session_id, start, events, lease=self.lease)  # once per load, before any step: no wait
+            self.session.extend(events)
         self._first_request = True
         self.invariant = (
             InvariantCompanion(
@@ -194,7 +213,23 @@ class Agent:
         self._refused = _refused_turn(loaded)  # seqs of a refused last turn still to be removed
         self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
+        self.last_timings: dict[str, float] = {}  # a dispatched step's own seconds (fold wait, build, send)
         self.step_listeners: list[Callable[[StepRecord], None]] = []
+
+    @classmethod
+    async def open(
+        cls,
+        session_id: str,
+        log: EventLog,
+        provider: Provider,
+        options: AgentOptions,
+        *,
+        attachments: AttachmentStore | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> Agent:
+        """The constructor for asyncio callers: the lease and the load are awaited (many sessions open at once)."""
+        opened = await log.acquire_and_read_async(session_id)
+        return cls(session_id, log, provider, options, attachments=attachments, clock=clock, opened=opened)
 
     # -------------------------------------------------------------- public API
 
@@ -219,7 +254,7 @@ class Agent:
         self.turn += 1
         start = self.session.next_seq
         self._turn_start_seq = start
-        self._append(TurnStart(turn))
+        await self._append(TurnStart(turn))
         records: list[StepRecord] = []
         reason: TurnEndReason = "completed"
         detail: str | None = None
@@ -253,15 +288,15 @@ class Agent:
                     reason = "interrupted"
                     break
         except asyncio.CancelledError:
-            self._close_turn(turn, step, "aborted")
+            await self._close_turn(turn, step, "aborted")
             raise
         except ContextOverflow as exc:
-            self._close_turn(turn, step, "context-overflow")
+            await self._close_turn(turn, step, "context-overflow")
             return TurnResult(turn, "context-overflow", tuple(records), final_text, f"{CONTEXT_OVERFLOW_FIX} ({exc})")
         except Exception:
-            self._close_turn(turn, step, "error")
+            await self._close_turn(turn, step, "error")
             raise
-        self._append(TurnEnd(turn, reason))
+        await self._append(TurnEnd(turn, reason))
         if reason == "refusal":
             self._refused = (start, self.session.next_seq - 1)
         return TurnResult(turn, reason, tuple(records), final_text, detail)
@@ -310,12 +345,12 @@ class Agent:
         if reason is not None:
             entered.append(RequestHeader(header, reason))
         if self.options.dispatcher is not None:
+            await self._append(*entered)
             self._step_open = True
-            self._append(*entered)
             self._refused = None
             return await self._dispatch_remote(self.options.dispatcher, turn, step, reason)
         try:
-            dispatch_seq, body, digest = self._open_step(turn, step, entered)
+            dispatch_seq, body, digest = await self._open_step(turn, step, entered)
         except BaseException:
             if not self._step_open:  # nothing reached the log: the claimed messages go back to the inbox
                 self._first_request = first_request
@@ -326,20 +361,29 @@ class Agent:
                 self._refused = None  # the reset, if one was owed, is in the log
 
         stream = self.last_request.config.stream if self.last_request is not None else False
+        response = await self._send(turn, step, self.provider, body, stream)
+        return await self._answer(turn, step, dispatch_seq, digest, reason, response)
+
+    async def _send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
+        """Send through the retrying sender: each failed attempt is appended as ``llm/retry`` before its wait."""
         chunks = self._chunk_logger(turn, step) if self.sender.settings.log_chunks else None
         progress = AnswerProgress(chunks)
+
+        async def failed_attempt(failed: FailedAttempt) -> None:
+            await self._append(retry_record(turn, step, failed))
+
         try:
-            response = await self.sender.send(
-                self.provider,
-                body,
-                stream=stream,
-                on_failed_attempt=lambda failed: self._append(retry_record(turn, step, failed)),
-                progress=progress,
+            return await self.sender.send(
+                provider, body, stream=stream, on_failed_attempt=failed_attempt, progress=progress
             )
         except asyncio.CancelledError:
-            self._record_interrupted(progress)
+            await self._record_interrupted(progress)
             raise
 
+    async def _answer(
+        self, turn: int, step: int, dispatch_seq: int, digest: str, reason: str | None, response: ProviderResponse
+    ) -> tuple[StepRecord, ProviderResponse]:
+        """Log the answer (durable before any tool runs), run its tools, close the step."""
         answer = answer_records(turn, step, self.session.next_seq, response)
         message = answer[0]
         assert isinstance(message, AssistantMessage)
@@ -347,24 +391,24 @@ class Agent:
             message.content, response.usage, response.stop_reason, response.request_id, response.message_id
         )
         if any(isinstance(e, ToolCall) for e in answer):
-            self._append(*answer)  # durable before any tool runs
+            await self._append(*answer)  # durable before any tool runs
             answer = []
         return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer)
 
-    def _chunk_logger(self, turn: int, step: int) -> Callable[[int, Sequence[ServerSentEvent]], None]:
+    def _chunk_logger(self, turn: int, step: int) -> Callable[[int, Sequence[ServerSentEvent]], Awaitable[None]]:
         """Appends each read's server-sent events as ``assistant/chunk`` events (``log_chunks``)."""
         counts: dict[int, int] = {}
 
-        def log(attempt: int, events: Sequence[ServerSentEvent]) -> None:
+        async def log(attempt: int, events: Sequence[ServerSentEvent]) -> None:
             first = counts.get(attempt, 0)
             counts[attempt] = first + len(events)
-            self._append(
+            await self._append(
                 *(AssistantChunk(turn, step, attempt, first + i, e.data, e.event) for i, e in enumerate(events))
             )
 
         return log
 
-    def _record_interrupted(self, progress: AnswerProgress) -> None:
+    async def _record_interrupted(self, progress: AnswerProgress) -> None:
         """A cancelled stream: what had arrived, as an ``interrupted`` assistant message (before step/end)."""
         partial = progress.partial()
         if partial is None:
@@ -380,7 +424,7 @@ class Agent:
             partial.message_id,
         )
         with contextlib.suppress(FoldlineError):  # the cancellation is what the caller must see; the turn still ends
-            self._append(message)
+            await self._append(message)
 
     async def _close_step(
         self,
@@ -401,14 +445,14 @@ class Agent:
             if output.additional_context:
                 self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
         closing.append(StepEnd(turn, step))
-        self._append(*closing)
+        await self._append(*closing)
         self._step_open = False
         record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason)
         for listener in self.step_listeners:
             listener(record)
         return record, response
 
-    def _open_step(self, turn: int, step: int, entered: Sequence[EventData]) -> tuple[int, bytes, str]:
+    async def _open_step(self, turn: int, step: int, entered: Sequence[EventData]) -> tuple[int, bytes, str]:
         """Build, check and serialize the step's request, then log the step's opening in ONE append.
 
         ``step/start``, the entered user messages, the owed ``request/header`` and ``request/dispatch`` (the
@@ -427,28 +471,28 @@ class Agent:
             self.last_request = request
             boundary = self.session.next_seq
             if self.invariant is not None:
-                self.invariant.check(self.session_id, boundary, request, pending=opening)
+                await self.invariant.check(self.session_id, boundary, request, pending=opening)
             serializer = self.provider.serializer
             try:
                 body, digest = self._bodies.serialize(request, self.attachments)
             except AttachmentError as exc:
-                self._write(opening, Envelope(boundary, self.clock(), quarantine_record(exc)))
+                await self._write(opening, Envelope(boundary, self.clock(), quarantine_record(exc)))
                 raise
             if self.invariant is not None:
                 self.invariant.check_body(self.session_id, boundary, digest, serializer)
             if self.options.archive_requests and self.attachments is not None:
                 self.attachments.put(body, "application/json")
             dispatch = dispatch_record(turn, step, serializer, body, digest)
-            self._write(opening, Envelope(boundary, self.clock(), dispatch))
+            await self._write(opening, Envelope(boundary, self.clock(), dispatch))
             return boundary, body, digest
         except BaseException:
             if not self._step_open:
-                self.session = Session(self.session_id, self.log.read(self.session_id))
+                self.session = Session(self.session_id, await self.log.read_async(self.session_id))
             raise
 
-    def _write(self, opening: Sequence[Envelope], last: Envelope) -> None:
+    async def _write(self, opening: Sequence[Envelope], last: Envelope) -> None:
         """Append the step's opening plus ``last``; the live session already holds the opening."""
-        self.log.append(self.session_id, opening[0].seq, [*opening, last], lease=self.lease)
+        await self._durably(opening[0].seq, [*opening, last])
         self._step_open = True
         self.session.extend((last,))
 
@@ -474,22 +518,49 @@ class Agent:
     _step_open = False
     _turn_start_seq = 0
 
-    def _append(self, *datas: EventData) -> None:
+    async def _append(self, *datas: EventData) -> None:
         start = self.session.next_seq
         now = self.clock()
         events = [Envelope(start + i, now, d, isinstance(d, LlmRetry | AssistantChunk)) for i, d in enumerate(datas)]
-        self.log.append(self.session_id, start, events, lease=self.lease)
+        await self._durably(start, events)
         self.session.extend(events)
 
-    def _close_turn(self, turn: int, step: int, reason: TurnEndReason) -> None:
+    async def _durably(self, start: int, events: list[Envelope]) -> None:
+        """Append ``events`` at ``start``, waiting out a log that does not answer for up to ``outage_s``.
+
+        A failure whose outcome is unknown is settled by reading the log back: the batch either is there
+        whole (done) or not at all (append again). Refusals (a stale writer, a broken rule, another
+        writer's events at ``start``) are raised at once.
+        """
+        deadline = time.monotonic() + self.options.outage_s
+        pause = 0.05
+        while True:
+            try:
+                await self.log.append_async(self.session_id, start, events, lease=self.lease)
+                return
+            except StoreUnavailable:
+                if time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            try:
+                landed = await self.log.read_async(self.session_id, start, start + len(events))
+            except StoreUnavailable:
+                continue
+            if landed == events:
+                return  # the append that "failed" had committed
+            if landed:
+                raise ConflictError(self.session_id, start, start + len(landed))
+
+    async def _close_turn(self, turn: int, step: int, reason: TurnEndReason) -> None:
         """Leave the log consistent after a failure or cancellation: answer the tool calls still unanswered,
         close the open step and end the turn (the events :func:`~foldline.core.repair.closing_events` names
         for the turn as logged). Should this fail too, the next instance to load the session closes it."""
         try:
-            closing = closing_events(self.log.read(self.session_id, self._turn_start_seq), reason)
+            closing = closing_events(await self.log.read_async(self.session_id, self._turn_start_seq), reason)
             self._step_open = False
             if closing:
-                self._append(*closing)
+                await self._append(*closing)
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
 
@@ -498,33 +569,76 @@ class Agent:
     async def _dispatch_remote(
         self, dispatcher: StepDispatcher, turn: int, step: int, reason: str | None
     ) -> tuple[StepRecord, ProviderResponse]:
-        """The rest of a step when ``AgentOptions.dispatcher`` serves its model call.
+        """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged).
 
-        The dispatcher builds the request from the fold at this boundary, checks it against the raw log,
-        appends ``request/dispatch``, sends, and appends the answer — under this instance's lease, while
-        this instance writes nothing. Then the session catches up from the log (the source of truth for
-        what the model answered) and the tools run here, as in a local step.
+        The dispatcher builds and serializes the request from the fold and answers its digest; the companion
+        checks that digest against its own rebuild from the durable log; this instance appends
+        ``request/dispatch``; only then does the dispatcher send — one attempt per call, through this
+        instance's retrying sender, so each failed attempt is appended as ``llm/retry`` before the next. A
+        send whose dispatcher died holding it (:class:`~foldline.errors.DispatchLost`) may or may not have
+        reached the provider: it is logged as a failed attempt (``dispatch-lost``) and sent again, the same
+        bytes (docs/DISPATCHER.md). This instance is the only writer throughout.
         """
         boundary = self.session.next_seq
         handoff = StepHandoff(self.session_id, boundary, turn, step, self.lease.epoch, self.options.archive_requests)
+        request = mark_loop_request(session_request(self.session))
+        self.last_request = request
         try:
-            outcome = await dispatcher.dispatch(handoff)
-        finally:
-            written = self.log.read(self.session_id, self.session.next_seq)
-            self.session.extend(written)
-        answers = [
-            e.data
-            for e in written
-            if outcome.dispatch_seq < e.seq < outcome.head and isinstance(e.data, AssistantMessage)
-        ]
-        if not answers:
-            raise ReconstructionError(
-                f"session {self.session_id!r}: the dispatcher reported request/dispatch at seq {outcome.dispatch_seq} "
-                f"but the log holds no assistant/message before seq {outcome.head}"
+            prepared = await dispatcher.prepare(handoff)
+        except AttachmentError as exc:  # the dispatcher could not use an object the request references
+            await self._append(quarantine_record(exc))
+            raise
+        if (prepared.session_id, prepared.boundary) != (self.session_id, boundary):
+            raise DispatchFailed(
+                self.session_id,
+                boundary,
+                "ReconstructionError",
+                f"the dispatcher prepared seq {prepared.boundary} of {prepared.session_id!r} for this step",
             )
-        answer = answers[0]
-        response = ProviderResponse(answer.content, answer.usage or Usage(), answer.stop_reason or "other")
-        return await self._close_step(turn, step, outcome.dispatch_seq, outcome.digest, reason, response, [])
+        serializer = serializer_for(prepared.serializer, prepared.serializer_version)
+        if self.invariant is not None:
+            await self.invariant.check(self.session_id, boundary, request)
+            self.invariant.check_body(self.session_id, boundary, prepared.digest, serializer)
+        await self._append(
+            RequestDispatch(
+                turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes
+            )
+        )
+        remote = _DispatchedSend(dispatcher, handoff, prepared, self.provider.name, serializer)
+        response = await self._send(turn, step, remote, b"", request.config.stream)
+        self.last_timings = {**prepared.timings, **remote.timings}
+        return await self._answer(turn, step, boundary, prepared.digest, reason, response)
+
+
+class _DispatchedSend(Provider):
+    """A dispatched step's send as a provider, for the loop's retrying sender: each attempt is one
+    :meth:`StepDispatcher.send` of the prepared body (which the dispatcher holds; ``body`` is unused)."""
+
+    def __init__(
+        self,
+        dispatcher: StepDispatcher,
+        handoff: StepHandoff,
+        prepared: PreparedStep,
+        name: str,
+        serializer: Serializer,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.handoff = handoff
+        self.prepared = prepared
+        self.name = name
+        self.serializer = serializer
+        self.timings: dict[str, float] = {}
+
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
+        try:
+            answer = await self.dispatcher.send(self.handoff, self.prepared)
+        except DispatchLost as exc:
+            # it may have reached the provider: the retry record says so, and the next attempt resends
+            raise ProviderTransportError(str(exc), error_type="dispatch-lost") from exc
+        self.timings = dict(answer.timings)
+        return ProviderResponse(answer.content, answer.usage, answer.stop_reason, answer.request_id, answer.message_id)
 
 
 def _refused_turn(events: Sequence[Envelope]) -> tuple[int, int] | None:

@@ -145,7 +145,7 @@ async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureActi
     )
     if trims and (estimate - saved <= policy.budget_tokens or span is None):
         first = session.next_seq
-        agent._append(
+        await agent._append(
             *(
                 ToolResult(t.call_id, t.name, t.parts, t.is_error, ReplaceOp(t.position, t.position), (t.seq,))
                 for t in trims
@@ -172,16 +172,16 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
         )
     request = cc.summarize_request(region, config)  # not marked: a one-shot, outside the invariant
     first = session.next_seq
-    agent._append(CompactionStart(start, end, estimate))
+    await agent._append(CompactionStart(start, end, estimate))
     try:
         serializer = agent.provider.serializer
         body = serializer.serialize(request, agent.attachments)
         response = await agent.provider.send(body)
     except AttachmentError as exc:
-        agent._append(quarantine_record(exc), CompactionEnd())
+        await agent._append(quarantine_record(exc), CompactionEnd())
         raise
     except BaseException:
-        agent._append(CompactionEnd())
+        await agent._append(CompactionEnd())
         raise
     summary = "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
     events: list[EventData] = [
@@ -201,5 +201,5 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
         ),
         CompactionEnd(),
     ]
-    agent._append(*events)
+    await agent._append(*events)
     return PressureAction("compaction", estimate, first, compacted=span, summarize_request=request)

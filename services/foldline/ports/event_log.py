@@ -88,6 +88,24 @@ class EventLog(abc.ABC):
     def acquire(self, session_id: str) -> WriterLease:
         """Become the session's only writer; every earlier lease is fenced from now on."""
 
+    # -- for asyncio callers (the loop). Defaults call the methods above directly: right for a log whose
+    # calls return at once (memory, the embedded SQLite file); a log that waits on a server overrides them
+    # so that many sessions' calls are in flight at once without blocking the event loop.
+
+    async def append_async(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        """:meth:`append`, awaitable."""
+        return self.append(session_id, expected_seq, events, lease=lease)
+
+    async def read_async(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        """:meth:`read`, awaitable."""
+        return self.read(session_id, from_seq, to_seq)
+
+    async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        """:meth:`acquire_and_read`, awaitable."""
+        return self.acquire_and_read(session_id)
+
     def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
         """:meth:`acquire`, then every event of the session: what a new writer starts from.
 

@@ -118,6 +118,14 @@ class FoldStore(abc.ABC):
         state = self.get(session_id)
         return None if state is None else FoldTail.of(state, generation, known)
 
+    def tails(self, requests: Sequence[tuple[str, int, int]]) -> list[FoldTail | None]:
+        """:meth:`tail` for many ``(session, generation, known)`` at once; adapters batch the round trips."""
+        return [self.tail(sid, generation=generation, known=known) for sid, generation, known in requests]
+
+    def applied_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """:meth:`applied_seq` of many sessions at once (-1 without a fold); adapters batch the round trips."""
+        return {sid: self.applied_seq(sid) for sid in session_ids}
+
     @abc.abstractmethod
     def applied_seq(self, session_id: str) -> int:
         """The last applied seq of the session, -1 if the store has no fold for it."""

@@ -1,38 +1,68 @@
-"""The StepDispatcher port: how a loop hands one step's model call to a dispatcher.
+"""The StepDispatcher port: how a loop has one step's model call served by a dispatcher.
 
-A loop appends its step's ``step/start``, ``user/message`` batch and (when owed) ``request/header``,
-then hands the step over as a :class:`StepHandoff`: the session, the *boundary* (the next seq: the
-request is the pure function of the log prefix ``[0, boundary)``), the step's turn/step numbers and
-the epoch of the loop's writer lease. The dispatcher builds the request from the fold, appends
-``request/dispatch`` (the digest, before sending), sends, and appends the ``assistant/message`` and its
-``tool/call`` events — all under the loop's lease, while the loop itself writes nothing. It answers
-with a :class:`DispatchOutcome`; the loop then catches its session up from the log, which is the
-source of truth for what the model answered.
+The loop stays the session's only writer. It appends the step's opening (``step/start``, the entered
+``user/message`` batch, an owed ``request/header``), then:
+
+1. :meth:`StepDispatcher.prepare` — the dispatcher builds the request of the log prefix ``[0, boundary)``
+   from the projected **fold** (never from the loop's memory), serializes it to the exact wire body and
+   answers a :class:`PreparedStep`: the serializer and the body's digest and length. Nothing is sent.
+2. The loop's invariant companion checks that digest against its own rebuild from the durable log, and
+   the loop appends ``request/dispatch`` with it — durable before the bytes leave.
+3. :meth:`StepDispatcher.send` — the dispatcher sends exactly those bytes, once (rebuilt from the fold if
+   it no longer holds them; a different digest is refused), and answers the provider's
+   :class:`StepAnswer`, which the loop appends as the ``assistant/message`` and its ``tool/call`` events.
+   A failed attempt raises the provider's error as it was (status, retry-after, request id, bytes
+   received: :func:`error_to_json` carries it between processes); the loop's retry policy appends it as
+   ``llm/retry`` and calls ``send`` again — so every attempt is logged before the next one leaves.
+
+So a hand-over moves no write ownership anywhere: the dispatcher writes nothing to the log.
 
 Adapters: :class:`foldline.dispatcher.Dispatcher` (in-process) and
-:class:`foldline.dispatcher.RedisStepClient` (a ``foldline dispatcher`` process, over a Redis stream).
+:class:`foldline.dispatcher.RedisStepClient` (``foldline dispatcher`` processes, over Redis).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import FormatError
+from ..core.content import ContentBlock, Usage
+from ..core.wire import block_to_json, content_from_json, usage_from_plain, usage_to_json
+from ..errors import (
+    AnswerTooLarge,
+    AttachmentCorrupt,
+    AttachmentError,
+    AttachmentNotFound,
+    AttachmentReadFailed,
+    ContextOverflow,
+    DispatchFailed,
+    DispatchLost,
+    FoldlineError,
+    FoldTimeout,
+    FormatError,
+    ProviderStatusError,
+    ProviderStreamError,
+    ProviderTransportError,
+)
 from .event_log import WriterLease
 
-__all__ = ["DispatchOutcome", "StepDispatcher", "StepHandoff"]
+__all__ = ["PreparedStep", "StepAnswer", "StepDispatcher", "StepHandoff", "error_from_json", "error_to_json"]
+
+
+def _fail(what: str, value: Any, exc: BaseException) -> FormatError:
+    return FormatError(what, f"malformed {what.replace('-', ' ')} {str(value)[:200]!r}: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
 class StepHandoff:
-    """One step boundary handed from a loop to a dispatcher."""
+    """One step boundary a loop has served by a dispatcher."""
 
     session_id: str
     boundary: int  # the request is built from the log prefix [0, boundary); request/dispatch gets this seq
     turn: int
     step: int
-    epoch: int  # the loop instance's writer-lease epoch; the dispatcher appends under it
+    epoch: int  # the loop instance's writer-lease epoch (names the instance in errors and metrics)
     archive: bool = False  # keep the exact wire body in the attachment store, keyed by its digest
 
     @property
@@ -61,39 +91,200 @@ class StepHandoff:
                 bool(value.get("archive", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise FormatError("step-handoff", f"malformed step handoff {value!r}: {exc}") from exc
+            raise _fail("step-handoff", value, exc) from exc
         if handoff.boundary < 1:
             raise FormatError("step-handoff", f"a step boundary is at least 1 (after step/start), got {value!r}")
         return handoff
 
 
 @dataclass(frozen=True, slots=True)
-class DispatchOutcome:
-    """What a dispatcher did with a step: ``request/dispatch`` at ``dispatch_seq``, log head now ``head``."""
+class PreparedStep:
+    """The body a dispatcher built for a step: its serializer, digest and length (the bytes stay there).
+
+    ``timings`` are the dispatcher's own seconds (``fold_wait``, ``build``) for the loop's breakdown."""
 
     session_id: str
-    dispatch_seq: int
+    boundary: int
+    serializer: str
+    serializer_version: int
     digest: str
-    head: int
+    bytes: int
+    timings: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"session": self.session_id, "dispatchSeq": self.dispatch_seq, "digest": self.digest, "head": self.head}
+        return {
+            "session": self.session_id,
+            "boundary": self.boundary,
+            "serializer": self.serializer,
+            "serializerVersion": self.serializer_version,
+            "digest": self.digest,
+            "bytes": self.bytes,
+            "timings": dict(self.timings),
+        }
 
     @staticmethod
-    def from_json(value: Any) -> DispatchOutcome:
+    def from_json(value: Any) -> PreparedStep:
         try:
-            return DispatchOutcome(
-                str(value["session"]), int(value["dispatchSeq"]), str(value["digest"]), int(value["head"])
+            return PreparedStep(
+                str(value["session"]),
+                int(value["boundary"]),
+                str(value["serializer"]),
+                int(value["serializerVersion"]),
+                str(value["digest"]),
+                int(value["bytes"]),
+                {str(k): float(v) for k, v in (value.get("timings") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise FormatError("dispatch-outcome", f"malformed dispatch outcome {value!r}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise _fail("prepared-step", value, exc) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class StepAnswer:
+    """A provider's answer to a step's request, as the loop logs it (content, usage, stop reason).
+
+    ``timings`` are the dispatcher's own seconds (``send``: the provider call) for the loop's breakdown."""
+
+    content: tuple[ContentBlock, ...]
+    usage: Usage
+    stop_reason: str
+    timings: Mapping[str, float] = field(default_factory=dict)
+    request_id: str | None = None  # the provider's request id (response header)
+    message_id: str | None = None  # the provider's message id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "content": [block_to_json(b) for b in self.content],
+            "usage": usage_to_json(self.usage),
+            "stopReason": self.stop_reason,
+            "timings": dict(self.timings),
+            "requestId": self.request_id,
+            "messageId": self.message_id,
+        }
+
+    @staticmethod
+    def from_json(value: Any) -> StepAnswer:
+        try:
+            return StepAnswer(
+                content_from_json(value["content"]),
+                usage_from_plain(value["usage"]),
+                str(value["stopReason"]),
+                {str(k): float(v) for k, v in (value.get("timings") or {}).items()},
+                _opt_str(value.get("requestId")),
+                _opt_str(value.get("messageId")),
+            )
+        except FoldlineError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise _fail("step-answer", value, exc) from exc
 
 
 class StepDispatcher(Protocol):
-    async def dispatch(self, handoff: StepHandoff) -> DispatchOutcome:
-        """Build, check, log, send and log the answer of one step; raise a FoldlineError on failure."""
+    async def prepare(self, handoff: StepHandoff) -> PreparedStep:
+        """Build and serialize the step's request from the fold; send nothing. FoldlineError on failure
+        (an unusable attachment: its AttachmentError, for the loop to quarantine)."""
+        ...
+
+    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+        """Send exactly the prepared body once (its digest is logged by now) and answer the provider's reply;
+        a failed attempt raises the provider's error (:class:`~foldline.errors.ProviderError`), a send that
+        may or may not have left (its dispatcher died holding it) :class:`~foldline.errors.DispatchLost`."""
         ...
 
     async def aclose(self) -> None:
         """Release connections and provider clients."""
         ...
+
+
+# ---------------------------------------------------------------------------- errors between processes
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+_ATTACHMENT_ERRORS: dict[str, type[AttachmentError]] = {
+    c.__name__: c for c in (AttachmentNotFound, AttachmentCorrupt, AttachmentReadFailed, AttachmentError)
+}
+
+
+def error_to_json(exc: FoldlineError) -> dict[str, Any]:
+    """A dispatcher's error as JSON, with what the loop needs to act on it exactly as in-process: a
+    provider's status, retry-after, retry hints and request id; the bytes of the answer received; the
+    attachment an :class:`~foldline.errors.AttachmentError` names."""
+    out: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, AttachmentError):
+        out["attachmentId"] = exc.attachment_id
+        out["message"] = str(exc).removeprefix(f"attachment {exc.attachment_id}: ")
+    elif isinstance(exc, ProviderStatusError):
+        out.update(
+            provider=exc.provider,
+            status=exc.status,
+            excerpt=exc.excerpt,
+            errorType=exc.error_type,
+            requestId=exc.request_id,
+            retryAfter=exc.retry_after,
+            shouldRetry=exc.should_retry,
+            final=exc.final,
+        )
+    elif isinstance(exc, ProviderTransportError):
+        out.update(receivedBytes=exc.received_bytes, errorType=exc.error_type)
+    elif isinstance(exc, ProviderStreamError):
+        out.update(
+            receivedBytes=exc.received_bytes,
+            errorType=exc.error_type,
+            retryable=exc.retryable,
+            requestId=exc.request_id,
+        )
+    elif isinstance(exc, AnswerTooLarge):
+        out.update(receivedBytes=exc.received_bytes)
+    return out
+
+
+def error_from_json(value: Any, session_id: str, boundary: int) -> FoldlineError:
+    """The error :func:`error_to_json` described; a kind it does not carry is a
+    :class:`~foldline.errors.DispatchFailed` naming it."""
+    try:
+        kind, message = str(value.get("kind", "DispatchFailed")), str(value.get("message", ""))
+        if kind in _ATTACHMENT_ERRORS and value.get("attachmentId"):
+            return _ATTACHMENT_ERRORS[kind](str(value["attachmentId"]), message)
+        if kind in ("ProviderStatusError", "ContextOverflow"):
+            cls = ContextOverflow if kind == "ContextOverflow" else ProviderStatusError
+            return cls(
+                str(value["provider"]),
+                int(value["status"]),
+                str(value["excerpt"]),
+                error_type=_opt_str(value.get("errorType")),
+                request_id=_opt_str(value.get("requestId")),
+                retry_after=_opt_float(value.get("retryAfter")),
+                should_retry=_opt_bool(value.get("shouldRetry")),
+                final=bool(value.get("final", False)),
+            )
+        if kind == "ProviderTransportError":
+            return ProviderTransportError(
+                message, received_bytes=int(value["receivedBytes"]), error_type=str(value["errorType"])
+            )
+        if kind == "ProviderStreamError":
+            return ProviderStreamError(
+                message,
+                error_type=str(value["errorType"]),
+                received_bytes=int(value["receivedBytes"]),
+                retryable=bool(value["retryable"]),
+                request_id=_opt_str(value.get("requestId")),
+            )
+        if kind == "AnswerTooLarge":
+            return AnswerTooLarge(message, received_bytes=int(value["receivedBytes"]))
+        if kind == "FoldTimeout":
+            return FoldTimeout(message)
+        if kind == "DispatchLost":
+            return DispatchLost(session_id, boundary, kind, message)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return DispatchFailed(session_id, boundary, "FormatError", f"malformed error reply {value!r:.200}: {exc}")
+    return DispatchFailed(session_id, boundary, kind, message)

@@ -318,7 +318,9 @@ class JsonHttpProvider(Provider):
             events = decoder.feed(chunk)
             if events:
                 if progress.on_events is not None:
-                    progress.on_events(progress.attempt, events)
+                    logged = progress.on_events(progress.attempt, events)
+                    if logged is not None:
+                        await logged  # e.g. appended to the log before the next read
                 for event in events:
                     if assembler.feed(event):
                         progress.token()

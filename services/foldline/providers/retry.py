@@ -169,7 +169,7 @@ class RetryingSender:
         body: bytes,
         *,
         stream: bool = False,
-        on_failed_attempt: Callable[[FailedAttempt], None] | None = None,
+        on_failed_attempt: Callable[[FailedAttempt], Awaitable[None] | None] | None = None,
         progress: AnswerProgress | None = None,
     ) -> ProviderResponse:
         """The answer to ``body``, after as many attempts as allowed; every attempt posts these very bytes."""
@@ -201,8 +201,10 @@ class RetryingSender:
             if wait is not None and (attempt >= s.max_attempts or self._clock() + wait - first > s.retry_deadline_s):
                 wait = None
             error_type, status, request_id, received = _describe(failure, progress)
-            if on_failed_attempt is not None:
-                on_failed_attempt(FailedAttempt(attempt, error_type, status, wait, request_id, received))
+            if on_failed_attempt is not None:  # before the wait: the attempt is recorded before the next leaves
+                recorded = on_failed_attempt(FailedAttempt(attempt, error_type, status, wait, request_id, received))
+                if recorded is not None:
+                    await recorded
             label = status_class(failure)
             if wait is None:
                 if self.observer is not None:

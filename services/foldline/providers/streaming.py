@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -559,7 +559,10 @@ class AnswerProgress:
     )
 
     def __init__(
-        self, on_events: Callable[[int, Sequence[ServerSentEvent]], None] | None = None, *, attempt: int = 1
+        self,
+        on_events: Callable[[int, Sequence[ServerSentEvent]], Awaitable[None] | None] | None = None,
+        *,
+        attempt: int = 1,
     ) -> None:
         self.on_events = on_events
         self.attempt = attempt

@@ -123,7 +123,9 @@ class InvariantCompanion:
 
     # ------------------------------------------------------------------ the checks
 
-    def check(self, session_id: str, boundary: int, request: GenerateOptions, pending: Sequence[Envelope] = ()) -> None:
+    async def check(
+        self, session_id: str, boundary: int, request: GenerateOptions, pending: Sequence[Envelope] = ()
+    ) -> None:
         """Compare a loop request with the companion's rebuild of the log prefix ``[0, boundary)``.
 
         ``pending`` are the envelopes at the end of that prefix that are not in the log yet (the step's
@@ -131,7 +133,7 @@ class InvariantCompanion:
         """
         if not is_loop_request(request):
             return  # one-shots (e.g. compaction's summarize call) are outside the invariant
-        fold = self._advance(session_id, boundary, pending)
+        fold = await self._advance(session_id, boundary, pending)
         rebuilt = session_request(fold.session)
         fold.boundary, fold.request, fold.live = boundary, rebuilt, request
         fold.checks += 1
@@ -144,7 +146,7 @@ class InvariantCompanion:
         if fold.fresh:
             self.full_rebuilds += 1
             fold.fresh_at = boundary
-            fresh = self._fresh(session_id, boundary, pending)
+            fresh = await self._fresh(session_id, boundary, pending)
             if not fresh.same_as(rebuilt):  # the companion's own incremental fold went wrong
                 self._fail(
                     session_id,
@@ -158,7 +160,7 @@ class InvariantCompanion:
                 session_id,
                 f"session {session_id!r}: the request at seq {boundary} differs from its rebuild from the log; "
                 "it was not sent",
-                self._fresh(session_id, boundary, pending),
+                await self._fresh(session_id, boundary, pending),
                 request,
             )
         fold.generation = fold.session.surface_generation
@@ -203,13 +205,13 @@ class InvariantCompanion:
         """Drop a session's fold (its next check reloads it from a full read)."""
         self._folds.pop(session_id, None)
 
-    def rebuild(self, session_id: str, upto_seq: int, pending: Sequence[Envelope] = ()) -> GenerateOptions:
+    async def rebuild(self, session_id: str, upto_seq: int, pending: Sequence[Envelope] = ()) -> GenerateOptions:
         """A fresh rebuild of the request of ``[0, upto_seq)`` (durable events, then ``pending``), no fold kept."""
-        return self._fresh(session_id, upto_seq, pending)
+        return await self._fresh(session_id, upto_seq, pending)
 
     # ------------------------------------------------------------------ the fold
 
-    def _advance(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> _Fold:
+    async def _advance(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> _Fold:
         """The session's fold at ``boundary``: caught up from the store, then ``pending`` folded tentatively."""
         durable_to = pending[0].seq if pending else boundary
         fold = self._folds.get(session_id)
@@ -222,14 +224,14 @@ class InvariantCompanion:
         self._folds[session_id] = fold
         while len(self._folds) > self.max_sessions:
             self._folds.popitem(last=False)
-        read = self.log.read(session_id, fold.read_to, durable_to)
+        read = await self.log.read_async(session_id, fold.read_to, durable_to)
         if fold.tentative:
             confirmed = read[: len(fold.tentative)]
             if confirmed != fold.tentative:
                 # The store does not hold what was folded tentatively (that step was never written, or the
                 # store's read differs): this fold is no longer the log's. Start over from a full read.
                 fold = self._folds[session_id] = _Fold(Session(session_id), 0)
-                read = self.log.read(session_id, 0, durable_to)
+                read = await self.log.read_async(session_id, 0, durable_to)
             else:
                 read = read[len(fold.tentative) :]
                 fold.tentative = []
@@ -262,9 +264,9 @@ class InvariantCompanion:
             )
         return fold
 
-    def _fresh(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> GenerateOptions:
+    async def _fresh(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> GenerateOptions:
         durable_to = pending[0].seq if pending else boundary
-        fresh = Session(session_id, [*self.log.read(session_id, 0, durable_to), *pending])
+        fresh = Session(session_id, [*await self.log.read_async(session_id, 0, durable_to), *pending])
         if fresh.next_seq != boundary:
             self._violated()
             raise InvariantViolation(

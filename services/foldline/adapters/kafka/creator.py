@@ -20,6 +20,7 @@ so creating a thousand sessions costs tens of transactions, not a thousand take-
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -68,6 +69,7 @@ class SessionCreator:
         self._lock = threading.Lock()
         self._parts: dict[int, _Partition] = {}
         self.transactions = 0  # committed creation transactions (observability, tests)
+        self._rng = random.Random()
 
     def create(self, session_id: str, part: int, owner: str, epoch: int, deadline: float) -> SessionState | None:
         """Create ``session_id`` (in partition ``part``) owned by ``owner`` at lease ``epoch``.
@@ -114,6 +116,10 @@ class SessionCreator:
                 p = self._parts[part] = _Partition(f"{self._topic}:create:{part}")
             return p
 
+    def _pause(self, failures: int) -> float:
+        """A jittered, growing pause after ``failures`` failed attempts (5 ms doubling, at most 200 ms)."""
+        return min(0.2, 0.005 * 2.0 ** min(failures, 6)) * (0.5 + self._rng.random())
+
     @staticmethod
     def _outcome(c: _Creation) -> SessionState | None:
         if c.error is not None:
@@ -122,6 +128,7 @@ class SessionCreator:
 
     def _commit(self, p: _Partition, part: int, batch: list[_Creation], deadline: float) -> None:
         clients = self._clients
+        fenced = 0
         while True:
             if p.producer is None:
                 producer = clients.transactional_producer(p.transactional_id, SESSION_PRODUCER)
@@ -129,6 +136,11 @@ class SessionCreator:
                     producer.init_transactions(clients.remaining(deadline))
                 except KafkaException as exc:
                     discard(producer, f"the session creator {p.transactional_id}")
+                    fenced += 1
+                    pause = self._pause(fenced)
+                    if time.monotonic() + pause < deadline:  # e.g. another instance's transaction still aborting
+                        time.sleep(pause)
+                        continue
                     raise clients.unavailable(f"starting the session creator of partition {part}", exc) from exc
                 p.producer = producer
             producer = p.producer
@@ -163,9 +175,23 @@ class SessionCreator:
             except (KafkaException, BufferError) as exc:
                 p.producer = None
                 discard(producer, f"the session creator {p.transactional_id}")
+                # Fenced (another instance creates sessions of this partition: it initialised the id, which
+                # aborted this transaction — seen as a fenced producer, or as a produce refused in a
+                # transaction that must now abort), or any other failure: a new attempt is always safe, since
+                # it looks at the index again after its own init. Back off a random while so two instances
+                # creating at once let each other's transaction through instead of fencing it again.
+                fenced += 1
+                pause = self._pause(fenced)
+                if time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    continue
                 err = kafka_error(exc) if isinstance(exc, KafkaException) else None
-                if err is not None and err.code() in FENCED_CODES and time.monotonic() < deadline:
-                    continue  # another instance created sessions of this partition meanwhile: look again
+                if err is not None and err.code() in FENCED_CODES:
+                    raise StoreUnavailable(
+                        f"creating {len(fresh)} session(s) in partition {part}: other instances kept creating "
+                        f"sessions of the same partition for {clients.timeout_s:g}s (each fenced this one's "
+                        "transaction); nothing of it was committed — try again"
+                    ) from exc
                 raise clients.unavailable(
                     f"creating {len(fresh)} session(s) in partition {part} (the creation may or may not have "
                     "committed; the next attempt settles it)",

@@ -17,6 +17,7 @@ every step.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -64,6 +65,7 @@ class Follower:
         # the next offset to read per partition: from the ends found before this process appended anything
         # (a logical "end" would be resolved on the first fetch, possibly after our own first appends)
         self._positions: list[int] = list(start)
+        self._waiters: list[tuple[int, int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._stop = threading.Event()
         self._consumer: Consumer = clients.following_consumer()
         self._consumer.assign([TopicPartition(topic, p, start[p]) for p in range(partitions)])
@@ -83,20 +85,43 @@ class Follower:
                 if left <= 0 or self.failed is not None:
                     return None
                 self._cond.wait(left)
-            held = self._events.get(session_id)
-            if held is None or not held:
+            return self._held(session_id, from_seq, offsets)
+
+    async def events_async(
+        self, session_id: str, part: int, from_seq: int, offsets: Sequence[int]
+    ) -> list[Envelope] | None:
+        """:meth:`events` for asyncio callers: the wait for the follower is awaited, not blocked on."""
+        if not offsets or self.failed is not None:
+            return None
+        last = offsets[-1]
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if self._positions[part] > last:
+                return self._held(session_id, from_seq, offsets)
+            reached: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((part, last, reached, loop))
+        try:
+            await asyncio.wait_for(reached, self._wait_s)
+        except TimeoutError:
+            return None
+        with self._cond:
+            return self._held(session_id, from_seq, offsets) if self.failed is None else None
+
+    def _held(self, session_id: str, from_seq: int, offsets: Sequence[int]) -> list[Envelope] | None:
+        """The held events at exactly ``offsets`` (caller holds the condition's lock)."""
+        held = self._events.get(session_id)
+        if not held:
+            return None
+        start = from_seq - held[0][1].seq
+        if start < 0 or start + len(offsets) > len(held):
+            return None
+        out: list[Envelope] = []
+        for i, off in enumerate(offsets):
+            at, env = held[start + i]
+            if at != off or env.seq != from_seq + i:
                 return None
-            first_seq = held[0][1].seq
-            start = from_seq - first_seq
-            if start < 0 or start + len(offsets) > len(held):
-                return None
-            out: list[Envelope] = []
-            for i, off in enumerate(offsets):
-                at, env = held[start + i]
-                if at != off or env.seq != from_seq + i:
-                    return None
-                out.append(env)
-            return out
+            out.append(env)
+        return out
 
     def close(self) -> None:
         self._stop.set()
@@ -144,8 +169,25 @@ class Follower:
                         if tp.error is None and tp.offset >= 0:
                             self._positions[tp.partition] = tp.offset
                     self._cond.notify_all()
+                    self._wake(lambda part, offset: self._positions[part] > offset)
         except Exception as exc:  # a broken follower only costs speed: reads go the usual way
             _LOG.warning("the Kafka follower of %s stopped (%r); reads fetch from the broker instead", self._topic, exc)
             with self._cond:
                 self.failed = exc
                 self._cond.notify_all()
+                self._wake(lambda part, offset: True)
+
+    def _wake(self, due: Callable[[int, int], bool]) -> None:
+        """Resolve the asyncio waiters that are due (caller holds the condition's lock)."""
+        waiting = []
+        for part, offset, future, loop in self._waiters:
+            if due(part, offset):
+                loop.call_soon_threadsafe(_resolve, future)
+            else:
+                waiting.append((part, offset, future, loop))
+        self._waiters = waiting
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -41,13 +41,14 @@ anything is written: a setting that could delete events not yet archived is refu
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 
@@ -83,6 +84,16 @@ _MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); mo
 _MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 
 
+def _append_wait_s(timeout_s: float) -> float:
+    """How long an append waits for its transaction's outcome before it calls the client stuck."""
+    return 2 * (timeout_s + 5.0) + 1.0
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _SessionLock:
     """One session's lock in :attr:`KafkaEventLog._session_locks`, dropped when its last user leaves."""
 
@@ -94,21 +105,31 @@ class _SessionLock:
         self._lock: threading.Lock | None = None
 
     def __enter__(self) -> None:
+        self.acquire(blocking=True)
+
+    def acquire(self, *, blocking: bool) -> bool:
+        """Take the session's lock; without ``blocking``, False (and nothing held) when another holds it."""
         locks = self._log._session_locks
         with self._log._locks_lock:
             lock, users = locks.get(self._session_id, (None, 0))
             if lock is None:
                 lock = threading.Lock()
             locks[self._session_id] = (lock, users + 1)
-        self._lock = lock
-        lock.acquire()
+        if lock.acquire(blocking=blocking):
+            self._lock = lock
+            return True
+        self._forget(lock)
+        return False
 
     def __exit__(self, *exc: object) -> None:
         assert self._lock is not None
         self._lock.release()
+        self._forget(self._lock)
+
+    def _forget(self, lock: threading.Lock) -> None:
         locks = self._log._session_locks
         with self._log._locks_lock:
-            lock, users = locks[self._session_id]
+            _, users = locks[self._session_id]
             if users == 1:
                 del locks[self._session_id]
             else:
@@ -251,15 +272,8 @@ class KafkaEventLog(EventLog):
                 except BaseException:
                     self._disown(session_id)
                     raise
-                if not request.done.wait(2 * (self.timeout_s + 5.0) + 1.0):
-                    # The commit thread bounds every transaction, so this is a stuck client: give up on
-                    # this writer (the next one fences it, which settles the transaction) and report.
-                    self._disown(session_id)
-                    committer.replace(owned.writer, fenced=False)
-                    raise StoreUnavailable(
-                        f"Kafka did not confirm the append to session {session_id!r}; the outcome is unknown — "
-                        "re-read the session head before retrying"
-                    )
+                if not request.done.wait(_append_wait_s(self.timeout_s)):
+                    self._stuck(session_id, committer, owned)
                 if isinstance(request.error, Retry):
                     # Our writer was fenced by another instance's take-over: nothing of it was written.
                     self._disown(session_id)
@@ -270,20 +284,80 @@ class KafkaEventLog(EventLog):
                         )
                     fresh = True
                     continue
-                if request.refused:
-                    assert request.error is not None
-                    raise request.error
-                if request.error is not None:
-                    self._disown(session_id)  # its rules already count the batch
-                    raise request.error
-                entry = request.entry
-                assert entry is not None
-                if request.chunk is not None:
-                    self._reader.remember_chunk(session_id, state.chunks, request.chunk)
-                state.offsets.extend(request.offsets)
-                state.chunks, state.sealed, state.tail = entry.chunks, entry.sealed, entry.tail
-                self._reader.remember(session_id, entry)
-                return state.next_seq
+                return self._settle(session_id, state, request)
+
+    async def append_async(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        """:meth:`append` for asyncio callers: an owned session's batch joins the group transaction and the
+        caller awaits its commit without a thread; anything else (a take-over, a session's own producer,
+        a refusal to re-check) runs :meth:`append` on a worker thread."""
+        part = partition_for(session_id, self.partitions)
+        owned = self._owned.get(session_id)
+        writer = self._writers[part % len(self._writers)] if self._writers and not self._closed else None
+        if (
+            not events
+            or writer is None
+            or owned is None
+            or owned.solo is not None
+            or owned.rules is None
+            or not owned.live(writer.writer_id or "")
+            or expected_seq != owned.state.next_seq
+            or (lease is not None and lease.epoch != owned.state.epoch)
+        ):
+            return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+        lock = self._session_lock(session_id)
+        if not lock.acquire(blocking=False):
+            return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+        try:
+            state = owned.state
+            request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[None] = loop.create_future()
+            request.done.callback = lambda: loop.call_soon_threadsafe(_resolve, done)
+            try:
+                writer.send(request)
+            except BaseException:
+                self._disown(session_id)
+                raise
+            try:
+                await asyncio.wait_for(asyncio.shield(done), _append_wait_s(self.timeout_s))
+            except TimeoutError:
+                self._stuck(session_id, writer, owned)
+            if isinstance(request.error, Retry):  # fenced meanwhile: nothing written; take it over again
+                self._disown(session_id)
+            else:
+                return self._settle(session_id, state, request)
+        finally:
+            lock.__exit__(None, None, None)
+        return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+
+    def _stuck(self, session_id: str, committer: Committer, owned: _Owned) -> NoReturn:
+        """The commit thread bounds every transaction, so no outcome in time is a stuck client: give up on
+        this writer (the next one fences it, which settles the transaction) and report."""
+        self._disown(session_id)
+        committer.replace(owned.writer, fenced=False)
+        raise StoreUnavailable(
+            f"Kafka did not confirm the append to session {session_id!r}; the outcome is unknown — "
+            "re-read the session head before retrying"
+        )
+
+    def _settle(self, session_id: str, state: SessionState, request: AppendRequest) -> int:
+        """The outcome of a settled append: its error, or the session's state moved past its events."""
+        if request.refused:
+            assert request.error is not None
+            raise request.error
+        if request.error is not None:
+            self._disown(session_id)  # its rules already count the batch
+            raise request.error
+        entry = request.entry
+        assert entry is not None
+        if request.chunk is not None:
+            self._reader.remember_chunk(session_id, state.chunks, request.chunk)
+        state.offsets.extend(request.offsets)
+        state.chunks, state.sealed, state.tail = entry.chunks, entry.sealed, entry.tail
+        self._reader.remember(session_id, entry)
+        return state.next_seq
 
     def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         self._ensure_ready()
@@ -297,6 +371,23 @@ class KafkaEventLog(EventLog):
         if from_seq >= end:
             return []
         return self._events.events(session_id, state, max(from_seq, 0), end, deadline)
+
+    async def read_async(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        """:meth:`read` for asyncio callers: seqs this instance appended come from the follower without
+        blocking the event loop; anything else is read on a worker thread."""
+        owned = self._owned.get(session_id)
+        if self._follower is not None and owned is not None and to_seq is not None and to_seq <= owned.state.next_seq:
+            start = max(from_seq, 0)
+            if start >= to_seq:
+                return []
+            part = partition_for(session_id, self.partitions)
+            followed = await self._follower.events_async(session_id, part, start, owned.state.offsets[start:to_seq])
+            if followed is not None:
+                return followed
+        return await asyncio.to_thread(self.read, session_id, from_seq, to_seq)
+
+    async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        return await asyncio.to_thread(self.acquire_and_read, session_id)
 
     def head(self, session_id: str) -> int:
         self._ensure_ready()

@@ -70,20 +70,24 @@ class WriterContext:
 
 class _Done:
     """A one-shot signal from the writer to the appending thread: a lock held until the outcome is set
-    (a ``threading.Event`` costs a condition variable and a waiter lock per append)."""
+    (a ``threading.Event`` costs a condition variable and a waiter lock per append). ``callback``, when
+    given, is called (in the settling thread) once the outcome is set — how an asyncio caller is woken."""
 
-    __slots__ = ("_is_set", "_lock")
+    __slots__ = ("_is_set", "_lock", "callback")
 
     def __init__(self) -> None:
         self._is_set = False
         self._lock = threading.Lock()
         self._lock.acquire()
+        self.callback: Callable[[], object] | None = None
 
     def set(self) -> None:
         """Wake the waiter (once; only the thread that settles the append calls this)."""
         if not self._is_set:
             self._is_set = True
             self._lock.release()
+            if self.callback is not None:
+                self.callback()
 
     def is_set(self) -> bool:
         return self._is_set
