@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 from foldline.adapters.kafka import KafkaEventLog, TopicPolicy
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
-from foldline.dispatcher.factory import open_dispatcher_stores
 from foldline.errors import UnsafeRetention
 from foldline.projector import ProjectorWorker
 from foldline.projector.runtime import WorkerSettings
@@ -187,7 +186,7 @@ def test_an_archive_whose_delay_fits_the_retention_is_accepted(kafka_bootstrap: 
         log.close()
 
 
-def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
+def test_writers_and_projectors_refuse_it_at_start_up(
     kafka_bootstrap: str, make_topic: MakeTopic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = make_topic({"retention.ms": "60000"})
@@ -195,8 +194,7 @@ def test_writers_projectors_and_dispatchers_refuse_it_at_start_up(
     config = Config.from_env().overridden(data_dir=tmp_path, backend="kafka", kafka__topic=topic, kafka__partitions=2)
     with pytest.raises(UnsafeRetention, match=re.escape("retention.ms=60000 deletes events after 1 min")):
         open_stores(config)  # a loop or a CLI command on the log
-    with pytest.raises(UnsafeRetention):
-        open_dispatcher_stores(config.overridden(backend="distributed"))
+    # (a dispatcher never opens the log: it serves steps from the folds alone)
     worker = ProjectorWorker(WorkerSettings(config))
     with pytest.raises(UnsafeRetention):
         worker.run()

@@ -29,7 +29,6 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "secret.existingSecret=foldline-credentials",
         "--set", "dispatcher.anthropicUrl=https://api.anthropic.com",
         "--set", "dispatcher.openaiUrl=https://api.openai.com",
-        "--set", "dispatcher.invariant=false",
         "--set", "config.s3Endpoint=http://minio:9000",
         "--set", "config.extraEnv.FOLDLINE_FOLD_PREFIX=prod:fold:",
     ],
@@ -210,7 +209,7 @@ def test_autoscaling_and_an_existing_secret(deploy_tools: DeployTools) -> None:
     [dispatcher] = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("dispatcher")]
     args = dispatcher["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--anthropic-url") + 1] == "https://api.anthropic.com"
-    assert "--no-invariant" in args
+    assert args[args.index("--openai-url") + 1] == "https://api.openai.com"
     [config] = by_kind(docs, "ConfigMap")
     assert config["data"]["FOLDLINE_S3_ENDPOINT"] == "http://minio:9000"
 

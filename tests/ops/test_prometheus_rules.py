@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from foldline.metrics import ArchiverMetrics, DispatcherMetrics, ProjectorMetrics
+from foldline.metrics import ArchiverMetrics, DispatcherMetrics, LoopMetrics, ProjectorMetrics, ProviderMetrics
 
 from .conftest import REPO, DeployTools, run
 
@@ -35,9 +35,11 @@ def alerts() -> list[dict[str, Any]]:
 
 
 def families() -> dict[str, str]:
-    """Every metric family a foldline process can export: name -> type (a dispatcher's include the loop's)."""
+    """Every metric family a foldline process can export: name -> type."""
     registry = CollectorRegistry()
-    DispatcherMetrics(registry)  # with its LoopMetrics
+    LoopMetrics(registry)
+    ProviderMetrics(registry)
+    DispatcherMetrics(registry)
     ProjectorMetrics(registry)
     ArchiverMetrics(registry)
     return {fam.name: fam.type for fam in registry.collect()}

@@ -85,7 +85,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 - {{ $c.concurrency | quote }}
 - --fold-timeout
 - {{ $c.foldTimeoutSeconds | quote }}
-- {{ ternary "--invariant" "--no-invariant" $c.invariant }}
 {{- with $c.anthropicUrl }}
 - --anthropic-url
 - {{ . | quote }}
