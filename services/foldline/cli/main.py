@@ -14,7 +14,15 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from . import archive_commands, audit_commands, config_commands, demo_commands, session_commands, worker_commands
+from . import (
+    archive_commands,
+    audit_commands,
+    config_commands,
+    demo_commands,
+    fleet_commands,
+    session_commands,
+    worker_commands,
+)
 from .output import EXIT_ERROR, err_console, line, one_line, quiet_broken_pipe
 
 
@@ -61,6 +69,7 @@ demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
 worker_commands.register(app)
+fleet_commands.register(app)
 archive_commands.register(app)
 config_commands.register(app)
 

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -147,6 +147,9 @@ class StepRecord:
     digest: str
     usage: Usage
     header_reason: str | None
+    #: where the step's seconds went (a dispatched step: ``append``, ``handover``, ``fold_wait``, ``build``,
+    #: ``check``, ``send``, ``answer``, ``total``; a local one: ``append``, ``send``, ``answer``, ``total``)
+    timings: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +216,8 @@ class Agent:
         self._refused = _refused_turn(loaded)  # seqs of a refused last turn still to be removed
         self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
-        self.last_timings: dict[str, float] = {}  # a dispatched step's own seconds (fold wait, build, send)
+        self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
+        self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
 
     @classmethod
@@ -322,6 +326,7 @@ class Agent:
     # -------------------------------------------------------------- the step
 
     async def _step(self, turn: int, step: int) -> tuple[StepRecord, ProviderResponse] | None:
+        self.last_timings, self._phase, self._step_began = {}, "append", time.monotonic()
         batch = self.inbox.claim()
         extra: list[InboxItem] = []
         for hook in self._pre_step:
@@ -361,11 +366,14 @@ class Agent:
                 self._refused = None  # the reset, if one was owed, is in the log
 
         stream = self.last_request.config.stream if self.last_request is not None else False
+        began = time.monotonic()
         response = await self._send(turn, step, self.provider, body, stream)
+        self.last_timings["send"] = time.monotonic() - began
         return await self._answer(turn, step, dispatch_seq, digest, reason, response)
 
     async def _send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
         """Send through the retrying sender: each failed attempt is appended as ``llm/retry`` before its wait."""
+        self._phase = "send"  # its llm/retry and assistant/chunk appends are the send's time
         chunks = self._chunk_logger(turn, step) if self.sender.settings.log_chunks else None
         progress = AnswerProgress(chunks)
 
@@ -384,6 +392,7 @@ class Agent:
         self, turn: int, step: int, dispatch_seq: int, digest: str, reason: str | None, response: ProviderResponse
     ) -> tuple[StepRecord, ProviderResponse]:
         """Log the answer (durable before any tool runs), run its tools, close the step."""
+        self._phase = "answer"
         answer = answer_records(turn, step, self.session.next_seq, response)
         message = answer[0]
         assert isinstance(message, AssistantMessage)
@@ -447,7 +456,8 @@ class Agent:
         closing.append(StepEnd(turn, step))
         await self._append(*closing)
         self._step_open = False
-        record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason)
+        self.last_timings["total"] = time.monotonic() - self._step_began
+        record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason, dict(self.last_timings))
         for listener in self.step_listeners:
             listener(record)
         return record, response
@@ -517,6 +527,7 @@ class Agent:
 
     _step_open = False
     _turn_start_seq = 0
+    _step_began = 0.0
 
     async def _append(self, *datas: EventData) -> None:
         start = self.session.next_seq
@@ -532,6 +543,14 @@ class Agent:
         whole (done) or not at all (append again). Refusals (a stale writer, a broken rule, another
         writer's events at ``start``) are raised at once.
         """
+        began = time.monotonic()
+        try:
+            await self._durably_untimed(start, events)
+        finally:
+            timings = self.last_timings
+            timings[self._phase] = timings.get(self._phase, 0.0) + time.monotonic() - began
+
+    async def _durably_untimed(self, start: int, events: list[Envelope]) -> None:
         deadline = time.monotonic() + self.options.outage_s
         pause = 0.05
         while True:
@@ -583,6 +602,8 @@ class Agent:
         handoff = StepHandoff(self.session_id, boundary, turn, step, self.lease.epoch, self.options.archive_requests)
         request = mark_loop_request(session_request(self.session))
         self.last_request = request
+        timings = self.last_timings
+        began = time.monotonic()
         try:
             prepared = await dispatcher.prepare(handoff)
         except AttachmentError as exc:  # the dispatcher could not use an object the request references
@@ -595,18 +616,22 @@ class Agent:
                 "ReconstructionError",
                 f"the dispatcher prepared seq {prepared.boundary} of {prepared.session_id!r} for this step",
             )
+        prepared_at = time.monotonic()
+        for key in ("fold_wait", "build"):
+            timings[key] = prepared.timings.get(key, 0.0)
+        timings["handover"] = prepared_at - began - timings["fold_wait"] - timings["build"]
         serializer = serializer_for(prepared.serializer, prepared.serializer_version)
         if self.invariant is not None:
             await self.invariant.check(self.session_id, boundary, request)
             self.invariant.check_body(self.session_id, boundary, prepared.digest, serializer)
+        timings["check"] = time.monotonic() - prepared_at
         await self._append(
             RequestDispatch(
                 turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes
             )
         )
-        remote = _DispatchedSend(dispatcher, handoff, prepared, self.provider.name, serializer)
+        remote = _DispatchedSend(dispatcher, handoff, prepared, self.provider.name, serializer, timings)
         response = await self._send(turn, step, remote, b"", request.config.stream)
-        self.last_timings = {**prepared.timings, **remote.timings}
         return await self._answer(turn, step, boundary, prepared.digest, reason, response)
 
 
@@ -621,23 +646,29 @@ class _DispatchedSend(Provider):
         prepared: PreparedStep,
         name: str,
         serializer: Serializer,
+        timings: dict[str, float],
     ) -> None:
         self.dispatcher = dispatcher
         self.handoff = handoff
         self.prepared = prepared
         self.name = name
         self.serializer = serializer
-        self.timings: dict[str, float] = {}
+        self.timings = timings  # the step's breakdown: each attempt adds its provider call and its hand-over
 
     async def send(
         self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
+        began = time.monotonic()
         try:
             answer = await self.dispatcher.send(self.handoff, self.prepared)
         except DispatchLost as exc:
             # it may have reached the provider: the retry record says so, and the next attempt resends
             raise ProviderTransportError(str(exc), error_type="dispatch-lost") from exc
-        self.timings = dict(answer.timings)
+        finally:
+            self.timings["handover"] = self.timings.get("handover", 0.0) + time.monotonic() - began
+        sent = answer.timings.get("send", 0.0)
+        self.timings["send"] = self.timings.get("send", 0.0) + sent
+        self.timings["handover"] -= sent
         return ProviderResponse(answer.content, answer.usage, answer.stop_reason, answer.request_id, answer.message_id)
 
 

@@ -1,0 +1,215 @@
+"""``foldline fleet``: many concurrent loops in this process against external projectors and dispatchers.
+
+The loops are the demo's scripted agents (its system prompt, tools and prompts) on the distributed backend:
+every step is handed over to the ``foldline dispatcher`` processes serving the configured Redis stream, and
+its request is built from the folds that ``foldline projector`` processes keep. Nothing is started here: the
+workers are the operator's. The run has three phases, each timed:
+
+1. **open**: every session is created (a new session costs no take-over: docs/KAFKA.md) and its loop
+   opened, all at once — the new sessions per second of one process;
+2. **run**: every session runs its steps concurrently; each step's seconds are broken down (``append``,
+   ``handover``, ``fold_wait``, ``build``, ``check``, ``send``, ``answer``, ``total``:
+   :attr:`~foldline.loop.agent.StepRecord.timings`);
+3. **verify**: every session is read back from the log and each request rebuilt byte for byte.
+
+A session that fails is reported with its typed error and the run exits non-zero; so does any request that
+does not verify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .config import Config, Stores
+from .core.content import TextBlock
+from .core.header import CallConfig
+from .demo import PROMPTS, SYSTEM_PROMPT, demo_toolset
+from .errors import ConfigError
+from .loop import Agent, AgentOptions
+from .loop.agent import StepRecord
+from .ports.step_dispatch import StepDispatcher
+from .providers.retry import RetryingSender
+from .replay.verify import VerifyReport, verify_events
+
+__all__ = ["PHASES", "FleetResult", "SessionOutcome", "percentile", "run_fleet"]
+
+#: the parts of a dispatched step's seconds, in the order a step spends them
+PHASES = ("append", "handover", "fold_wait", "build", "check", "send", "answer", "total")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of ``values`` by the nearest-rank rule (0.0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class SessionOutcome:
+    id: str
+    steps: list[StepRecord] = field(default_factory=list)
+    error: str | None = None  # "ErrorType: message" of a failed session
+    verify: VerifyReport = field(default_factory=VerifyReport)
+
+
+@dataclass
+class FleetResult:
+    sessions: list[SessionOutcome]
+    steps_per_session: int
+    open_s: float  # opening every session
+    run_s: float  # running every step
+    verify_s: float
+
+    @property
+    def failed(self) -> list[SessionOutcome]:
+        return [s for s in self.sessions if s.error is not None]
+
+    @property
+    def steps(self) -> int:
+        return sum(len(s.steps) for s in self.sessions)
+
+    @property
+    def verified(self) -> int:
+        return sum(s.verify.matched for s in self.sessions)
+
+    @property
+    def checked(self) -> int:
+        return sum(s.verify.checked for s in self.sessions)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.failed
+            and all(s.verify.ok for s in self.sessions)
+            and self.checked == self.steps
+            and self.steps == len(self.sessions) * self.steps_per_session
+        )
+
+    def phase(self, name: str) -> list[float]:
+        return [r.timings.get(name, 0.0) for s in self.sessions for r in s.steps]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "sessions": len(self.sessions),
+            "steps": self.steps,
+            "failed": [{"id": s.id, "error": s.error} for s in self.failed],
+            "open_s": round(self.open_s, 4),
+            "new_sessions_per_s": round(len(self.sessions) / self.open_s, 1) if self.open_s else None,
+            "run_s": round(self.run_s, 4),
+            "steps_per_s": round(self.steps / self.run_s, 1) if self.run_s else None,
+            "verify_s": round(self.verify_s, 4),
+            "verified": self.verified,
+            "checked": self.checked,
+            "ok": self.ok,
+            "step_seconds": {
+                name: {"p50": round(percentile(v, 0.5), 6), "p99": round(percentile(v, 0.99), 6)}
+                for name in PHASES
+                if (v := self.phase(name))
+            },
+        }
+
+
+async def _run_one(outcome: SessionOutcome, agent: Agent, steps: int, on_step: Callable[[], None]) -> None:
+    def record(r: StepRecord) -> None:
+        outcome.steps.append(r)
+        on_step()
+
+    agent.step_listeners.append(record)
+    turn = 0
+    offset = sum(outcome.id.encode())  # sessions share the agent's prefix, not their conversations
+    while len(outcome.steps) < steps:
+        agent.options.max_steps_per_turn = steps - len(outcome.steps)
+        prompt = [TextBlock(f"[{outcome.id}] {PROMPTS[(turn + offset) % len(PROMPTS)]}")]
+        await agent.run_turn(prompt)
+        turn += 1
+
+
+def _error_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+async def run_fleet(
+    config: Config,
+    stores: Stores,
+    dispatcher: StepDispatcher,
+    *,
+    sessions: int,
+    steps: int,
+    prefix: str | None = None,
+    on_phase: Callable[[str, int], None] | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> FleetResult:
+    """Open ``sessions`` new sessions named ``<prefix>-NNNNN``, run ``steps`` steps in each concurrently
+    through ``dispatcher``, then verify them all from ``stores.log``.
+
+    ``on_phase(name, total)`` is called as each phase (``open``, ``run``, ``verify``) begins; ``on_step``
+    after each step. The caller owns ``stores`` and ``dispatcher``.
+    """
+    from .providers.emulated import emulated_provider_factory
+
+    if config.backend != "distributed":
+        raise ConfigError(
+            f"foldline fleet hands every step to external dispatchers: it needs --backend distributed "
+            f"(got {config.backend!r})"
+        )
+    if sessions < 1 or steps < 1:
+        raise ConfigError("foldline fleet needs at least one session and one step")
+    run = prefix or f"fleet-{uuid.uuid4().hex[:8]}"
+    outcomes = [SessionOutcome(f"{run}-{i:05d}") for i in range(sessions)]
+    make_provider = emulated_provider_factory()  # names the provider; the dispatchers do the sending
+    sender = RetryingSender(settings=config.transport)
+    tick = on_step or (lambda: None)
+
+    def options() -> AgentOptions:
+        return AgentOptions(
+            config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
+            system=SYSTEM_PROMPT,
+            tools=demo_toolset(),
+            archive_requests=True,
+            dispatcher=dispatcher,
+            sender=sender,
+            outage_s=config.outage_s,
+        )
+
+    async def open_one(outcome: SessionOutcome) -> Agent | None:
+        try:
+            return await Agent.open(outcome.id, stores.log, make_provider(), options(), attachments=stores.attachments)
+        except Exception as exc:  # reported per session; the others go on
+            outcome.error = _error_line(exc)
+            return None
+
+    if on_phase is not None:
+        on_phase("open", sessions)
+    began = time.monotonic()
+    agents = await asyncio.gather(*(open_one(o) for o in outcomes))
+    open_s = time.monotonic() - began
+
+    async def run_one(outcome: SessionOutcome, agent: Agent | None) -> None:
+        if agent is None:
+            return
+        try:
+            await _run_one(outcome, agent, steps, tick)
+        except Exception as exc:
+            outcome.error = _error_line(exc)
+        finally:
+            await agent.provider.aclose()
+
+    if on_phase is not None:
+        on_phase("run", sessions * steps)
+    began = time.monotonic()
+    await asyncio.gather(*(run_one(o, a) for o, a in zip(outcomes, agents, strict=True)))
+    run_s = time.monotonic() - began
+
+    if on_phase is not None:
+        on_phase("verify", sessions)
+    began = time.monotonic()
+    for outcome in outcomes:
+        outcome.verify = verify_events(outcome.id, await stores.log.read_async(outcome.id), stores.attachments)
+    verify_s = time.monotonic() - began
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s)
