@@ -171,7 +171,6 @@ async def run_fleet(
             config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
             system=SYSTEM_PROMPT,
             tools=demo_toolset(),
-            archive_requests=True,
             dispatcher=dispatcher,
             sender=sender,
             outage_s=config.outage_s,

@@ -340,7 +340,7 @@ class Dispatcher:
         serializer = provider.serializer
         body, digest = await self._serialize(view.body(serializer), request)
         if h.archive and self.attachments is not None:
-            self.attachments.put(body, "application/json")
+            await self._archive(body)
         view.prepared = (h.boundary, digest, body, provider)
         return PreparedStep(
             h.session_id,
@@ -351,6 +351,22 @@ class Dispatcher:
             len(body),
             {"fold_wait": waited, "build": time.perf_counter() - built},
         )
+
+    async def _archive(self, body: bytes) -> None:
+        """Keep the exact body in the attachment store (off the event loop: the store's client blocks); a
+        store that does not answer is waited out (``outage_s``)."""
+        assert self.attachments is not None
+        deadline = time.monotonic() + self.outage_s
+        pause = 0.1
+        while True:
+            try:
+                await asyncio.to_thread(self.attachments.put, body, "application/json")
+                return
+            except StoreUnavailable:
+                if time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[bytes, str]:
         """The body and its digest; an attachment store that does not answer is waited out (``outage_s``)."""

@@ -42,13 +42,15 @@ anything is written: a setting that could delete events not yet archived is refu
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from confluent_kafka import KafkaException
 
@@ -80,6 +82,9 @@ from .writer import AppendRequest, Committer, GroupWriter, Retry, SessionWriter,
 
 __all__ = ["KafkaEventLog"]
 
+_T = TypeVar("_T")
+#: worker threads of one log for its blocking calls from asyncio (each mostly waits on the broker)
+_BLOCKING_THREADS = 64
 _MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); more only thrash the coordinator
 _MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 
@@ -234,6 +239,7 @@ class KafkaEventLog(EventLog):
         self._creator = SessionCreator(self._clients, self._reader, topic=topic, index_topic=self.index_topic)
         self._follow = follow
         self._follower: Follower | None = None
+        self._executor = ThreadPoolExecutor(_BLOCKING_THREADS, thread_name_prefix="foldline-kafka")
 
     # -------------------------------------------------------------- EventLog
 
@@ -305,10 +311,10 @@ class KafkaEventLog(EventLog):
             or expected_seq != owned.state.next_seq
             or (lease is not None and lease.epoch != owned.state.epoch)
         ):
-            return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+            return await self._blocking(self.append, session_id, expected_seq, events, lease=lease)
         lock = self._session_lock(session_id)
         if not lock.acquire(blocking=False):
-            return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+            return await self._blocking(self.append, session_id, expected_seq, events, lease=lease)
         try:
             state = owned.state
             request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
@@ -330,7 +336,7 @@ class KafkaEventLog(EventLog):
                 return self._settle(session_id, state, request)
         finally:
             lock.__exit__(None, None, None)
-        return await asyncio.to_thread(self.append, session_id, expected_seq, events, lease=lease)
+        return await self._blocking(self.append, session_id, expected_seq, events, lease=lease)
 
     def _stuck(self, session_id: str, committer: Committer, owned: _Owned) -> NoReturn:
         """The commit thread bounds every transaction, so no outcome in time is a stuck client: give up on
@@ -384,10 +390,17 @@ class KafkaEventLog(EventLog):
             followed = await self._follower.events_async(session_id, part, start, owned.state.offsets[start:to_seq])
             if followed is not None:
                 return followed
-        return await asyncio.to_thread(self.read, session_id, from_seq, to_seq)
+        return await self._blocking(self.read, session_id, from_seq, to_seq)
 
     async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
-        return await asyncio.to_thread(self.acquire_and_read, session_id)
+        return await self._blocking(self.acquire_and_read, session_id)
+
+    async def _blocking(self, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``call`` on this log's own worker threads (:data:`_BLOCKING_THREADS`): a thousand sessions'
+        take-overs, creations and reads wait on the broker side by side, not six at a time in the
+        event loop's default executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
     def head(self, session_id: str) -> int:
         self._ensure_ready()
@@ -419,6 +432,7 @@ class KafkaEventLog(EventLog):
             self._closed = True
         if self._follower is not None:
             self._follower.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
         for writer in self._writers:
             writer.close()
         self._creator.close()
@@ -476,7 +490,9 @@ class KafkaEventLog(EventLog):
                 created = self._creator.create(session_id, part, writer_id, 1 if new_epoch else 0, deadline)
                 if created is None:
                     continue  # another instance created it meanwhile: take it over below, on a fresh read
-                return self._keep(session_id, _Owned(writer_id, created)), True
+                # an empty session's rules are fresh ones: its first append needs no read to build them
+                rules = LogRules() if created.next_seq == 0 else None
+                return self._keep(session_id, _Owned(writer_id, created, rules)), True
             if state.owner == writer_id and not new_epoch:
                 # Nobody took it over since our writer last committed to it (a take-over fences our
                 # writer first, and the next commit would fail): the committed state is exact.

@@ -37,6 +37,10 @@ class Watermarks:
         self._clients = clients
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
+        # one query per partition at a time; callers that waited for it use its answer when it was asked
+        # after they were (it then covers every record acknowledged before their call)
+        self._asking: dict[tuple[str, int], threading.Lock] = {}
+        self._answered: dict[tuple[str, int], tuple[float, tuple[int, int]]] = {}
 
     def high(self, topic: str, part: int, deadline: float | None = None) -> int:
         """The partition's high watermark: every record acknowledged so far lies below it.
@@ -52,9 +56,32 @@ class Watermarks:
         return self.bounds(topic, part, deadline)[0]
 
     def bounds(self, topic: str, part: int, deadline: float | None = None) -> tuple[int, int]:
-        """The partition's ``(log start offset, high watermark)``, asked of the broker now."""
+        """The partition's ``(log start offset, high watermark)``, asked of the broker after this call began.
+
+        Concurrent callers share one broker query per partition: a caller that waited for a query asked
+        after its own call began takes that query's answer.
+        """
         clients = self._clients
         until = clients.deadline() if deadline is None else deadline
+        called = time.monotonic()
+        key = (topic, part)
+        with self._lock:
+            asking = self._asking.setdefault(key, threading.Lock())
+        if not asking.acquire(timeout=max(0.0, clients.remaining(until))):
+            raise clients.unavailable(f"reading the end offset of {topic}[{part}]", TimeoutError("no answer in time"))
+        try:
+            answered = self._answered.get(key)
+            if answered is not None and answered[0] >= called:
+                return answered[1]
+            asked = time.monotonic()
+            found = self._ask(topic, part, until)
+            self._answered[key] = (asked, found)
+            return found
+        finally:
+            asking.release()
+
+    def _ask(self, topic: str, part: int, until: float) -> tuple[int, int]:
+        clients = self._clients
         consumer = self._open()
         while True:
             try:
