@@ -92,11 +92,15 @@ class FleetResult:
         )
 
     def phase(self, name: str) -> list[float]:
+        """Each step's seconds in ``name`` (one of :data:`PHASES`, or ``overhead``: total minus send)."""
+        if name == "overhead":
+            return [r.timings.get("total", 0.0) - r.timings.get("send", 0.0) for s in self.sessions for r in s.steps]
         return [r.timings.get(name, 0.0) for s in self.sessions for r in s.steps]
 
     def to_json(self) -> dict[str, object]:
         return {
             "sessions": len(self.sessions),
+            "steps_per_session": self.steps_per_session,
             "steps": self.steps,
             "failed": [{"id": s.id, "error": s.error} for s in self.failed],
             "open_s": round(self.open_s, 4),
@@ -109,7 +113,7 @@ class FleetResult:
             "ok": self.ok,
             "step_seconds": {
                 name: {"p50": round(percentile(v, 0.5), 6), "p99": round(percentile(v, 0.99), 6)}
-                for name in PHASES
+                for name in (*PHASES, "overhead")
                 if (v := self.phase(name))
             },
         }

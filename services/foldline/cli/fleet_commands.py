@@ -109,7 +109,7 @@ def print_fleet(result: FleetResult) -> None:
     table.add_column("part")
     table.add_column("p50", justify="right")
     table.add_column("p99", justify="right")
-    for name in PHASES:
+    for name in (*PHASES, "overhead"):
         values = result.phase(name)
         table.add_row(name, f"{percentile(values, 0.5) * 1000:.1f} ms", f"{percentile(values, 0.99) * 1000:.1f} ms")
     console.print(table)

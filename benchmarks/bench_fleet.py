@@ -1,0 +1,200 @@
+"""The distributed path at fleet size: 1,000 concurrent sessions x 10 steps through separate processes.
+
+Two ``foldline projector`` processes (one consumer group), one ``foldline dispatcher`` process and one
+loop process — ``foldline fleet --sessions 1000 --steps 10 --json`` — on the local Kafka, Redis and S3,
+all in their default configuration (the loop's invariant companion on). Every session is new (a fresh
+topic, fold prefix and dispatch stream per run), so the open phase is the new sessions per second of one
+process. Reported against the targets: steps/s end to end, failed sessions, step overhead p99 (a step's
+wall time minus the provider call), new sessions/s, requests verified; beside them the breakdown of a
+step (p50/p99 of each part) and the CPU seconds each process spent per step, which on this 2-core machine
+bound the throughput (their sum over two cores is the ceiling).
+
+    source .local/env.sh && python -m benchmarks.bench_fleet
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+SESSIONS = int(os.environ.get("FOLDLINE_BENCH_FLEET_SESSIONS", "1000"))
+STEPS = int(os.environ.get("FOLDLINE_BENCH_FLEET_STEPS", "10"))
+TARGET_STEPS_PER_S = 500.0
+TARGET_OVERHEAD_P99_MS = 500.0
+TARGET_NEW_SESSIONS_PER_S = 1000.0
+_CLI = "from foldline.cli.main import main; main()"
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("wb")
+    return subprocess.Popen([sys.executable, "-c", _CLI, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{path.name}: no {text!r}: {path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.05)
+
+
+def measure(sessions: int = SESSIONS, steps: int = STEPS) -> dict[str, Any]:
+    if not os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP"):
+        raise RuntimeError("needs the local servers: source .local/env.sh (make bench starts them)")
+    run = uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="foldline-bench-fleet-") as tmp:
+        data = Path(tmp)
+        env = {
+            **os.environ,
+            "FOLDLINE_BACKEND": "distributed",
+            "FOLDLINE_DATA_DIR": str(data),
+            "FOLDLINE_KAFKA_TOPIC": f"bench.fleet.{run}",
+            "FOLDLINE_FOLD_PREFIX": f"bench:fleet:{run}:",
+            "FOLDLINE_DISPATCH_STREAM": f"foldline:dispatch:bench:{run}",
+            "FOLDLINE_PROJECTOR_GROUP": f"bench-fleet-{run}",
+        }
+        for key in ("FOLDLINE_METRICS_PORT", "FOLDLINE_ANTHROPIC_URL", "FOLDLINE_OPENAI_URL"):
+            env.pop(key, None)
+        # the topics first, so both projectors subscribe to an existing topic
+        subprocess.run([sys.executable, "-c", _CLI, "sessions"], env=env, check=True, capture_output=True)
+        workers = {
+            "projector-0": _spawn(["projector"], env, data / "projector-0.log"),
+            "projector-1": _spawn(["projector"], env, data / "projector-1.log"),
+            "dispatcher": _spawn(["dispatcher"], env, data / "dispatcher.log"),
+        }
+        try:
+            for name in ("projector-0", "projector-1"):
+                _wait_for(data / f"{name}.log", "projector ready", workers[name])
+            _wait_for(data / "dispatcher.log", "dispatcher serving", workers["dispatcher"])
+            before = {name: _cpu_s(p.pid) for name, p in workers.items()}
+            loop = subprocess.Popen(
+                [sys.executable, "-c", _CLI, "fleet", "--sessions", str(sessions), "--steps", str(steps), "--json"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            loop_cpu = 0.0
+            while loop.poll() is None:
+                try:
+                    loop_cpu = _cpu_s(loop.pid)
+                except (FileNotFoundError, ProcessLookupError, IndexError):
+                    break
+                time.sleep(0.2)
+            out, err = loop.communicate()
+            cpu = {name: _cpu_s(p.pid) - before[name] for name, p in workers.items()}
+            cpu["loop"] = loop_cpu
+            if not out.strip():
+                raise RuntimeError(f"foldline fleet printed nothing (exit {loop.returncode}): {err.decode()[-2000:]}")
+            result: dict[str, Any] = json.loads(out)
+            result["exit"] = loop.returncode
+            result["cpu_s"] = cpu
+            return result
+        finally:
+            for p in workers.values():
+                p.terminate()
+            for p in workers.values():
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+
+
+def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    steps, sessions = r["steps"], r["sessions"]
+    phases = r["step_seconds"]
+    overhead_p99 = phases["overhead"]["p99"] * 1000
+    size = f"{sessions:,} sessions x {r['steps_per_session']} steps"
+    out = [
+        {
+            "name": f"{size}, 2 projectors + 1 dispatcher + 1 loop process: steps/s end to end",
+            "value": round(r["steps_per_s"] or 0.0, 1),
+            "unit": "steps/s",
+            "target": f">= {TARGET_STEPS_PER_S:g} steps/s",
+            "ok": (r["steps_per_s"] or 0.0) >= TARGET_STEPS_PER_S,
+        },
+        {
+            "name": f"{size}: failed sessions",
+            "value": len(r["failed"]),
+            "unit": "sessions",
+            "target": "0",
+            "ok": not r["failed"],
+        },
+        {
+            "name": f"{size}: step overhead p99 (a step's wall time minus the provider call)",
+            "value": round(overhead_p99, 1),
+            "unit": "ms",
+            "target": f"<= {TARGET_OVERHEAD_P99_MS:g} ms",
+            "ok": overhead_p99 <= TARGET_OVERHEAD_P99_MS,
+        },
+        {
+            "name": f"new sessions opened per second by the loop process ({sessions:,} at once)",
+            "value": round(r["new_sessions_per_s"] or 0.0, 1),
+            "unit": "sessions/s",
+            "target": f">= {TARGET_NEW_SESSIONS_PER_S:g} sessions/s",
+            "ok": (r["new_sessions_per_s"] or 0.0) >= TARGET_NEW_SESSIONS_PER_S,
+        },
+        {
+            "name": f"requests verified byte for byte ({r['verified']:,} of {r['checked']:,}; {steps:,} steps)",
+            "value": round(100.0 * r["verified"] / r["checked"], 2) if r["checked"] else 0.0,
+            "unit": "%",
+            "target": "100 % of every step",
+            "ok": bool(r["ok"]) and r["checked"] == steps == sessions * r["steps_per_session"] and r["exit"] == 0,
+        },
+    ]
+    for name in ("total", "append", "handover", "fold_wait", "build", "check", "send", "answer"):
+        if name in phases:
+            p = phases[name]
+            out.append(
+                {
+                    "name": f"{size}: step part {name!r}, p50 / p99",
+                    "value": f"{p['p50'] * 1000:.1f} / {p['p99'] * 1000:.1f}",
+                    "unit": "ms",
+                    "target": "(reference)",
+                    "ok": True,
+                }
+            )
+    total_cpu = sum(r["cpu_s"].values())
+    for name, seconds in sorted(r["cpu_s"].items()):
+        out.append(
+            {
+                "name": f"CPU per step of the {name} process(es) (the broker and Redis not included)",
+                "value": round(1000 * seconds / max(steps, 1), 2),
+                "unit": "ms",
+                "target": "(reference)",
+                "ok": True,
+            }
+        )
+    out.append(
+        {
+            "name": "CPU per step of the foldline processes together (2 cores: 2,000 ms/s is the machine)",
+            "value": round(1000 * total_cpu / max(steps, 1), 2),
+            "unit": "ms",
+            "target": "(reference)",
+            "ok": True,
+        }
+    )
+    return out
+
+
+def run() -> list[dict[str, Any]]:
+    return rows(measure())
+
+
+if __name__ == "__main__":
+    for row in run():
+        mark = "ok" if row["ok"] else "MISSED"
+        print(f"{row['value']!s:>14} {row['unit']:<10} (target {row['target']})  {mark}  {row['name']}")
