@@ -169,7 +169,7 @@ def run_session(
                 agent.inject(f"question {turn}")
                 t_turn = agent.turn
                 agent.turn += 1
-                agent._append(TurnStart(t_turn))
+                await agent._append(TurnStart(t_turn))
                 for step in range(5):
                     mark()
                     provider.reset()
@@ -182,7 +182,7 @@ def run_session(
                     done = len(step_us) >= steps
                     if done or not any(isinstance(b, ToolCallBlock) for b in outcome[1].content):
                         break
-                agent._append(TurnEnd(t_turn, "completed"))
+                await agent._append(TurnEnd(t_turn, "completed"))
                 turn += 1
             mark()
 

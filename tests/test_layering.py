@@ -33,6 +33,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"replay"}),
     frozenset({"loop"}),
     frozenset({"projector", "dispatcher", "archiver", "demo", "demo_data_dir", "export", "worker_processes"}),
+    frozenset({"fleet"}),
     frozenset({"cli", "__init__"}),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

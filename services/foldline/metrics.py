@@ -409,7 +409,7 @@ class DispatcherMetrics:
         self.registry = registry
         self.dispatch_seconds = Histogram(
             "dispatch_duration_seconds",
-            "A handed-over step, prepare to the provider's answer, per provider and model.",
+            "A handed-over send: the provider call of one attempt, per provider and model.",
             ("provider", "model"),
             namespace=NAMESPACE,
             registry=registry,

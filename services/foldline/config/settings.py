@@ -139,9 +139,10 @@ class RedisConfig:
     """Redis: the folds, and the step stream between loops and dispatchers.
 
     ``socket_timeout_s`` bounds one command (a batch apply included); a blocking wait (a loop waiting for
-    its dispatcher's reply) adds its own wait to it. ``max_connections`` bounds each process's pool: a
-    dispatcher holds one connection per step in flight while it waits for the fold, so it must exceed
-    ``dispatch.concurrency``.
+    its dispatcher's reply) adds its own wait to it. ``max_connections`` bounds each process's pool (a
+    command waits for a free connection up to ``socket_timeout_s``, then fails naming the setting); fold
+    waits share one watcher, so a dispatcher's steps in flight (``dispatch.concurrency``) need no connection
+    each.
     """
 
     url: str = "redis://127.0.0.1:16379/0"
@@ -509,7 +510,7 @@ SETTINGS: tuple[Setting, ...] = (
         "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT",
         "dispatch.handover_timeout_s",
         _seconds,
-        "seconds a loop waits for a dispatcher's answer",
+        "seconds a loop waits for a prepared step (the fold wait included)",
     ),
     Setting(
         "FOLDLINE_DISPATCH_ANSWER_TIMEOUT",

@@ -223,7 +223,14 @@ class RedisStepClient:
                     done, _ = await asyncio.wait({call.reply}, timeout=max(0.0, left))
                     if done:
                         return self._result(h, call.reply.result())
+                    if op == "send":  # taken, then no answer: it may have been sent — a logged retry resends it
+                        raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _UNANSWERED.format(timeout_s))
                     raise await self._timeout(h, op, timeout_s, taken=True)
+                if op == "send":
+                    # No acceptance in time: no dispatcher took it, or one did and Redis lost the acceptance
+                    # (a flush, a restart without data) while it sends. Handing the same call over again could
+                    # then send it twice unseen; a new attempt, logged as an llm/retry first, never can.
+                    raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _UNACCEPTED.format(self.ack_timeout_s))
                 if time.monotonic() >= deadline:
                     raise await self._timeout(h, op, timeout_s, taken=False)
                 _LOG.info(
@@ -485,6 +492,13 @@ class _Server:
 
 
 _LOST = "the dispatcher that took this send stopped before answering; it may or may not have reached the provider"
+_UNACCEPTED = (
+    "no dispatcher accepted this send within {:g}s (none is running, or Redis lost the acceptance); "
+    "it may or may not have reached the provider"
+)
+_UNANSWERED = (
+    "the dispatcher that took this send answered nothing within {:g}s; it may or may not have reached the provider"
+)
 
 
 async def serve_steps(
