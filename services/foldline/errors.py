@@ -223,6 +223,7 @@ class DispatchFailed(FoldlineError):
         self.session_id = session_id
         self.boundary = boundary
         self.kind = kind
+        self.detail = message
         super().__init__(f"session {session_id!r}: the dispatcher failed the step at seq {boundary}: {kind}: {message}")
 
 

@@ -15,12 +15,12 @@ from redis.typing import EncodableT, FieldT
 
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.config import DispatchConfig, RedisConfig
-from foldline.core.events import RequestDispatch, TurnEnd
+from foldline.core.events import LlmRetry, RequestDispatch, TurnEnd
 from foldline.dispatcher import Dispatcher, RedisStepClient, StepHandoff, serve_steps
 from foldline.errors import DispatchLost, DispatchTimeout, FoldTimeout
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
-from foldline.providers.emulator import Emulator, ToolLoopScript
+from foldline.providers.emulator import Emulator, Fault, FaultPlan, ToolLoopScript
 from foldline.replay.verify import verify_events
 
 from .test_dispatcher import CONFIG, SYSTEM, ProjectingLog, tools
@@ -68,13 +68,14 @@ def with_rig(
     serve: bool = True,
     client_timeout_s: float = 10.0,
     ack_timeout_s: float = 10.0,
+    faults: FaultPlan | None = None,
 ) -> None:
     stream = f"test:dispatch:{uuid.uuid4().hex[:10]}"
     group = DispatchConfig().group
 
     async def main() -> None:
         folds = MemoryFoldStore()
-        emulator = Emulator(ToolLoopScript(tool_steps=1))
+        emulator = Emulator(ToolLoopScript(tool_steps=1), faults=faults)
         dispatcher = Dispatcher(folds, {"anthropic": emulated_provider(emulator=emulator)}, fold_timeout_s=1)
         client = RedisStepClient(
             RedisConfig(redis_url()),
@@ -253,3 +254,21 @@ def test_a_dead_dispatchers_hand_overs_are_taken_over_and_a_taken_send_is_never_
             r.close()
 
     with_rig(body, serve=False)
+
+
+def test_a_provider_429_behind_the_dispatcher_is_a_logged_retry_of_the_same_bytes() -> None:
+    """The dispatcher sends one attempt; the loop's sender logs the 429 as llm/retry and sends again."""
+
+    async def body(rig: Rig) -> None:
+        agent = rig.agent("retry-1", tools=tools())
+        await agent.run_turn("[retry-1] question")
+        events = rig.log.read("retry-1")
+        retries = [e.data for e in events if isinstance(e.data, LlmRetry)]
+        assert [(r.attempt, r.status) for r in retries] == [(1, 429)]
+        dispatches = [e.data for e in events if isinstance(e.data, RequestDispatch)]
+        assert len(dispatches) == 2  # a tool step and the answer: the retried step was dispatched once
+        assert (rig.emulator.received, rig.emulator.faulted) == (3, 1)  # ... and sent twice
+        report = verify_events("retry-1", events)
+        assert (report.ok, report.checked) == (True, 2)
+
+    with_rig(body, faults=FaultPlan({0: Fault.rate_limited(retry_after_s=0.01)}))

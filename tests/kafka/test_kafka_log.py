@@ -448,7 +448,9 @@ def test_two_instances_creating_one_new_session_at_once_get_one_owner_each_in_tu
         assert fresh[0].append(sid, 0, simple_log()[:1], lease=fresh[1]) == 1
 
 
-def test_the_follower_serves_reads_of_what_this_instance_appended(make_log: MakeLog) -> None:
+def test_the_follower_serves_reads_of_what_this_instance_appended(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = make_log(follow=True)
     sid = _sid()
     lease, _ = log.acquire_and_read(sid)
@@ -460,7 +462,7 @@ def test_the_follower_serves_reads_of_what_this_instance_appended(make_log: Make
         fetched.append(1)
         return original(*args, **kwargs)
 
-    log._reader.events = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(log._reader, "events", counting)
     head = 0
     for i in range(0, len(events), 3):
         head = log.append(sid, head, events[i : i + 3], lease=lease)

@@ -220,7 +220,9 @@ def error_to_json(exc: FoldlineError) -> dict[str, Any]:
     provider's status, retry-after, retry hints and request id; the bytes of the answer received; the
     attachment an :class:`~foldline.errors.AttachmentError` names."""
     out: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, AttachmentError):
+    if isinstance(exc, DispatchFailed):  # the receiver names the session and seq again
+        out["message"] = exc.detail
+    elif isinstance(exc, AttachmentError):
         out["attachmentId"] = exc.attachment_id
         out["message"] = str(exc).removeprefix(f"attachment {exc.attachment_id}: ")
     elif isinstance(exc, ProviderStatusError):

@@ -1,0 +1,70 @@
+"""`foldline fleet`: concurrent loops in one process against projector and dispatcher processes started
+separately (here by :func:`~foldline.worker_processes.worker_processes`), every session verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from foldline.config import Config, open_stores
+from foldline.core.events import RequestDispatch
+from foldline.replay.verify import verify_events
+from foldline.worker_processes import worker_processes
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
+
+_CLI = "from foldline.cli.main import main; main()"
+
+
+def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
+    distributed_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = Config.from_env().overridden(data_dir=tmp_path, backend="distributed")
+    stores = open_stores(config)
+    try:
+        with worker_processes(config, stores, projectors=1, dispatchers=1) as workers:
+            assert workers.stream is not None
+            env = {**os.environ, **config.to_env(), "FOLDLINE_BACKEND": "distributed"}
+            args = ["fleet", "--sessions", "6", "--steps", "4", "--prefix", "fl", "--stream", workers.stream, "--json"]
+            done = subprocess.run(
+                [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            report = json.loads(done.stdout)
+            assert (report["sessions"], report["steps"], report["failed"], report["ok"]) == (6, 24, [], True)
+            assert report["verified"] == report["checked"] == 24
+            parts = report["step_seconds"]
+            assert {"append", "handover", "fold_wait", "build", "check", "send", "answer", "total", "overhead"} <= set(
+                parts
+            )
+            assert parts["total"]["p50"] >= parts["send"]["p50"] > 0
+        for i in range(6):  # the log itself says so, read back by another process
+            events = stores.log.read(f"fl-{i:05d}")
+            assert sum(isinstance(e.data, RequestDispatch) for e in events) == 4
+            assert verify_events(f"fl-{i:05d}", events, stores.attachments).ok
+    finally:
+        stores.close()
+
+
+def test_fleet_names_the_missing_dispatchers(distributed_env: dict[str, str], tmp_path: Path) -> None:
+    """No dispatcher serves the stream: the sessions fail with the cause named, and the exit status says so."""
+    env = {
+        **os.environ,
+        "FOLDLINE_BACKEND": "distributed",
+        "FOLDLINE_DATA_DIR": str(tmp_path),
+        "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT": "2",
+    }
+    args = ["fleet", "--sessions", "2", "--steps", "1", "--stream", f"test:nobody:{tmp_path.name}", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["failed"]) == 2
+    assert not report["ok"]
+    assert all("start `foldline dispatcher`" in f["error"] for f in report["failed"]), report["failed"]
