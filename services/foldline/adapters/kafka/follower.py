@@ -50,7 +50,7 @@ class Follower:
         start: Sequence[int],
         per_session: int = 256,
         max_sessions: int = 8192,
-        wait_s: float = 2.0,
+        wait_s: float = 10.0,
     ) -> None:
         self._clients = clients
         self._topic = topic
@@ -59,6 +59,8 @@ class Follower:
         self._wanted = wanted
         self._per_session = per_session
         self._max_sessions = max_sessions
+        # the records waited for are committed already: the follower is only behind (a busy process), and
+        # catching up is cheaper than fetching them one read at a time, so wait for it long
         self._wait_s = wait_s
         self._cond = threading.Condition()
         self._events: OrderedDict[str, deque[tuple[int, Envelope]]] = OrderedDict()  # session → (offset, event)
