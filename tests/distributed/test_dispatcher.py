@@ -18,7 +18,7 @@ from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
-from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnEnd
+from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, StepStart, ToolCall, TurnEnd, TurnStart
 from foldline.core.fold import decode_message, encode_message, fold_delta, fold_state
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, PreparedStep, StepHandoff
@@ -32,6 +32,7 @@ from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.replay.verify import rebuild_requests, verify_events
+from tests.factories import LogBuilder
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
 SYSTEM = "You are a dispatcher test agent. " * 200
@@ -236,6 +237,27 @@ async def case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing
     assert log.head("s-f") == head
 
 
+async def case_a_repeated_prepare_keeps_one_body_and_sends_it_once() -> None:
+    folds = MemoryFoldStore()
+    builder = LogBuilder().header()
+    for turn in range(3):
+        builder.turn(turn, f"question {turn}")
+    builder.add(TurnStart(3))
+    builder.add(StepStart(3, 0))
+    builder.user("the pending question")
+    folds.put(fold_state(Session("s-r", builder.events), 0))
+    emulator = Emulator()
+    dispatcher = dispatcher_for(folds, emulator)
+    handoff = StepHandoff("s-r", builder.seq, 3, 0, 1)
+    first = await dispatcher.prepare(handoff)
+    again = await dispatcher.prepare(handoff)  # a redelivered hand-over: the held body is replaced, not doubled
+    assert (again.digest, again.bytes) == (first.digest, first.bytes)
+    answer = await dispatcher.send(handoff, first)
+    await dispatcher.aclose()
+    assert answer.content
+    assert (emulator.requests, dispatcher.rebuilt_for_send, dispatcher.dispatched) == (1, 0, 1)
+
+
 def test_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     asyncio.run(case_dispatched_steps_log_exactly_what_a_local_loop_logs())
 
@@ -254,6 +276,10 @@ def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
 
 def test_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing() -> None:
     asyncio.run(case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing())
+
+
+def test_a_repeated_prepare_keeps_one_body_and_sends_it_once() -> None:
+    asyncio.run(case_a_repeated_prepare_keeps_one_body_and_sends_it_once())
 
 
 texts = st.text(max_size=20)

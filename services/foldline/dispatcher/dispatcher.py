@@ -334,6 +334,10 @@ class Dispatcher:
         self._views[h.session_id] = view
         while len(self._views) > self.max_sessions:
             self._views.popitem(last=False)
+        # The body this view kept (a step prepared and not sent, or sent and failed) is replaced: let it
+        # go before the new one is assembled, so a long session's body is not held twice meanwhile
+        # (two large live bodies make each assembly fault in fresh pages: a cost that grows with it).
+        view.prepared = None
         built = time.perf_counter()
         request = view.request(h.session_id, h.boundary)
         provider = self._provider_for(request.config)
