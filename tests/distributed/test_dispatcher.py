@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
@@ -23,10 +24,18 @@ from foldline.core.fold import decode_message, encode_message, fold_delta, fold_
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, PreparedStep, StepHandoff
 from foldline.dispatcher.decode import MessageCache, decode_fold_messages
-from foldline.errors import ConflictError, DispatchFailed, FoldTimeout, FormatError, InvariantViolation
+from foldline.errors import (
+    ConflictError,
+    DispatchFailed,
+    FoldTimeout,
+    FormatError,
+    InvariantViolation,
+    StoreUnavailable,
+)
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.pressure import PressurePolicy
 from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
+from foldline.ports.attachments import AttachmentMeta
 from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
@@ -182,6 +191,64 @@ async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None
     assert events[-1].data.reason == "error"
 
 
+class DownAttachmentStore(MemoryAttachmentStore):
+    """An attachment store that does not answer its first ``failures`` writes (an S3 outage)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.puts = 0
+
+    def put(
+        self, data: bytes, media_type: str, *, width: int | None = None, height: int | None = None
+    ) -> AttachmentMeta:
+        self.puts += 1
+        if self.puts <= self.failures:
+            raise StoreUnavailable("attachment store down")
+        return super().put(data, media_type, width=width, height=height)
+
+
+async def case_an_archive_store_outage_is_waited_out() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=1))
+    store = DownAttachmentStore(failures=3)
+    dispatcher = Dispatcher(
+        folds, {"anthropic": emulated_provider(emulator=emulator)}, attachments=store, fold_timeout_s=2.0, outage_s=30
+    )
+    options = AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=dispatcher, archive_requests=True)
+    agent = Agent("s-a", log, emulated_provider(emulator=emulator), options, clock=ticking_clock())
+    await agent.run_turn("[s-a] a question while the store is down")
+    await dispatcher.aclose()
+    events = log.read("s-a")
+    dispatches = [e.data for e in events if isinstance(e.data, RequestDispatch)]
+    assert len(dispatches) == emulator.requests == 2
+    assert store.puts == 3 + 2  # three writes unanswered, then one per step
+    for d in dispatches:  # every body is archived under its digest
+        assert store.get(d.digest).startswith(b"{")
+    assert verify_events("s-a", events).ok
+
+
+async def case_an_archive_store_outage_longer_than_the_limit_fails_the_step_before_sending() -> None:
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator()
+    dispatcher = Dispatcher(
+        folds,
+        {"anthropic": emulated_provider(emulator=emulator)},
+        attachments=DownAttachmentStore(failures=1_000),
+        fold_timeout_s=2.0,
+        outage_s=0.3,
+    )
+    options = AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=dispatcher, archive_requests=True)
+    agent = Agent("s-d", log, emulated_provider(emulator=emulator), options, clock=ticking_clock())
+    with pytest.raises(StoreUnavailable, match="attachment store down"):
+        await agent.run_turn("[s-d] a question while the store stays down")
+    await dispatcher.aclose()
+    assert emulator.requests == 0
+    assert not any(isinstance(e.data, RequestDispatch) for e in log.read("s-d"))
+
+
 class TamperingLog(ProjectingLog):
     """Projects like :class:`ProjectingLog`, then forges the fold's last message: a fold the log contradicts."""
 
@@ -268,6 +335,14 @@ def test_many_sessions_concurrently_keep_their_own_order() -> None:
 
 def test_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:
     asyncio.run(case_a_fold_that_never_arrives_times_out_and_nothing_is_sent())
+
+
+def test_an_archive_store_outage_is_waited_out() -> None:
+    asyncio.run(case_an_archive_store_outage_is_waited_out())
+
+
+def test_an_archive_store_outage_longer_than_the_limit_fails_the_step_before_sending() -> None:
+    asyncio.run(case_an_archive_store_outage_longer_than_the_limit_fails_the_step_before_sending())
 
 
 def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
