@@ -38,6 +38,8 @@ CONF="$HOME_DIR/config"
 DATA="$HOME_DIR/data"
 BUILD="$STATE/kafka-build"
 HEAP="${FOLDLINE_KAFKA_HEAP:--Xmx512m -Xms512m}"
+# How long a start waits for each readiness check: a JVM on a busy 2-core machine can take over 30 s.
+START_TIMEOUT="${FOLDLINE_KAFKA_START_TIMEOUT:-90}"
 PROC_MATCH="$CONF/server.properties"
 TLS="$HOME_DIR/tls"
 KEYSTORE_PASSWORD="foldline-local-keystore"
@@ -253,10 +255,10 @@ start() {
   format_storage
   java_argv kafka.Kafka "$CONF/server.properties"
   start_bg "$NAME" "${JAVA_ARGV[@]}"
-  wait_for_port 127.0.0.1 "$PORT" 30 || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka did not open $PORT"; }
-  wait_until 30 healthy || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka metadata request never succeeded"; }
-  wait_until 30 ensure_scram_user || die "could not create the SCRAM user $SASL_USER"
-  wait_until 30 sasl_healthy || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka's SASL_SSL listener $SASL_BOOTSTRAP never answered"; }
+  wait_for_port 127.0.0.1 "$PORT" "$START_TIMEOUT" || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka did not open $PORT"; }
+  wait_until "$START_TIMEOUT" healthy || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka metadata request never succeeded"; }
+  wait_until "$START_TIMEOUT" ensure_scram_user || die "could not create the SCRAM user $SASL_USER"
+  wait_until "$START_TIMEOUT" sasl_healthy || { tail -n 30 "$(logfile $NAME)" >&2; die "kafka's SASL_SSL listener $SASL_BOOTSTRAP never answered"; }
   log "kafka $(<"$HOME_DIR/VERSION") up on $BOOTSTRAP (SASL_SSL $SASL_BOOTSTRAP) in $(( $(now_ms) - t0 )) ms (log: $(logfile $NAME))"
 }
 
