@@ -47,7 +47,7 @@ from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator
 from foldline.providers.registry import ANTHROPIC_MESSAGES_V1, OPENAI_CHAT_V1
 from foldline.replay.step import session_request
-from tests.adversarial.helpers import assert_one_line_error, demo, invoke, run
+from tests.adversarial.helpers import assert_one_line_error, cli_env, demo, invoke, run
 from tests.factories import HEADER, LogBuilder, env
 from tests.strategies import logs
 
@@ -241,7 +241,9 @@ def test_a_full_disk_during_resume_is_one_typed_line_and_the_next_resume_recover
     for extra in range(4096, 80_000, 4096):
         data = tmp_path / f"at-{extra}"
         shutil.copytree(source, data)
-        out = run("resume", "demo-000", "--steps", "12", "--data-dir", data, preexec=limited(size + extra))
+        # the loop waits out a log that does not answer (FOLDLINE_OUTAGE_SECONDS): here it fails at the first refusal
+        quick = {**cli_env(), "FOLDLINE_OUTAGE_SECONDS": "0.01"}
+        out = run("resume", "demo-000", "--steps", "12", "--data-dir", data, env=quick, preexec=limited(size + extra))
         if out.code == 0:
             break  # the limit no longer bites
         assert_one_line_error(out, "StoreUnavailable", "disk")

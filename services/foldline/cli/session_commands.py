@@ -533,7 +533,8 @@ def resume(
 
     session_ids(session)
     _model_option(model)
-    with stores_for(config_for(data_dir, backend)) as stores:
+    settings = config_for(data_dir, backend)
+    with stores_for(settings) as stores:
         events = read_session(stores.log, session)
         folded = fold_request_header(events)
         if folded is None:
@@ -549,7 +550,9 @@ def resume(
             if budget
             else None
         )
-        options = AgentOptions(config=config, system=folded.system, tools=demo_toolset(), pressure=policy)
+        options = AgentOptions(
+            config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
+        )
         agent = Agent(session, stores.log, provider, options, attachments=stores.attachments)
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
