@@ -232,8 +232,11 @@ async def run_fleet(
         # read back from the log up to the head this process wrote (a read of known offsets; the store's
         # head may be asked too, but nothing else writes these sessions)
         head = agent.session.next_seq if agent is not None else None
-        events = await stores.log.read_async(outcome.id, 0, head)
-        outcome.verify = verify_events(outcome.id, events, stores.attachments)
+        try:
+            events = await stores.log.read_async(outcome.id, 0, head)
+            outcome.verify = verify_events(outcome.id, events, stores.attachments)
+        except Exception as exc:  # reported per session, like a failed run
+            outcome.error = outcome.error or f"verify: {_error_line(exc)}"
     verify_s = time.monotonic() - began
     return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds)
 
