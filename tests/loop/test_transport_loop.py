@@ -52,17 +52,23 @@ SYSTEM = "You are a test agent. " * 300
 FAST = TransportSettings(initial_backoff_s=0.001, max_backoff_s=0.002)
 
 
-def tools() -> Toolset:
-    toolset = Toolset()
-    ran: list[str] = []
+class RecordingToolset(Toolset):
+    """A toolset that remembers the arguments its tools ran with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[str] = []
+
+
+def tools() -> RecordingToolset:
+    toolset = RecordingToolset()
 
     @toolset.tool
     def echo(text: str) -> str:
         """Echo the text back."""
-        ran.append(text)
+        toolset.ran.append(text)
         return text
 
-    toolset.ran = ran  # type: ignore[attr-defined]
     return toolset
 
 
@@ -209,7 +215,9 @@ def test_max_tokens_never_runs_a_tool_from_a_cut_answer() -> None:
     events = log.read("s")
     assert of(events, ToolCall) == []
     assert of(events, ToolResult) == []
-    assert agent.options.tools.ran == []  # type: ignore[attr-defined]
+    ran = agent.options.tools
+    assert isinstance(ran, RecordingToolset)
+    assert ran.ran == []
     assert not any(isinstance(b, ToolCallBlock) for a in of(events, AssistantMessage) for b in a.content)
     assert verify_events("s", events).ok
 
@@ -263,17 +271,22 @@ class Broken:
     """An emulator whose streams break in the given way."""
 
     def __init__(self, mangle: Callable[[tuple[bytes, ...]], tuple[bytes, ...]]) -> None:
-        self.emulator = Emulator(ToolLoopScript(tool_steps=0))
-        original = self.emulator.handle
+        self.emulator = _MangledEmulator(ToolLoopScript(tool_steps=0), mangle)
 
-        def handle(method: str, path: str, headers: Any, body: bytes) -> Any:
-            from dataclasses import replace
 
-            answer = original(method, path, headers, body)
-            chunks = mangle(answer.chunks or ())
-            return replace(answer, chunks=chunks, body=b"".join(chunks))
+class _MangledEmulator(Emulator):
+    """The emulator, its streamed answers rewritten by ``mangle`` before they go out."""
 
-        self.emulator.handle = handle  # type: ignore[method-assign]
+    def __init__(self, script: ToolLoopScript, mangle: Callable[[tuple[bytes, ...]], tuple[bytes, ...]]) -> None:
+        super().__init__(script)
+        self._mangle = mangle
+
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> Any:
+        from dataclasses import replace
+
+        answer = super().handle(method, path, headers, body)
+        chunks = self._mangle(answer.chunks or ())
+        return replace(answer, chunks=chunks, body=b"".join(chunks))
 
 
 @pytest.mark.parametrize(
