@@ -166,6 +166,9 @@ class FaustProjector(ProjectorRuntime):
         self._worker: Any = None
         self._stop_requested = False
         self._abandoned = False
+        self._in_batch = False
+        # per partition: (end offset, fetch position, last applied offset) at the previous lag sample
+        self._lag_probe: dict[int, tuple[int, int, int]] = {}
         self._checker = RecordChecker(
             self.dead_letters, topic=settings.topic, registry_url=settings.registry_url, log=self.log
         )
@@ -227,7 +230,10 @@ class FaustProjector(ProjectorRuntime):
 
     async def _on_revoked(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
         revoked: Iterable[Any] = args[0] if args else ()
-        self._forget_partitions({tp.partition for tp in revoked if tp.topic == self.settings.topic})
+        gone = {tp.partition for tp in revoked if tp.topic == self.settings.topic}
+        for part in gone:
+            self._lag_probe.pop(part, None)
+        self._forget_partitions(gone)
 
     def _store_answers(self) -> bool:
         ping = getattr(self.store, "ping", None)
@@ -249,6 +255,7 @@ class FaustProjector(ProjectorRuntime):
                 len(events),
             )
         records = [consumed_record(ev.message) for ev in events]
+        self._in_batch = True
         try:
             items = await asyncio.to_thread(self._checker.check, records)
             report = await self._apply_until_done_async(items)
@@ -262,6 +269,7 @@ class FaustProjector(ProjectorRuntime):
         # commit (the highest contiguous acked offset per partition) never passes an unapplied event.
         for ev in events:
             await stream.ack(ev)
+        self._in_batch = False  # (a failed batch leaves it set: the worker is stopping)
         self._observe(items, report)
 
     async def _fail(self, exc: BaseException, size: int) -> None:
@@ -297,11 +305,20 @@ class FaustProjector(ProjectorRuntime):
                 continue
             done = self._last_offsets.get(part)
             position: int | None = None
-            if done is not None and int(high) - (done + 1) == 1:
-                # On this transactional topic the last offset of a caught-up partition is the commit marker;
-                # once the fetch position has passed it, the one "missing" offset is that marker. (Further
-                # behind, faust's fetch position runs ahead of what was applied, so it is not used.)
+            if done is not None and int(high) > done + 1:
+                # On this transactional topic the offsets past the last applied event of a caught-up
+                # partition are commit markers (one per writer whose transaction ended last, so several when
+                # writers interleave) and aborted records; the fetch position has passed them. Further behind,
+                # faust's fetch position runs ahead of what was applied (records wait in its buffers), so the
+                # position counts only when the agent holds no batch and nothing moved for a whole sample:
+                # a buffered record would have been taken within the batch window (BATCH_WITHIN_S) by then.
                 fetched = await consumer.position(tp)
-                if fetched is not None and fetched >= high:
-                    position = int(fetched)
+                probe = (int(high), int(fetched), done) if fetched is not None else None
+                if probe is not None and probe[1] >= probe[0]:
+                    settled = not self._in_batch and self._lag_probe.get(part) == probe
+                    if settled or probe[0] - (done + 1) == 1:
+                        position = probe[1]
+                    self._lag_probe[part] = probe
+                else:
+                    self._lag_probe.pop(part, None)
             self._publish_lag(part, int(high), position)
