@@ -25,7 +25,7 @@ typecheck: $(STAMP)
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
 test: $(STAMP) lint typecheck
-	bash deploy/local/with-servers.sh $(BIN)/pytest -q -p no:cacheprovider
+	bash deploy/local/with-servers.sh $(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not kafka and not redis and not s3"
