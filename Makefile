@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check services tests benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy services/foldline tests
+	$(BIN)/mypy services/foldline tests benchmarks
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
 test: $(STAMP) lint typecheck

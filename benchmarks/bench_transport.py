@@ -183,6 +183,7 @@ def _overhead(stream: bool, data_dir: Path, steps: int = 300) -> list[float]:
     config = CallConfig("anthropic", "claude-emulated", max_tokens=512, stream=stream)
     agent = Agent("o", log, provider, AgentOptions(config=config, system=SYSTEM_PROMPT, tools=demo_toolset()))
     out: list[float] = []
+    t, spent = 0, 0
 
     def listen(_record: object) -> None:
         nonlocal t, spent
@@ -201,7 +202,6 @@ def _overhead(stream: bool, data_dir: Path, steps: int = 300) -> list[float]:
             turn += 1
         await provider.aclose()
 
-    t, spent = 0, 0
     asyncio.run(main())
     log.close()
     return out[20:]  # past the first turns' warm-up
