@@ -448,6 +448,20 @@ def test_two_instances_creating_one_new_session_at_once_get_one_owner_each_in_tu
         assert fresh[0].append(sid, 0, simple_log()[:1], lease=fresh[1]) == 1
 
 
+def test_a_creator_fenced_by_another_instance_reads_the_index_again_before_creating(make_log: MakeLog) -> None:
+    """After its first batch a partition's creator checks new sessions against the index view it has; another
+    instance creating in the same partition fences it, so its next batch starts over and reads the index."""
+    a, b = make_log(), make_log()
+    warm = _sid()
+    part = partition_for(warm, a.partitions)
+    taken = next(sid for sid in (_sid() for _ in range(1000)) if partition_for(sid, a.partitions) == part)
+    assert a.acquire(warm).epoch == 1  # a's creator of the partition is initialised and caught up
+    assert b.acquire(taken).epoch == 1  # b creates a session there: its init fences a's creator
+    lease = a.acquire(taken)  # not in a's view: a's creator is fenced, starts over and finds it exists
+    assert lease.epoch == 2  # a take-over, never a second creation of the same session
+    assert a.append(taken, 0, simple_log()[:1], lease=lease) == 1
+
+
 def test_the_follower_serves_reads_of_what_this_instance_appended(
     make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

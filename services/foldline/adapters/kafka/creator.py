@@ -7,7 +7,10 @@ take-over — but two instances must not both create it. Creation goes through a
 1. ``init_transactions`` on it (once, and again after being fenced) fences whichever instance used it
    before: its open transaction is aborted and its later commits fail;
 2. this instance then catches its view of the index partition up to the end — every creation committed
-   before the ``init`` is in it — and keeps only the sessions that still have no entry;
+   before the ``init`` is in it — and keeps only the sessions that still have no entry. Until another
+   instance initialises the id (which fails this instance's next commit, and this starts again at 1), no
+   other creation can commit in the partition: the next batches check the view this instance already has
+   (with its own creations remembered), without reading the index again;
 3. one transaction writes, for each of them, the lease record (epoch 1) and an index entry naming this
    instance's group writer as the owner.
 
@@ -56,6 +59,7 @@ class _Partition:
         self.queue: list[_Creation] = []
         self.busy = False
         self.producer: Producer | None = None
+        self.caught_up = False  # the index view was caught up since ``producer``'s init_transactions
 
 
 class SessionCreator:
@@ -142,10 +146,11 @@ class SessionCreator:
                         time.sleep(pause)
                         continue
                     raise clients.unavailable(f"starting the session creator of partition {part}", exc) from exc
-                p.producer = producer
+                p.producer, p.caught_up = producer, False
             producer = p.producer
-            # every creation committed before our init is in the index now
-            known = self._reader.known_entries([c.session_id for c in batch], part, deadline)
+            # every creation committed before our init is in the index now; none can commit after it but ours
+            known = self._reader.known_entries([c.session_id for c in batch], part, deadline, catch_up=not p.caught_up)
+            p.caught_up = True
             fresh: list[_Creation] = []
             for c in batch:
                 if c.session_id in known:

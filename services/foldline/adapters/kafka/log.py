@@ -84,7 +84,7 @@ __all__ = ["KafkaEventLog"]
 
 _T = TypeVar("_T")
 #: worker threads of one log for its blocking calls from asyncio (each mostly waits on the broker)
-_BLOCKING_THREADS = 64
+_BLOCKING_THREADS = 256
 _MAX_TAKE_OVERS = 16  # take-overs in flight at once (each opens a producer); more only thrash the coordinator
 _MAX_SOLO = 256  # sessions written through their own producer, kept open (LRU)
 
@@ -474,7 +474,12 @@ class KafkaEventLog(EventLog):
         :class:`ConflictError` when the committed state already rules the append out (before fencing
         anyone: a stale writer never disturbs the rightful one).
         """
-        writer = self._writer_for(partition_for(session_id, self.partitions))
+        part = partition_for(session_id, self.partitions)
+        writer = self._writer_for(part)
+        # A session opened that this instance's view of the index has never seen is most likely new: the
+        # creator settles it (it catches its view up after fencing the partition's other creators, and
+        # answers None for a session that exists), which spares a catch-up of the index per new session.
+        maybe_new = new_epoch and expected_seq is None and lease is None and not self._reader.knows(session_id)
         while True:
             writer_id = writer.current(deadline)
             with self._owned_lock:
@@ -483,10 +488,10 @@ class KafkaEventLog(EventLog):
                     self._owned.move_to_end(session_id)
                     return owned, False
             self._disown(session_id)
-            state = self._load_state(session_id, deadline)
+            state = SessionState() if maybe_new else self._load_state(session_id, deadline)
+            maybe_new = False
             if state.owner is None and state.next_seq == 0 and state.epoch == 0:
                 # A new session: created in a batched transaction, no take-over (see .creator)
-                part = partition_for(session_id, self.partitions)
                 created = self._creator.create(session_id, part, writer_id, 1 if new_epoch else 0, deadline)
                 if created is None:
                     continue  # another instance created it meanwhile: take it over below, on a fresh read

@@ -232,15 +232,24 @@ class SessionReader:
             if known is None or (entry.epoch, entry.next_seq) >= (known.epoch, known.next_seq):
                 self._index[session_id] = entry
 
+    def knows(self, session_id: str) -> bool:
+        """Whether this instance's view of the index (as far as it has read) has an entry for the session."""
+        with self._index_lock:
+            return session_id in self._index
+
     def remember_chunk(self, session_id: str, n: int, chunk: list[list[int]]) -> None:
         with self._index_lock:
             self._chunks.setdefault(session_id, {})[n] = chunk
 
-    def known_entries(self, session_ids: Sequence[str], part: int, deadline: float) -> dict[str, IndexEntry]:
-        """The committed index entries of ``session_ids`` (all in partition ``part``), after one catch-up."""
-        high = self.watermarks.high(self.index_topic, part, deadline)
-        with self.lock:
-            self._catch_up_index(part, deadline, high)
+    def known_entries(
+        self, session_ids: Sequence[str], part: int, deadline: float, *, catch_up: bool = True
+    ) -> dict[str, IndexEntry]:
+        """The committed index entries of ``session_ids`` (all in partition ``part``), after one catch-up
+        (without ``catch_up``: as far as this instance has read and remembered)."""
+        if catch_up:
+            high = self.watermarks.high(self.index_topic, part, deadline)
+            with self.lock:
+                self._catch_up_index(part, deadline, high)
         with self._index_lock:
             return {sid: entry for sid in session_ids if (entry := self._index.get(sid)) is not None}
 
