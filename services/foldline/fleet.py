@@ -169,7 +169,10 @@ async def run_fleet(
         raise ConfigError("foldline fleet needs at least one session and one step")
     run = prefix or f"fleet-{uuid.uuid4().hex[:8]}"
     outcomes = [SessionOutcome(f"{run}-{i:05d}") for i in range(sessions)]
-    make_provider = emulated_provider_factory()  # names the provider; the dispatchers do the sending
+    # One provider (it names the provider and serializes; the dispatchers do the sending) and one toolset
+    # for every session, as a fleet would share them: building them is no part of opening a session.
+    provider = emulated_provider_factory()()
+    tools = demo_toolset()
     sender = RetryingSender(settings=config.transport)
     tick = on_step or (lambda: None)
 
@@ -177,7 +180,7 @@ async def run_fleet(
         return AgentOptions(
             config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
             system=SYSTEM_PROMPT,
-            tools=demo_toolset(),
+            tools=tools,
             dispatcher=dispatcher,
             sender=sender,
             outage_s=config.outage_s,
@@ -185,7 +188,7 @@ async def run_fleet(
 
     async def open_one(outcome: SessionOutcome) -> Agent | None:
         try:
-            return await Agent.open(outcome.id, stores.log, make_provider(), options(), attachments=stores.attachments)
+            return await Agent.open(outcome.id, stores.log, provider, options(), attachments=stores.attachments)
         except Exception as exc:  # reported per session; the others go on
             outcome.error = _error_line(exc)
             return None
@@ -203,8 +206,6 @@ async def run_fleet(
             await _run_one(outcome, agent, steps, tick)
         except Exception as exc:
             outcome.error = _error_line(exc)
-        finally:
-            await agent.provider.aclose()
 
     if on_phase is not None:
         on_phase("run", sessions * steps)
@@ -221,6 +222,7 @@ async def run_fleet(
         await asyncio.gather(*(run_one(o, a) for o, a in zip(outcomes, agents, strict=True)))
     finally:
         run_s = time.monotonic() - began
+        await provider.aclose()
         pauses.close()
         gc.set_threshold(*thresholds)
         gc.unfreeze()
