@@ -164,14 +164,17 @@ def _block(
                 out["is_error"] = True
             return out
         case ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
-            if reasoning and role != "assistant":
-                raise misplaced_block(PROVIDER, f"the {API}", block.kind, index, role)
-            if not _sent(block, reasoning):
+            if not reasoning:
                 return None
+            if role != "assistant":
+                raise misplaced_block(PROVIDER, f"the {API}", block.kind, index, role)
             if isinstance(block, ReasoningBlock):
+                if block.signature is None:
+                    return None
                 return {"signature": block.signature, "thinking": block.text, "type": "thinking"}
-            assert isinstance(block, RedactedReasoningBlock)
-            return {"data": block.data, "type": "redacted_thinking"}
+            if isinstance(block, RedactedReasoningBlock):
+                return {"data": block.data, "type": "redacted_thinking"}
+            return None
         case _:
             assert_never(block)
 
