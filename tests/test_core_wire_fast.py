@@ -1,7 +1,7 @@
 """The fast decoding path of the common event shapes equals the validating reader on every input.
 
-``envelope_from_json`` answers the plain shapes through ``_fast`` and everything else through the validating
-reader; for every input, ``_fast`` either defers (``None``) or returns exactly what the validating reader
+``envelope_from_json`` answers the plain shapes through ``fast_envelope`` and everything else through the validating
+reader; for every input, ``fast_envelope`` either defers (``None``) or returns exactly what the validating reader
 returns — never accepts what it would refuse. And what it accepts is exactly what the encoder writes
 (``encode_event`` of the result is the canonical JSON of the input): ``decode_canonical`` relies on that
 to check an imported line is canonical without encoding the event again.
@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foldline.core import codec
-from foldline.core.wire import _envelope_from_json, _fast, decode_canonical, decode_event, encode_event
+from foldline.core.wire import decode_canonical, decode_event, encode_event
+from foldline.core.wire_fast import fast_envelope
+from foldline.core.wire_read import read_envelope
 from foldline.errors import ValidationError
 from tests.strategies import logs
 
@@ -31,9 +33,9 @@ json_values = st.recursive(
 
 
 def _agree(value: Any) -> None:
-    fast = _fast(value)
+    fast = fast_envelope(value)
     try:
-        slow = _envelope_from_json(value)
+        slow = read_envelope(value)
     except ValidationError:
         assert fast is None, f"the fast path accepted what the validating reader refuses: {value!r}"
         return
@@ -69,7 +71,7 @@ def test_every_golden_event_decodes_the_same_and_most_take_the_fast_path() -> No
     fast = 0
     for value in events:
         _agree(value)
-        fast += _fast(value) is not None
+        fast += fast_envelope(value) is not None
     assert fast > len(events) // 2
 
 
@@ -135,7 +137,7 @@ def test_fields_the_encoder_omits_or_never_writes_leave_the_fast_path() -> None:
         },
     ]
     for value in variants:
-        assert _fast(value) is None, value
+        assert fast_envelope(value) is None, value
         raw = codec.canonical_json(value)
         try:
             env, canonical = decode_canonical(raw)
@@ -144,6 +146,6 @@ def test_fields_the_encoder_omits_or_never_writes_leave_the_fast_path() -> None:
         assert canonical != raw
         assert canonical == encode_event(env)
     kept = {"type": "tool/result", "seq": 3, "time": 1, "data": {**result, "isError": True}}
-    fast = _fast(kept)
+    fast = fast_envelope(kept)
     assert fast is not None
     assert decode_canonical(codec.canonical_json(kept)) == (fast, codec.canonical_json(kept))

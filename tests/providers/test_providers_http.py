@@ -15,7 +15,11 @@ from foldline.errors import ProviderError, ProviderStatusError
 from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse
 from foldline.providers.anthropic import parse_response as parse_anthropic
 from foldline.providers.base import Provider
+from foldline.providers.http import JsonHttpProvider
 from foldline.providers.openai import parse_response as parse_openai
+from foldline.providers.openai_http import bearer_headers
+from foldline.providers.openai_responses import OpenAIResponsesProvider
+from foldline.providers.reasoning_chat import ReasoningChatProvider
 
 from .helpers import request, user
 
@@ -181,6 +185,28 @@ def test_openai_send_posts_the_exact_bytes_with_a_bearer_key_and_no_key_means_no
     assert first.content == second.content == body
     assert first.headers["authorization"] == f"Bearer {KEY}"
     assert "authorization" not in second.headers
+
+
+def test_the_openai_adapters_send_the_organization_and_their_own_default_serializers() -> None:
+    seen: list[httpx.Request] = []
+    chat = OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, "https://example.test", organization="org-1")
+    responses = OpenAIResponsesProvider(_capture(OPENAI_ANSWER, seen), KEY, organization="org-1")
+    deepseek = ReasoningChatProvider(_capture(OPENAI_ANSWER, seen), KEY)
+    assert (chat.serializer.name, chat.serializer.version) == ("openai-chat", 2)
+    assert (responses.serializer.name, responses.serializer.version) == ("openai-responses", 2)
+    assert (deepseek.serializer.name, deepseek.serializer.version) == ("reasoning-chat", 2)
+    _send(chat, b"{}")
+    sent = seen[0]
+    assert sent.headers["openai-organization"] == "org-1"
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert bearer_headers(None, None) == {}
+
+
+def test_an_adapter_that_names_its_provider_but_not_its_path_is_refused() -> None:
+    with pytest.raises(TypeError, match="both its provider and its path"):
+
+        class HalfNamed(JsonHttpProvider, name="half"):
+            pass
 
 
 PROVIDERS: list[Callable[[httpx.AsyncBaseTransport], Provider]] = [

@@ -42,7 +42,8 @@ from .events import (
 )
 from .header import EpochHeader
 from .projection import Message, Session, derive_event_message
-from .wire import _Reader, block_from_json, block_to_json, header_from_json, header_to_json
+from .wire import block_from_json, block_to_json, header_from_json, header_to_json
+from .wire_read import Reader
 
 __all__ = [
     "FoldDelta",
@@ -63,7 +64,7 @@ def encode_message(message: Message) -> bytes:
 
 def decode_message(raw: bytes) -> Message:
     value: Any = codec.loads(raw)
-    reader = _Reader(None)
+    reader = Reader(None)
     role = value.get("role") if isinstance(value, dict) else None
     if role not in ("user", "assistant", "tool") or not isinstance(value.get("content"), list):
         reader.fail(f"a fold message must be {{role, content}} as written by encode_message, got {raw[:80]!r}")
@@ -76,7 +77,7 @@ def encode_header(header: EpochHeader) -> bytes:
 
 
 def decode_header(raw: bytes) -> EpochHeader:
-    return header_from_json(_Reader(None), codec.loads(raw), "header")
+    return header_from_json(Reader(None), codec.loads(raw), "header")
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .answer_parsing import answer_shape, token_count
-from .base import ProviderResponse
+from .base import STOP_REASONS, ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
@@ -164,14 +164,17 @@ def _block(
                 out["is_error"] = True
             return out
         case ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
-            if reasoning and role != "assistant":
-                raise misplaced_block(PROVIDER, f"the {API}", block.kind, index, role)
-            if not _sent(block, reasoning):
+            if not reasoning:
                 return None
+            if role != "assistant":
+                raise misplaced_block(PROVIDER, f"the {API}", block.kind, index, role)
             if isinstance(block, ReasoningBlock):
+                if block.signature is None:
+                    return None
                 return {"signature": block.signature, "thinking": block.text, "type": "thinking"}
-            assert isinstance(block, RedactedReasoningBlock)
-            return {"data": block.data, "type": "redacted_thinking"}
+            if isinstance(block, RedactedReasoningBlock):
+                return {"data": block.data, "type": "redacted_thinking"}
+            return None
         case _:
             assert_never(block)
 
@@ -247,22 +250,27 @@ class AnthropicMessagesSerializer(JsonBodySerializer):
         """Consecutive messages of one wire role merge, and an empty message is dropped from between them."""
         return _wire_role(prev) != _wire_role(nxt) and self._visible(prev) and self._visible(nxt)
 
+    def _max_tokens(self, config: CallConfig) -> int:
+        return config.max_tokens if config.max_tokens is not None else DEFAULT_MAX_TOKENS
+
+    def _marker(self, config: CallConfig) -> dict[str, str]:
+        """The ``cache_control`` value of every breakpoint."""
+        return _EPHEMERAL
+
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
-        out: dict[str, Any] = {
-            "cache_control": _EPHEMERAL,
-            "max_tokens": config.max_tokens if config.max_tokens is not None else DEFAULT_MAX_TOKENS,
-            "model": config.model,
-        }
+        max_tokens = self._max_tokens(config)
+        marker = self._marker(config)
+        out: dict[str, Any] = {"cache_control": marker, "max_tokens": max_tokens, "model": config.model}
         temperature = _temperature(config)
         if temperature is not None:
             out["temperature"] = temperature
         if config.stop:
             out["stop_sequences"] = list(config.stop)
         if request.system:
-            out["system"] = [{"cache_control": _EPHEMERAL, "text": request.system, "type": "text"}]
+            out["system"] = [{"cache_control": marker, "text": request.system, "type": "text"}]
         if request.tools:
-            out["tools"] = [_tool(t, i == len(request.tools) - 1, _EPHEMERAL) for i, t in enumerate(request.tools)]
+            out["tools"] = [_tool(t, i == len(request.tools) - 1, marker) for i, t in enumerate(request.tools)]
         return out
 
 
@@ -286,37 +294,32 @@ class AnthropicMessagesV2Serializer(AnthropicMessagesSerializer):
     version: int = 2
     reasoning: ClassVar[bool] = True
 
-    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
-        config = request.config
+    def _max_tokens(self, config: CallConfig) -> int:
         if config.max_tokens is None:
             raise ProviderError(
                 f"{PROVIDER}: anthropic-messages v2 needs config.maxTokens (the API requires max_tokens, which caps "
                 "thinking plus text); set it in the request header"
             )
-        marker: dict[str, str] = dict(_EPHEMERAL)
-        if config.cache_ttl is not None:
-            if config.cache_ttl not in ("5m", "1h"):
-                raise ProviderError(
-                    f"{PROVIDER}: cacheTtl {config.cache_ttl!r} is not a Messages API cache TTL (5m or 1h)"
-                )
-            marker["ttl"] = config.cache_ttl
-        out: dict[str, Any] = {"cache_control": marker, "max_tokens": config.max_tokens, "model": config.model}
-        temperature = _temperature(config)
-        if temperature is not None:
-            out["temperature"] = temperature
-        if config.stop:
-            out["stop_sequences"] = list(config.stop)
-        if request.system:
-            out["system"] = [{"cache_control": marker, "text": request.system, "type": "text"}]
-        if request.tools:
-            out["tools"] = [_tool(t, i == len(request.tools) - 1, marker) for i, t in enumerate(request.tools)]
+        return config.max_tokens
+
+    def _marker(self, config: CallConfig) -> dict[str, str]:
+        if config.cache_ttl is None:
+            return _EPHEMERAL
+        if config.cache_ttl not in ("5m", "1h"):
+            raise ProviderError(f"{PROVIDER}: cacheTtl {config.cache_ttl!r} is not a Messages API cache TTL (5m or 1h)")
+        return {**_EPHEMERAL, "ttl": config.cache_ttl}
+
+    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
+        out = super().top_level(request)
+        config = request.config
+        max_tokens = out["max_tokens"]
         effort = config.reasoning_effort
         if config.thinking_budget is not None:
             if effort == "off":
                 raise ProviderError(f"{PROVIDER}: thinkingBudget is set but reasoningEffort is 'off'; drop one")
-            if config.thinking_budget >= config.max_tokens:
+            if config.thinking_budget >= max_tokens:
                 raise ProviderError(
-                    f"{PROVIDER}: thinkingBudget {config.thinking_budget} must be below maxTokens {config.max_tokens}"
+                    f"{PROVIDER}: thinkingBudget {config.thinking_budget} must be below maxTokens {max_tokens}"
                 )
             out["thinking"] = {"budget_tokens": config.thinking_budget, "type": "enabled"}
         elif effort == "off":
@@ -375,16 +378,7 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
             cache_write=token_count(u.get("cache_creation_input_tokens")),
         )
         stop = payload.get("stop_reason")
-    known = {
-        "end_turn",
-        "tool_use",
-        "max_tokens",
-        "stop_sequence",
-        "pause_turn",
-        "refusal",
-        "model_context_window_exceeded",
-    }
-    return ProviderResponse(tuple(content), usage, stop if stop in known else "other")
+    return ProviderResponse(tuple(content), usage, stop if stop in STOP_REASONS else "other")
 
 
 class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):

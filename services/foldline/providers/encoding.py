@@ -1,13 +1,15 @@
-"""Pieces shared by the wire serializers: image resolution, tool arguments, tool schemas, misplaced blocks."""
+"""Pieces shared by the wire serializers: image resolution, tool arguments, tool schemas, misplaced blocks, the
+results of a tool message."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..core.codec import loads
-from ..core.content import ImageRef
+from ..core.content import ImageRef, ToolResultBlock
+from ..core.projection import Message
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 
@@ -16,6 +18,7 @@ __all__ = [
     "image_base64",
     "misplaced_block",
     "tool_input_object",
+    "tool_results",
     "tool_schema",
 ]
 
@@ -37,6 +40,15 @@ def image_base64(ref: ImageRef, attachments: AttachmentStore | None, provider: s
 def misplaced_block(provider: str, api: str, kind: str, index: int, role: str) -> ProviderError:
     """The error for a content block the message's role cannot carry in ``api`` (e.g. a tool call from the user)."""
     return ProviderError(f"{provider}: message {index} (role {role}) cannot carry a {kind} block in {api}")
+
+
+def tool_results(message: Message, index: int, provider: str, api: str) -> Iterator[ToolResultBlock]:
+    """The blocks of tool message ``index``, in order; a tool message carries only tool results, so any other
+    block raises :func:`misplaced_block` when the walk reaches it."""
+    for block in message.content:
+        if not isinstance(block, ToolResultBlock):
+            raise misplaced_block(provider, api, block.kind, index, message.role)
+        yield block
 
 
 def tool_input_object(arguments: str, call_id: str, provider: str) -> dict[str, Any]:

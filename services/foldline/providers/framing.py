@@ -30,7 +30,7 @@ from ..ports.attachments import AttachmentStore
 from .base import Serializer
 from .encoding import image_base64
 
-__all__ = ["FramedSerializer", "IncrementalBody", "assemble", "split_frame"]
+__all__ = ["FramedSerializer", "IncrementalBody", "split_frame"]
 
 
 def split_frame(frame: bytes, key: str = "messages") -> tuple[bytes, bytes]:
@@ -43,18 +43,15 @@ def split_frame(frame: bytes, key: str = "messages") -> tuple[bytes, bytes]:
     return frame[:cut], frame[cut:]
 
 
-def assemble(head: bytes, chunks: Sequence[bytes], tail: bytes) -> bytes:
-    return b"".join((head, b",".join(chunks), tail))
-
-
 @runtime_checkable
 class FramedSerializer(Serializer, Protocol):
     def frame(self, request: GenerateOptions) -> tuple[bytes, bytes, tuple[bytes, ...]]:
         """(head, tail, leading chunks that precede the messages — e.g. a system message)."""
         ...
 
-    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
-        """Canonical bytes of the wire messages of ``messages`` (which begins at index ``start``)."""
+    def wire_bytes(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> bytes:
+        """Canonical bytes of the wire messages of ``messages`` (which begins at index ``start``), joined by
+        commas; empty when they have no wire message."""
         ...
 
     def boundary(self, prev: Message, nxt: Message) -> bool:
@@ -78,12 +75,12 @@ class IncrementalBody:
     __slots__ = (
         "_count",
         "_framed",
+        "_has_chunks",
         "_hasher",
         "_header",
         "_images",
         "_items",
         "_prefix",
-        "_prefix_chunks",
         "_serializer",
         "_tail",
         "_verify_cached",
@@ -102,7 +99,7 @@ class IncrementalBody:
         self._items: object = None  # the message list the cache extends (identity)
         self._count = 0  # messages before the cached boundary
         self._prefix = bytearray()  # head + chunks of those messages, no trailing comma
-        self._prefix_chunks = 0
+        self._has_chunks = False  # whether any chunk follows the head
         self._hasher = hashlib.sha256()
         self._tail = b""
         self._images: list[ImageRef] = []
@@ -156,14 +153,12 @@ class IncrementalBody:
                 break
         if cut > self._count:
             stable = [messages[i] for i in range(self._count, cut)]
-            chunks = serializer.wire_chunks(stable, self._count, attachments)
-            self._extend(chunks)
+            self._extend(serializer.wire_bytes(stable, self._count, attachments))
             for m in stable:
                 self._images.extend(_images(m))
             self._count = cut
-        rest = serializer.wire_chunks([messages[i] for i in range(cut, n)], cut, attachments)
-        joined = b",".join(rest)
-        return (b"," if rest and self._prefix_chunks else b""), joined
+        rest = serializer.wire_bytes([messages[i] for i in range(cut, n)], cut, attachments)
+        return (b"," if rest and self._has_chunks else b""), rest
 
     def _start(self, serializer: FramedSerializer, request: GenerateOptions, items: object) -> None:
         self._reset()
@@ -173,13 +168,16 @@ class IncrementalBody:
         self._tail = tail
         self._prefix += head
         self._hasher.update(head)
-        self._extend(lead)
+        for chunk in lead:
+            self._extend(chunk)
 
-    def _extend(self, chunks: Sequence[bytes]) -> None:
-        for chunk in chunks:
-            if self._prefix_chunks:
-                self._prefix += b","
-                self._hasher.update(b",")
-            self._prefix += chunk
-            self._hasher.update(chunk)
-            self._prefix_chunks += 1
+    def _extend(self, joined: bytes) -> None:
+        """Append comma-joined chunks (none when empty) to the cached prefix."""
+        if not joined:
+            return
+        if self._has_chunks:
+            self._prefix += b","
+            self._hasher.update(b",")
+        self._prefix += joined
+        self._hasher.update(joined)
+        self._has_chunks = True

@@ -182,11 +182,15 @@ class JsonHttpProvider(Provider):
     #: Response headers that carry the provider's request id, first found wins.
     request_id_headers: ClassVar[tuple[str, ...]] = ("request-id", "x-request-id")
 
-    def __init_subclass__(cls, *, name: str, path: str, **kwargs: Any) -> None:
-        """An adapter's class header names its provider and the path it posts to."""
+    def __init_subclass__(cls, *, name: str | None = None, path: str | None = None, **kwargs: Any) -> None:
+        """An adapter's class header names its provider and the path it posts to; a base that several adapters
+        share (abstract) names neither."""
         super().__init_subclass__(**kwargs)
-        cls.name = name
-        cls.path = path
+        if (name is None) != (path is None):
+            raise TypeError(f"{cls.__name__}: an adapter names both its provider and its path, or neither")
+        if name is not None and path is not None:
+            cls.name = name
+            cls.path = path
 
     def __init__(
         self,

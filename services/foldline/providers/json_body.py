@@ -4,8 +4,8 @@ A :class:`JsonBodySerializer` says what goes around the messages (:meth:`~JsonBo
 :meth:`~JsonBodySerializer.lead_messages`) and how a run of session messages becomes wire messages
 (:meth:`~JsonBodySerializer.wire_messages`); from those it writes the body as a frame plus one canonical
 chunk per wire message — the :class:`~foldline.providers.framing.FramedSerializer` protocol that
-:class:`~foldline.providers.framing.IncrementalBody` reuses across a session's steps. ``serialize`` always
-equals ``canonical_json(body(...))``.
+:class:`~foldline.providers.framing.IncrementalBody` reuses across a session's steps. ``serialize`` is
+``canonical_json(body(...))``, which equals head + the comma-joined chunks + tail.
 
 Streaming is the same for every API: a version that can ask for a streamed answer names the top-level keys
 that do (:attr:`JsonBodySerializer.stream_fields`) and writes them when the logged ``config.stream`` is true;
@@ -23,7 +23,7 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .framing import assemble, split_frame
+from .framing import split_frame
 
 __all__ = ["JsonBodySerializer"]
 
@@ -80,9 +80,12 @@ class JsonBodySerializer(abc.ABC):
         head, tail = split_frame(canonical_json(out), self.list_key)
         return head, tail, tuple(canonical_json(m) for m in self.lead_messages(request))
 
-    def wire_chunks(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> list[bytes]:
-        return [canonical_json(m) for m in self.wire_messages(messages, start, attachments)]
+    def wire_bytes(self, messages: Sequence[Message], start: int, attachments: AttachmentStore | None) -> bytes:
+        """The wire messages' canonical bytes joined by commas, encoded in one pass: the canonical JSON of their list
+        without its brackets (an encoder call per message would allocate and free a buffer for each)."""
+        return canonical_json(self.wire_messages(messages, start, attachments))[1:-1]
 
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes:
-        head, tail, lead = self.frame(request)
-        return assemble(head, [*lead, *self.wire_chunks(request.messages, 0, attachments)], tail)
+        """The body's canonical JSON in one encoder pass: the same bytes as the frame with the message chunks
+        between head and tail (:class:`~foldline.providers.framing.IncrementalBody` relies on it)."""
+        return canonical_json(self.body(request, attachments))

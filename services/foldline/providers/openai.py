@@ -35,8 +35,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, assert_never
 
-import httpx
-
 from ..core.content import (
     ContentBlock,
     EncryptedReasoningBlock,
@@ -56,10 +54,9 @@ from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .answer_parsing import answer_shape, token_count
 from .base import ProviderResponse
-from .encoding import image_base64, misplaced_block, tool_schema
-from .http import JsonHttpProvider
+from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
-from .settings import TransportSettings
+from .openai_http import OpenAIHttpProvider
 from .streaming import OpenAIChatStream, StreamAssembler
 
 __all__ = [
@@ -150,36 +147,24 @@ def _tool(
     """The tool messages of ``message`` and the user-message parts carrying their images."""
     tool_messages: list[dict[str, Any]] = []
     image_parts: list[dict[str, Any]] = []
-    for block in message.content:
-        match block:
-            case ToolResultBlock(tool_call_id=call_id, content=content):
-                texts: list[str] = []
-                images: list[dict[str, Any]] = []
-                for part in content:
-                    match part:
-                        case TextBlock(text=text):
-                            texts.append(text)
-                        case ImageBlock(image=ref):
-                            images.append(_image_part(ref, attachments))
-                        case _:
-                            assert_never(part)
-                tool_messages.append(
-                    {"content": _text_content(texts) if texts else "", "role": "tool", "tool_call_id": call_id}
-                )
-                if images:
-                    image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
-                    image_parts.extend(images)
-            case (
-                TextBlock()
-                | ImageBlock()
-                | ToolCallBlock()
-                | ReasoningBlock()
-                | RedactedReasoningBlock()
-                | EncryptedReasoningBlock()
-            ):
-                raise misplaced_block(PROVIDER, API, block.kind, index, message.role)
-            case _:
-                assert_never(block)
+    for result in tool_results(message, index, PROVIDER, API):
+        call_id = result.tool_call_id
+        texts: list[str] = []
+        images: list[dict[str, Any]] = []
+        for part in result.content:
+            match part:
+                case TextBlock(text=text):
+                    texts.append(text)
+                case ImageBlock(image=ref):
+                    images.append(_image_part(ref, attachments))
+                case _:
+                    assert_never(part)
+        tool_messages.append(
+            {"content": _text_content(texts) if texts else "", "role": "tool", "tool_call_id": call_id}
+        )
+        if images:
+            image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
+            image_parts.extend(images)
     return tool_messages, image_parts
 
 
@@ -200,18 +185,23 @@ class OpenAIChatSerializer(JsonBodySerializer):
     name: str = "openai-chat"
     version: int = 1
     reasoning_content: ClassVar[bool] = False  # v1 leaves reasoning out; the reasoning-chat serializer sends it
+    max_tokens_key: ClassVar[str] = "max_completion_tokens"  # the top-level key of config.maxTokens
+
+    def effort_fields(self, effort: str) -> dict[str, Any]:
+        """The top-level keys of a logged reasoning effort."""
+        return {"reasoning_effort": openai_effort(effort)}
 
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         config = request.config
         out: dict[str, Any] = {"model": config.model}
         if config.max_tokens is not None:
-            out["max_completion_tokens"] = config.max_tokens
+            out[self.max_tokens_key] = config.max_tokens
         if config.temperature is not None:
             out["temperature"] = config.temperature
         if config.stop:
             out["stop"] = list(config.stop)
         if config.reasoning_effort is not None:
-            out["reasoning_effort"] = openai_effort(config.reasoning_effort)
+            out.update(self.effort_fields(config.reasoning_effort))
         if request.tools:
             out["tools"] = [function_tool(t) for t in request.tools]
         return out
@@ -323,7 +313,7 @@ def parse_response(payload: dict[str, Any], provider: str = PROVIDER) -> Provide
     return ProviderResponse(tuple(content), usage, stop)
 
 
-class OpenAIProvider(JsonHttpProvider, name=PROVIDER, path=CHAT_COMPLETIONS_PATH):
+class OpenAIProvider(OpenAIHttpProvider[OpenAIChatSerializer], name=PROVIDER, path=CHAT_COMPLETIONS_PATH):
     """Posts serialized bodies to ``{base_url}/v1/chat/completions`` over the given httpx transport (``None``:
     the network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
     :class:`~foldline.providers.streaming.OpenAIChatStream`; the request id is the ``x-request-id`` header.
@@ -331,28 +321,10 @@ class OpenAIProvider(JsonHttpProvider, name=PROVIDER, path=CHAT_COMPLETIONS_PATH
     ``Authorization: Bearer <key>`` is sent only when ``api_key`` is given.
     """
 
-    request_id_headers = ("x-request-id", "request-id")
-
-    def __init__(
-        self,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        base_url: str = "https://api.openai.com",
-        *,
-        organization: str | None = None,
-        serializer: OpenAIChatSerializer | None = None,  # default: v2 (v1 and streaming)
-        timeout: float | httpx.Timeout | None = None,
-        settings: TransportSettings | None = None,
-    ) -> None:
+    def default_serializer(self) -> OpenAIChatSerializer:
         from . import registry
 
-        self.serializer = serializer or registry.OPENAI_CHAT_V2
-        headers = {}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        if organization:
-            headers["openai-organization"] = organization
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
+        return registry.OPENAI_CHAT_V2  # v2: v1 and streaming
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, assert_never
 
-import httpx
-
 from ..core.content import (
     ContentBlock,
     EncryptedReasoningBlock,
@@ -51,11 +49,10 @@ from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from .answer_parsing import answer_shape, token_count
 from .base import ProviderResponse
-from .encoding import image_base64, misplaced_block, tool_schema
-from .http import JsonHttpProvider
+from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
 from .openai import openai_effort
-from .settings import TransportSettings
+from .openai_http import OpenAIHttpProvider
 from .streaming import OpenAIResponsesStream, StreamAssembler
 
 __all__ = [
@@ -127,37 +124,25 @@ def _assistant(message: Message, index: int) -> list[dict[str, Any]]:
 
 def _tool_output(message: Message, index: int, attachments: AttachmentStore | None) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    for block in message.content:
-        match block:
-            case ToolResultBlock(tool_call_id=call_id, content=content):
-                output: str | list[dict[str, Any]]
-                if not content:
-                    output = ""
-                elif len(content) == 1 and isinstance(content[0], TextBlock):
-                    output = content[0].text
-                else:
-                    parts: list[dict[str, Any]] = []
-                    for part in content:
-                        match part:
-                            case TextBlock(text=text):
-                                parts.append({"text": text, "type": "input_text"})
-                            case ImageBlock(image=ref):
-                                parts.append(_image(ref, attachments))
-                            case _:
-                                assert_never(part)
-                    output = parts
-                items.append({"call_id": call_id, "output": output, "type": "function_call_output"})
-            case (
-                TextBlock()
-                | ImageBlock()
-                | ToolCallBlock()
-                | ReasoningBlock()
-                | RedactedReasoningBlock()
-                | EncryptedReasoningBlock()
-            ):
-                raise misplaced_block(PROVIDER, API, block.kind, index, message.role)
-            case _:
-                assert_never(block)
+    for result in tool_results(message, index, PROVIDER, API):
+        content = result.content
+        output: str | list[dict[str, Any]]
+        if not content:
+            output = ""
+        elif len(content) == 1 and isinstance(content[0], TextBlock):
+            output = content[0].text
+        else:
+            parts: list[dict[str, Any]] = []
+            for part in content:
+                match part:
+                    case TextBlock(text=text):
+                        parts.append({"text": text, "type": "input_text"})
+                    case ImageBlock(image=ref):
+                        parts.append(_image(ref, attachments))
+                    case _:
+                        assert_never(part)
+            output = parts
+        items.append({"call_id": result.tool_call_id, "output": output, "type": "function_call_output"})
     return items
 
 
@@ -305,33 +290,15 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     return ProviderResponse(tuple(content), usage, stop)
 
 
-class OpenAIResponsesProvider(JsonHttpProvider, name=PROVIDER, path=RESPONSES_PATH):
+class OpenAIResponsesProvider(OpenAIHttpProvider[OpenAIResponsesSerializer], name=PROVIDER, path=RESPONSES_PATH):
     """Posts serialized bodies to ``{base_url}/v1/responses`` over the given httpx transport (``None``: the
     network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
     :class:`~foldline.providers.streaming.OpenAIResponsesStream`."""
 
-    request_id_headers = ("x-request-id", "request-id")
-
-    def __init__(
-        self,
-        transport: httpx.AsyncBaseTransport | None = None,
-        api_key: str | None = None,
-        base_url: str = "https://api.openai.com",
-        *,
-        organization: str | None = None,
-        serializer: OpenAIResponsesSerializer | None = None,  # default: v2 (v1 and streaming)
-        timeout: float | httpx.Timeout | None = None,
-        settings: TransportSettings | None = None,
-    ) -> None:
+    def default_serializer(self) -> OpenAIResponsesSerializer:
         from . import registry
 
-        self.serializer = serializer or registry.OPENAI_RESPONSES_V2
-        headers = {}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        if organization:
-            headers["openai-organization"] = organization
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
+        return registry.OPENAI_RESPONSES_V2  # v2: v1 and streaming
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

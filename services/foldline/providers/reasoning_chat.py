@@ -24,10 +24,10 @@ from typing import Any, ClassVar, Final
 
 import httpx
 
-from ..core.request import GenerateOptions
 from .base import ProviderResponse
 from .http import JsonHttpProvider
-from .openai import OpenAIChatSerializer, function_tool, parse_response
+from .openai import OpenAIChatSerializer, parse_response
+from .openai_http import bearer_headers
 from .settings import TransportSettings
 from .streaming import OpenAIChatStream, StreamAssembler
 
@@ -43,23 +43,11 @@ class ReasoningChatSerializer(OpenAIChatSerializer):
     name: str = "reasoning-chat"
     version: int = 1
     reasoning_content: ClassVar[bool] = True
+    max_tokens_key: ClassVar[str] = "max_tokens"
 
-    def top_level(self, request: GenerateOptions) -> dict[str, Any]:
-        config = request.config
-        out: dict[str, Any] = {"model": config.model}
-        if config.max_tokens is not None:
-            out["max_tokens"] = config.max_tokens
-        if config.temperature is not None:
-            out["temperature"] = config.temperature
-        if config.stop:
-            out["stop"] = list(config.stop)
-        if config.reasoning_effort == "off":
-            out["thinking"] = {"type": "disabled"}
-        elif config.reasoning_effort is not None:
-            out["reasoning_effort"] = config.reasoning_effort
-        if request.tools:
-            out["tools"] = [function_tool(t) for t in request.tools]
-        return out
+    def effort_fields(self, effort: str) -> dict[str, Any]:
+        """DeepSeek's switch for ``off``; any other effort as logged."""
+        return {"thinking": {"type": "disabled"}} if effort == "off" else {"reasoning_effort": effort}
 
 
 class ReasoningChatV2Serializer(ReasoningChatSerializer):
@@ -93,7 +81,7 @@ class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT
         from . import registry
 
         self.serializer = serializer or registry.REASONING_CHAT_V2
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)
         super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
