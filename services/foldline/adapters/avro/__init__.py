@@ -5,6 +5,7 @@ module          holds
 ==============  =========================================================================================
 ``schemas``     the ``.avsc`` files, CRC-64-AVRO fingerprints, every writer schema this process can read
 ``datum``       Envelope <-> fastavro datum (the record of each event, and the envelope of a decoded one)
+``direct``      Avro bodies of the current schema straight into envelopes, without datum dicts
 ``codec``       :class:`AvroCodec`: single-object encoding, or Confluent framing with a schema registry
 ==============  =========================================================================================
 
