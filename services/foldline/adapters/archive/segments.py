@@ -136,16 +136,21 @@ def event_head(body: bytes) -> tuple[str, int]:
     """
     try:
         first = body[0]
-        if first < 0x80 and not first & 1:  # a type of up to 63 bytes (all of foldline's): one length byte
+        if first < 0x80 and first and not first & 1:  # a type of 1 to 63 bytes (all of foldline's): one length byte
             end = 1 + (first >> 1)
             byte = body[end]
             if byte < 0x80:  # seqs below 64
-                if first and not byte & 1:
-                    return body[1:end].decode(), byte >> 1
-            elif body[end + 1] < 0x80:  # seqs below 8192
-                value = (byte & 0x7F) | (body[end + 1] << 7)
-                if first and not value & 1:
-                    return body[1:end].decode(), value >> 1
+                value = byte
+            else:
+                second = body[end + 1]
+                if second < 0x80:  # seqs below 8,192
+                    value = (byte & 0x7F) | (second << 7)
+                elif body[end + 2] < 0x80:  # seqs below 1,048,576
+                    value = (byte & 0x7F) | ((second & 0x7F) << 7) | (body[end + 2] << 14)
+                else:
+                    return _event_head(body)
+            if not value & 1:
+                return body[1:end].decode(), value >> 1
         return _event_head(body)
     except (IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"not an event record: {exc}") from exc

@@ -168,9 +168,16 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
     if b >= 0x80 or b & 1:
         raise _Other
     p = start + 1 + (b >> 1)
-    seq, p = _count(buf, p)
-    time, p = _count(buf, p)
-    if buf[p]:  # ignorable
+    b = buf[p]
+    if b < 0x80:  # seqs below 64
+        if b & 1:
+            raise _Other
+        seq = b >> 1
+        p += 1
+    else:
+        seq, p = _count(buf, p)
+    time, p = _long(buf, p)
+    if time < 0 or buf[p]:  # a negative time; ignorable
         raise _Other
     branch = buf[p + 1]
     p += 2
