@@ -26,8 +26,10 @@ import io
 import json
 import threading
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from functools import cache
+from itertools import accumulate
 from typing import Any, cast
 
 import fastavro
@@ -69,15 +71,15 @@ def sync_marker(session_id: str, first: int, end: int) -> bytes:
 
 
 def _blocks(bodies: Sequence[bytes]) -> Iterator[_Block]:
+    """Blocks of consecutive bodies, each closed by the first body that takes it to ``BLOCK_BYTES`` or more
+    (the ends found by bisecting the running total of the sizes: no Python step per event)."""
+    ends = list(accumulate(map(len, bodies)))
     start = 0
-    size = 0
-    for i, body in enumerate(bodies):
-        size += len(body)
-        if size >= BLOCK_BYTES:
-            yield _Block(i + 1 - start, b"".join(bodies[start : i + 1]))
-            start, size = i + 1, 0
-    if start < len(bodies):
-        yield _Block(len(bodies) - start, b"".join(bodies[start:]))
+    while start < len(bodies):
+        base = ends[start - 1] if start else 0
+        stop = min(bisect_left(ends, base + BLOCK_BYTES, lo=start), len(bodies) - 1) + 1
+        yield _Block(stop - start, b"".join(bodies[start:stop]))
+        start = stop
 
 
 def build_segment(session_id: str, first: int, bodies: Sequence[bytes], fingerprint: bytes) -> bytes:
