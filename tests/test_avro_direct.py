@@ -121,3 +121,15 @@ def test_bytes_that_are_not_the_records_fail() -> None:
         decode_bodies(body + b"\x00", count, SCHEMA)
     with pytest.raises(EOFError):  # fastavro's, for the record cut short
         decode_bodies(body[:-3], count, SCHEMA)
+
+
+def test_the_codec_reads_records_of_the_current_schema_directly() -> None:
+    """``AvroCodec.decode`` takes the direct path for a whole body of the common shapes, fastavro for the rest
+    (a body with bytes after its record decodes as fastavro reads it, as before)."""
+    for event in [*simple_log(turns=2), *EVERY_TYPE]:
+        data = CODEC.encode(event)
+        assert CODEC.decode(data) == event
+        assert CODEC.decode(data + b"\x00") == _through_fastavro(data[10:] + b"\x00")
+    step = simple_log(turns=1)[2]
+    assert direct_module.direct_envelope(_body(step)) == step
+    assert direct_module.direct_envelope(_body(step) + b"\x00") is None

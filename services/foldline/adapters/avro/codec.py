@@ -24,6 +24,7 @@ from ...core.events import Envelope
 from ...core.validation import check_values
 from ...errors import AvroDecodeError, ConfigError, StoreUnavailable, UnknownSchemaError
 from .datum import avro_to_envelope, envelope_to_avro
+from .direct import direct_envelope, reads_directly
 from .schemas import (
     CONFLUENT_MAGIC,
     EVENT_SCHEMA_NAME,
@@ -99,6 +100,9 @@ class AvroCodec:
         fastavro.parse_schema(dict(schema_json), self._named)
         self._write_data = _WRITE_DATA if self._compiled_writer_agrees() else None
         self._single_object = SINGLE_OBJECT_MAGIC + self._fingerprint
+        # bodies of the current schema take the direct decoder (equal envelopes, ~2x less CPU)
+        self._direct = reads_directly(self._fingerprint)
+        self._direct_writer: Any = self._readers.get(self._fingerprint)
 
     @property
     def registry(self) -> SchemaRegistry | None:
@@ -214,6 +218,10 @@ class AvroCodec:
             body = 5
         else:
             raise AvroDecodeError(f"not a framed Avro record (starts with {bytes(data[:2]).hex()!r})")
+        if self._direct and writer is self._direct_writer and type(data) is bytes:
+            direct = direct_envelope(data[body:])
+            if direct is not None:
+                return direct
         try:
             datum = fastavro.schemaless_reader(
                 io.BytesIO(data[body:]),

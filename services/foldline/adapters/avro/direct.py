@@ -45,7 +45,7 @@ from ...core.events import (
 )
 from .datum import avro_to_envelope
 
-__all__ = ["DIRECT_FINGERPRINT", "decode_bodies", "reads_directly"]
+__all__ = ["DIRECT_FINGERPRINT", "decode_bodies", "direct_envelope", "reads_directly"]
 
 DIRECT_FINGERPRINT = bytes.fromhex("a69663e9e89a0460")
 """The single-object fingerprint of the schema whose binary layout :func:`decode_bodies` reads."""
@@ -106,8 +106,16 @@ def _long(buf: bytes, p: int) -> tuple[int, int]:
 def _count(buf: bytes, p: int) -> tuple[int, int]:
     """A non-negative long (a count, a turn, a step...); a negative one is not read here."""
     b = buf[p]
-    if b < 0x80 and not b & 1:
+    if b < 0x80:
+        if b & 1:
+            raise _Other
         return b >> 1, p + 1
+    c = buf[p + 1]
+    if c < 0x80:  # below 8,192: two bytes
+        value = (b & 0x7F) | (c << 7)
+        if value & 1:
+            raise _Other
+        return value >> 1, p + 2
     value, p = _long(buf, p)
     if value < 0:
         raise _Other
@@ -168,14 +176,7 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
     if b >= 0x80 or b & 1:
         raise _Other
     p = start + 1 + (b >> 1)
-    b = buf[p]
-    if b < 0x80:  # seqs below 64
-        if b & 1:
-            raise _Other
-        seq = b >> 1
-        p += 1
-    else:
-        seq, p = _count(buf, p)
+    seq, p = _count(buf, p)
     time, p = _long(buf, p)
     if time < 0 or buf[p]:  # a negative time; ignorable
         raise _Other
@@ -258,6 +259,16 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
             raise _Other
         data = RequestDispatch(turn, step, serializer, version, digest, size)
     return Envelope(seq, time, data), p
+
+
+def direct_envelope(body: bytes) -> Envelope | None:
+    """The envelope of one body of the schema :data:`DIRECT_FINGERPRINT` names when it is of the shapes read
+    here and nothing follows it; ``None`` otherwise (fastavro and :func:`~.datum.avro_to_envelope` then)."""
+    try:
+        env, end = _record(body, 0)
+    except (_Other, IndexError, ValueError):
+        return None
+    return env if end == len(body) else None
 
 
 def decode_bodies(buf: bytes, count: int, writer_schema: Any) -> list[Envelope]:
