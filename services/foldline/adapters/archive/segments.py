@@ -251,7 +251,7 @@ def _decoded_directly(container: _Container) -> list[Envelope] | None:
     (``None`` for another schema or codec: fastavro's reader takes the file)."""
     fingerprint, parsed = _writer(container.meta["avro.schema"].decode())
     codec = container.meta.get("avro.codec", b"null")
-    if not reads_directly(fingerprint) or codec not in (b"deflate", b"null"):
+    if fingerprint != _current()[1] or not reads_directly(fingerprint) or codec not in (b"deflate", b"null"):
         return None
     events: list[Envelope] = []
     for count, block in container.blocks:
