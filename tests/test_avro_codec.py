@@ -12,7 +12,8 @@ import fastavro
 import pytest
 from hypothesis import given, settings
 
-import foldline.adapters.avro as avro_module
+import foldline.adapters.avro.codec as codec_module
+import foldline.adapters.avro.datum as avro_module
 from foldline.adapters.avro import (
     AvroCodec,
     avro_to_envelope,
@@ -224,7 +225,7 @@ def test_a_compiled_writer_that_disagrees_is_not_used(monkeypatch: pytest.Monkey
     def wrong(out: bytearray, *args: object) -> None:
         out.extend(b"\x00")
 
-    monkeypatch.setattr(avro_module, "_WRITE_DATA", wrong)
+    monkeypatch.setattr(codec_module, "_WRITE_DATA", wrong)
     codec = AvroCodec()
     assert not codec.uses_compiled_writer
     for event in EVERY_TYPE:

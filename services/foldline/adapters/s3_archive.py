@@ -9,7 +9,8 @@
   asks for the stored checksum (``ChecksumMode=ENABLED``) and compares it with the sha256 of the bytes
   received.
 
-botocore exceptions are translated here and nowhere else (``_translate``); messages name the operation,
+botocore exceptions are translated here and nowhere else (``_translate``, over the classifier shared with the
+attachment store, :mod:`.s3_errors`); messages name the operation,
 ``s3://bucket/key``, the HTTP status and S3 error code, never a credential or the server's own text.
 """
 
@@ -23,20 +24,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    FlexibleChecksumError,
-    NoCredentialsError,
-    PartialCredentialsError,
-    ReadTimeoutError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
-)
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import ArchiveConflict, ArchiveCorrupt, ArchiveError, ConfigError, FoldlineError, StoreUnavailable
 from ..ports.archive import ArchiveStore, StoredObject
+from .s3_errors import classify, describe_endpoint, status_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -76,14 +68,14 @@ class S3ArchiveStore(ArchiveStore):
             self.client.head_bucket(Bucket=self.bucket)
             return
         except ClientError as exc:
-            if _status_code(exc)[0] not in (404, 400):
+            if status_code(exc)[0] not in (404, 400):
                 self._raise(exc, "HeadBucket", "")
         except BotoCoreError as exc:
             self._raise(exc, "HeadBucket", "")
         try:
             self.client.create_bucket(Bucket=self.bucket)
         except ClientError as exc:
-            if _status_code(exc)[1] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            if status_code(exc)[1] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 self._raise(exc, "CreateBucket", "")
         except BotoCoreError as exc:
             self._raise(exc, "CreateBucket", "")
@@ -99,7 +91,7 @@ class S3ArchiveStore(ArchiveStore):
                     Bucket=self.bucket, Key=full, Body=data, ChecksumSHA256=sha, IfNoneMatch="*"
                 )
             except ClientError as exc:
-                status, code = _status_code(exc)
+                status, code = status_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     return False
                 if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
@@ -126,7 +118,7 @@ class S3ArchiveStore(ArchiveStore):
                         Bucket=self.bucket, Key=full, Body=data, ChecksumSHA256=sha, IfMatch=expected
                     )
             except ClientError as exc:
-                status, code = _status_code(exc)
+                status, code = status_code(exc)
                 if status == 412 or code == "PreconditionFailed" or (status == 404 and code != "NoSuchBucket"):
                     raise ArchiveConflict(
                         self.where(key), "another writer changed it since it was read (conditional write refused)"
@@ -161,7 +153,7 @@ class S3ArchiveStore(ArchiveStore):
             finally:
                 body.close()
         except ClientError as exc:
-            status, code = _status_code(exc)
+            status, code = status_code(exc)
             if status == 404 and code != "NoSuchBucket":
                 return None
             self._raise(exc, "GetObject", key)
@@ -197,51 +189,36 @@ class S3ArchiveStore(ArchiveStore):
             self._raise(exc, op, key)
 
     def _raise(self, exc: ClientError | BotoCoreError, op: str, key: str) -> NoReturn:
-        raise _translate(exc, op, self.where(key), _endpoint(self.client)) from exc
-
-
-def _endpoint(client: S3Client) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(client.meta.endpoint_url)
-    return f"{parts.scheme}://{parts.hostname or '?'}" + (f":{parts.port}" if parts.port else "")
-
-
-def _status_code(exc: ClientError) -> tuple[int, str]:
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    code = str(exc.response.get("Error", {}).get("Code", "?"))
-    return status, code
+        raise _translate(exc, op, self.where(key), describe_endpoint(self.client.meta.endpoint_url)) from exc
 
 
 def _translate(exc: ClientError | BotoCoreError, op: str, where: str, endpoint: str) -> FoldlineError:
-    if isinstance(exc, ClientError):
-        status, code = _status_code(exc)
-        request_id = exc.response.get("ResponseMetadata", {}).get("RequestId") or "-"
-        said = f"{op} {where}: HTTP {status} {code} (request id {request_id})"
-        if code == "NoSuchBucket":
+    fault = classify(exc, op, where)
+    said = fault.said
+    match fault.kind:
+        case "no-bucket":
             return ConfigError(f"{said}: the archive bucket does not exist — create it or fix FOLDLINE_ARCHIVE_BUCKET")
-        if code in ("BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"):
+        case "bad-digest":
             return ArchiveCorrupt(where, f"{said}; the server rejected the bytes' checksum")
-        if status in (401, 403):
+        case "denied":
             return ArchiveError(
                 where,
                 f"{said}; access denied — check the credentials and permissions boto3's configuration chain "
                 "supplies (environment, profile, role)",
             )
-        if status >= 500 or status == 429:
+        case "unavailable":
             return StoreUnavailable(f"archive: {said} after the allowed retries ({endpoint})")
-        return ArchiveError(where, said)
-    name = type(exc).__name__
-    if isinstance(exc, FlexibleChecksumError):
-        return ArchiveCorrupt(where, f"{op}: the body does not match its stored checksum")
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return ConfigError(
-            f"archive: {op} {where}: no usable AWS credentials ({name}); configure them through the standard "
-            "chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
-        )
-    if isinstance(exc, (BotoConnectionError, ReadTimeoutError)):
-        return StoreUnavailable(
-            f"archive: {op} {where}: S3 endpoint {endpoint} did not answer ({name}) after the allowed retries; "
-            "is the server up? (locally: bash deploy/local/up.sh s3)"
-        )
-    return ArchiveError(where, f"{op}: {name}")
+        case "checksum":
+            return ArchiveCorrupt(where, f"{op}: the body does not match its stored checksum")
+        case "credentials":
+            return ConfigError(
+                f"archive: {said}: no usable AWS credentials ({fault.name}); configure them through the standard "
+                "chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
+            )
+        case "unreachable":
+            return StoreUnavailable(
+                f"archive: {said}: S3 endpoint {endpoint} did not answer ({fault.name}) after the allowed retries; "
+                "is the server up? (locally: bash deploy/local/up.sh s3)"
+            )
+        case "not-found" | "other":
+            return ArchiveError(where, said if isinstance(exc, ClientError) else f"{op}: {fault.name}")

@@ -16,7 +16,8 @@ Large objects (``put_stream`` / ``get_to`` above ``multipart_threshold``) never 
 * ``get_to`` streams the body into an anonymous temporary file while hashing it and copies it to
   ``out`` only after every check passed: the caller never receives unverified bytes.
 
-botocore/S3 errors are translated here and nowhere else (see ``_translate``). Messages name the
+botocore/S3 errors are translated here and nowhere else (see ``_translate``, over the classifier shared
+with the archive store, :mod:`.s3_errors`). Messages name the
 operation, bucket, key, HTTP status and S3 error code, never the server's free-text message, the
 endpoint's user info or any credential. Throttling (503 SlowDown, 429) and 5xx/connection errors are
 retried by botocore's ``standard`` retry mode (``max_attempts`` in total, exponential backoff with
@@ -34,20 +35,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    FlexibleChecksumError,
-    NoCredentialsError,
-    PartialCredentialsError,
-    ReadTimeoutError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
 )
 
 from ..core import codec
@@ -62,6 +55,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..ports.attachments import AttachmentMeta, AttachmentStore, ByteSink, ByteSource, describe, verify
+from .s3_errors import classify, describe_endpoint, status_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -184,7 +178,7 @@ class S3AttachmentStore(AttachmentStore):
         self.max_attempts = max_attempts
         self.spool_dir = spool_dir
         self.client: S3Client = client
-        self._where = _describe_endpoint(self.client.meta.endpoint_url)
+        self._where = describe_endpoint(self.client.meta.endpoint_url)
 
     def ensure_bucket(self) -> bool:
         """Create the bucket when it does not exist (nothing else creates buckets); True if it was created.
@@ -197,14 +191,14 @@ class S3AttachmentStore(AttachmentStore):
             self.client.head_bucket(Bucket=self.bucket)
             return False
         except ClientError as exc:
-            if _status_code(exc)[0] != 404:
+            if status_code(exc)[0] != 404:
                 raise _translate_bucket(exc, "HeadBucket", where, self._where) from exc
         except BotoCoreError as exc:
             raise _translate_bucket(exc, "HeadBucket", where, self._where) from exc
         try:
             self.client.create_bucket(Bucket=self.bucket)
         except ClientError as exc:
-            if _status_code(exc)[1] in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            if status_code(exc)[1] in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 return False  # another process created it meanwhile
             raise _translate_bucket(exc, "CreateBucket", where, self._where) from exc
         except BotoCoreError as exc:
@@ -360,7 +354,7 @@ class S3AttachmentStore(AttachmentStore):
             try:
                 return write()
             except ClientError as exc:
-                status, code = _status_code(exc)
+                status, code = status_code(exc)
                 if status == 412 or code == "PreconditionFailed":
                     return None
                 if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
@@ -423,7 +417,7 @@ class S3AttachmentStore(AttachmentStore):
         try:
             self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if _status_code(exc)[0] == 404:
+            if status_code(exc)[0] == 404:
                 return False
             self._raise(exc, attachment_id, "HeadObject", key)
         except BotoCoreError as exc:
@@ -500,78 +494,63 @@ def _translate(
     exc: ClientError | BotoCoreError, attachment_id: str, op: str, where: str, endpoint: str
 ) -> FoldlineError:
     """Map a botocore exception to the foldline error tree. Never quotes the server's message text."""
-    if isinstance(exc, ClientError):
-        status, code = _status_code(exc)
-        request_id = exc.response.get("ResponseMetadata", {}).get("RequestId") or "-"
-        said = f"{op} {where}: HTTP {status} {code} (request id {request_id})"
-        if status == 404 and code in ("NoSuchBucket",):
+    fault = classify(exc, op, where)
+    said = fault.said
+    match fault.kind:
+        case "no-bucket" if fault.status == 404:
             return AttachmentReadFailed(
                 attachment_id, f"{said}; the bucket does not exist — create it or fix FOLDLINE_S3_BUCKET"
             )
-        if status == 404 or code in ("NoSuchKey", "NotFound"):
+        case "not-found":
             return AttachmentNotFound(attachment_id, f"no object ({said})")
-        if code in ("BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"):
+        case "bad-digest":
             return AttachmentCorrupt(attachment_id, f"{said}; the server rejected the bytes' checksum")
-        if status in (401, 403):
+        case "denied":
             return AttachmentReadFailed(
                 attachment_id,
                 f"{said}; access denied — check the credentials and permissions that boto3's configuration "
                 "chain supplies (environment, profile, role)",
             )
-        if status >= 500 or status == 429:
+        case "unavailable":
             return StoreUnavailable(f"attachment {attachment_id}: {said} after the allowed retries ({endpoint})")
-        return AttachmentReadFailed(attachment_id, said)
-    name = type(exc).__name__
-    if isinstance(exc, FlexibleChecksumError):
-        return AttachmentCorrupt(attachment_id, f"{op} {where}: the body does not match its stored checksum")
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return ConfigError(
-            f"attachment {attachment_id}: {op} {where}: no usable AWS credentials ({name}); configure them "
-            "through the standard chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
-        )
-    if isinstance(exc, (BotoConnectionError, ReadTimeoutError)):
-        return StoreUnavailable(
-            f"attachment {attachment_id}: {op} {where}: S3 endpoint {endpoint} did not answer ({name}) "
-            "after the allowed retries; is the server up? (locally: bash deploy/local/up.sh s3)"
-        )
-    return AttachmentReadFailed(attachment_id, f"{op} {where}: {name}")
+        case "checksum":
+            return AttachmentCorrupt(attachment_id, f"{said}: the body does not match its stored checksum")
+        case "credentials":
+            return ConfigError(
+                f"attachment {attachment_id}: {said}: no usable AWS credentials ({fault.name}); configure them "
+                "through the standard chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
+            )
+        case "unreachable":
+            return StoreUnavailable(
+                f"attachment {attachment_id}: {said}: S3 endpoint {endpoint} did not answer ({fault.name}) "
+                "after the allowed retries; is the server up? (locally: bash deploy/local/up.sh s3)"
+            )
+        case _:
+            return AttachmentReadFailed(
+                attachment_id, said if isinstance(exc, ClientError) else f"{said}: {fault.name}"
+            )
 
 
 def _translate_bucket(exc: ClientError | BotoCoreError, op: str, where: str, endpoint: str) -> FoldlineError:
     """A bucket operation's botocore exception as a foldline error (no attachment involved)."""
+    fault = classify(exc, op, where)
     if isinstance(exc, ClientError):
-        status, code = _status_code(exc)
-        said = f"{op} {where}: HTTP {status} {code}"
-        if status in (401, 403):
+        said = f"{op} {where}: HTTP {fault.status} {fault.code}"
+        if fault.kind == "denied":
             return ConfigError(
                 f"{said}; access denied — check the credentials and permissions that boto3's configuration chain "
                 "supplies, or create the bucket beforehand"
             )
         return StoreUnavailable(f"{said} ({endpoint}); check FOLDLINE_S3_ENDPOINT and FOLDLINE_S3_BUCKET")
-    name = type(exc).__name__
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+    if fault.kind == "credentials":
         return ConfigError(
-            f"{op} {where}: no usable AWS credentials ({name}); configure them through the standard chain "
+            f"{op} {where}: no usable AWS credentials ({fault.name}); configure them through the standard chain "
             "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or a role)"
         )
     return StoreUnavailable(
-        f"{op} {where}: S3 endpoint {endpoint} did not answer ({name}) after the allowed retries; is the server up? "
-        "(locally: bash deploy/local/up.sh s3)"
+        f"{op} {where}: S3 endpoint {endpoint} did not answer ({fault.name}) after the allowed retries; is the server "
+        "up? (locally: bash deploy/local/up.sh s3)"
     )
-
-
-def _status_code(exc: ClientError) -> tuple[int, str]:
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    code = str(exc.response.get("Error", {}).get("Code", "?"))
-    return status, code
-
-
-def _describe_endpoint(url: str) -> str:
-    """scheme://host[:port] of the endpoint — never its user info or query."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}"
 
 
 def _check_header_safe(media_type: str) -> None:

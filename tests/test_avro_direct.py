@@ -1,0 +1,135 @@
+"""Avro bodies decoded straight into envelopes agree with fastavro + the datum mapping on every record."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+
+from foldline.adapters.avro import AvroCodec, avro_to_envelope, envelope_to_avro, writer_schemas
+from foldline.adapters.avro import direct as direct_module
+from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, decode_bodies, reads_directly
+from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
+from foldline.errors import FormatError
+from tests.factories import simple_log
+from tests.golden_logs.reasoning import REASONING_SESSIONS
+from tests.golden_logs.test_reasoning_logs import events
+from tests.strategies import logs
+from tests.test_avro_codec import EVERY_TYPE
+
+CODEC = AvroCodec()
+SCHEMA = writer_schemas()[CODEC.fingerprint]
+
+
+def _body(event: Envelope) -> bytes:
+    return CODEC.encode(event)[10:]
+
+
+def _raw(datum: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, SCHEMA, datum)
+    return out.getvalue()
+
+
+def _through_fastavro(body: bytes) -> Envelope:
+    datum = fastavro.schemaless_reader(
+        io.BytesIO(body), SCHEMA, None, return_record_name=True, return_record_name_override=True
+    )
+    assert isinstance(datum, dict)
+    return avro_to_envelope(datum)
+
+
+def test_the_direct_reading_is_for_the_current_schema() -> None:
+    """The schema changed: update ``adapters/avro/direct.py`` to its layout, then DIRECT_FINGERPRINT."""
+    assert CODEC.fingerprint == DIRECT_FINGERPRINT
+    assert reads_directly(CODEC.fingerprint)
+    assert not any(reads_directly(fp) for fp in writer_schemas() if fp != CODEC.fingerprint)
+
+
+@pytest.mark.parametrize("event", EVERY_TYPE, ids=lambda e: f"{e.seq}-{e.type}")
+def test_every_event_type_decodes_as_fastavro_decodes_it(event: Envelope) -> None:
+    body = _body(event)
+    assert decode_bodies(body, 1, SCHEMA) == [_through_fastavro(body)] == [event]
+
+
+@settings(max_examples=80, deadline=None)
+@given(logs)
+def test_random_logs_decode_as_fastavro_decodes_them(log: list[Envelope]) -> None:
+    bodies = [_body(e) for e in log]
+    assert decode_bodies(b"".join(bodies), len(bodies), SCHEMA) == [_through_fastavro(b) for b in bodies] == log
+
+
+@pytest.mark.parametrize("session", REASONING_SESSIONS)
+def test_the_golden_reasoning_logs_decode_as_fastavro_decodes_them(session: str) -> None:
+    log = events(session)
+    bodies = [_body(e) for e in log]
+    assert decode_bodies(b"".join(bodies), len(bodies), SCHEMA) == log
+
+
+def test_the_loop_s_everyday_events_are_read_directly() -> None:
+    """Everything but the header of a plain session is built without fastavro; the rest is left to it."""
+    log = simple_log(turns=3)
+    for event in log:
+        body = _body(event)
+        if event.type == "request/header":
+            with pytest.raises(direct_module._Other):
+                direct_module._record(body, 0)
+        else:
+            assert direct_module._record(body, 0) == (event, len(body))
+    calls = UserMessage("u", (TextBlock("a"), ToolCallBlock("c", "n", "{}")), "user")
+    assert direct_module._record(_body(Envelope(3, 4, calls)), 0)[0].data == calls
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"seq": -1},
+        {"time": -5},
+        {"type": "turn/start"},  # not its data branch
+        {"data": ("foldline.TurnEnd", {"turn": 0, "reason": "bored"})},
+        {"data": ("foldline.TurnEnd", {"turn": -2, "reason": "completed"})},
+        {"data": ("foldline.StepStart", {"turn": 0, "step": -1})},
+        {
+            "data": (
+                "foldline.RequestDispatch",
+                {"turn": 0, "step": 0, "serializer": "s", "serializerVersion": 1, "digest": "sha256:XY", "bytes": 1},
+            )
+        },
+    ],
+)
+def test_values_the_core_refuses_fail_as_through_fastavro(change: dict[str, Any]) -> None:
+    datum = envelope_to_avro(Envelope(3, 4, TurnEnd(0, "completed"))) | change
+    body = _raw(datum)
+    try:
+        expected: Envelope | type[Exception] = _through_fastavro(body)
+    except FormatError as exc:
+        expected = type(exc)
+    if isinstance(expected, Envelope):
+        assert decode_bodies(body, 1, SCHEMA) == [expected]
+    else:
+        with pytest.raises(expected):
+            decode_bodies(body, 1, SCHEMA)
+
+
+def test_bytes_that_are_not_the_records_fail() -> None:
+    body = b"".join(_body(e) for e in simple_log(turns=1))
+    count = len(simple_log(turns=1))
+    with pytest.raises(ValueError, match="bytes after"):
+        decode_bodies(body + b"\x00", count, SCHEMA)
+    with pytest.raises(EOFError):  # fastavro's, for the record cut short
+        decode_bodies(body[:-3], count, SCHEMA)
+
+
+def test_the_codec_reads_records_of_the_current_schema_directly() -> None:
+    """``AvroCodec.decode`` takes the direct path for a whole body of the common shapes, fastavro for the rest
+    (a body with bytes after its record decodes as fastavro reads it, as before)."""
+    for event in [*simple_log(turns=2), *EVERY_TYPE]:
+        data = CODEC.encode(event)
+        assert CODEC.decode(data) == event
+        assert CODEC.decode(data + b"\x00") == _through_fastavro(data[10:] + b"\x00")
+    step = simple_log(turns=1)[2]
+    assert direct_module.direct_envelope(_body(step)) == step
+    assert direct_module.direct_envelope(_body(step) + b"\x00") is None
