@@ -1,6 +1,6 @@
 """The session archive against the local broker and SeaweedFS (``deploy/local/up.sh``; ``source .local/env.sh``).
 
-* **archive throughput, one process** — 200 sessions x 1,000 ~200-byte events (the loop's shapes: turns
+* **archive throughput, one process** — 20 sessions x 10,000 ~200-byte events (the loop's shapes: turns
   of steps with tool rounds) are written to a 12-partition topic first; then one archiver (the engine on
   :class:`~foldline.adapters.kafka.ArchiveFeed`, 16 segment writers) archives all of them to S3, timed
   from its first poll to the last manifest committed. Target >= 100,000 events/s;
