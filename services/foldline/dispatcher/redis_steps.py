@@ -67,6 +67,7 @@ _REPLY_TTL_S = 600
 _TAKEN_TTL_S = 86_400  # a send's taken mark outlives any re-claim of its hand-over
 _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
+_ALIVE_EVERY_S = 1.0  # how often a client checks that Redis kept its data
 _T = TypeVar("_T")
 
 
@@ -129,6 +130,9 @@ class _Call:
     fields: dict[FieldT, EncodableT]
     reply: asyncio.Future[dict[str, Any]]
     accepted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    # set when Redis lost its data (a flush, a restart without persistence) after the call was accepted: its
+    # reply may have been lost with the reply list
+    gone: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class RedisStepClient:
@@ -159,9 +163,11 @@ class RedisStepClient:
         self.answer_timeout_s = answer_timeout_s
         self.outage_s = outage_s
         self.reply_key = f"{stream}:replies:{uuid.uuid4().hex}"
+        self.alive_key = f"{self.reply_key}:alive"  # gone from Redis: Redis lost its data, replies with it
         self._redis: aioredis.Redis | None = None
         self._calls: dict[str, _Call] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._alive = False  # the alive key was set (and is renewed) by the reply reader
 
     # -- the port
 
@@ -220,9 +226,21 @@ class RedisStepClient:
                     return self._result(h, call.reply.result())
                 if call.accepted.done():
                     left = deadline - time.monotonic()
-                    done, _ = await asyncio.wait({call.reply}, timeout=max(0.0, left))
-                    if done:
+                    either: set[asyncio.Future[Any]] = {call.reply, call.gone}
+                    await asyncio.wait(either, timeout=max(0.0, left), return_when=asyncio.FIRST_COMPLETED)
+                    if call.reply.done():
                         return self._result(h, call.reply.result())
+                    if call.gone.done():
+                        if op == "send":  # the answer may be lost with Redis's data: a logged retry resends it
+                            raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _GONE)
+                        _LOG.info(
+                            "Redis lost its data while the prepare of %s seq %d was served; handing it over again",
+                            h.session_id,
+                            h.boundary,
+                        )
+                        call.accepted = asyncio.get_running_loop().create_future()
+                        call.gone = asyncio.get_running_loop().create_future()
+                        continue
                     if op == "send":  # taken, then no answer: it may have been sent — a logged retry resends it
                         raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _UNANSWERED.format(timeout_s))
                     raise await self._timeout(h, op, timeout_s, taken=True)
@@ -271,12 +289,37 @@ class RedisStepClient:
             )
         return DispatchTimeout(h.session_id, h.boundary, "DispatchTimeout", cause)
 
+    async def _check_alive(self) -> None:
+        """Renew this client's alive key; when it is gone, Redis lost its data since the last check (a flush,
+        a restart without persistence), and with it, perhaps, replies to accepted calls: those calls are told
+        (:attr:`_Call.gone`) and the key is set again."""
+        assert self._redis is not None
+        if self._alive and await self._redis.set(self.alive_key, b"1", ex=_REPLY_TTL_S, xx=True):
+            return
+        if self._alive:
+            waiting = [c for c in self._calls.values() if c.accepted.done() and not c.reply.done()]
+            _LOG.warning(
+                "Redis lost its data (this client's key %s is gone); %d accepted call(s) may have lost their reply",
+                self.alive_key,
+                len(waiting),
+            )
+            for call in waiting:
+                if not call.gone.done():
+                    call.gone.set_result(None)
+        await self._redis.set(self.alive_key, b"1", ex=_REPLY_TTL_S)
+        self._alive = True
+
     async def _read_replies(self) -> None:
-        """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages)."""
+        """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages);
+        about every second, check that Redis kept its data (:meth:`_check_alive`)."""
         pause = 0.05
+        check_at = 0.0
         while True:
             try:
                 assert self._redis is not None
+                if time.monotonic() >= check_at:
+                    await self._check_alive()
+                    check_at = time.monotonic() + _ALIVE_EVERY_S
                 got: Any = await self._redis.blmpop(1, 1, self.reply_key, direction="LEFT", count=_REPLY_BATCH)
                 pause = 0.05
             except asyncio.CancelledError:
@@ -495,6 +538,10 @@ _LOST = "the dispatcher that took this send stopped before answering; it may or 
 _UNACCEPTED = (
     "no dispatcher accepted this send within {:g}s (none is running, or Redis lost the acceptance); "
     "it may or may not have reached the provider"
+)
+_GONE = (
+    "Redis lost its data (flushed, or restarted without persistence) while a dispatcher held this send; "
+    "its answer may be lost with it, and the send may or may not have reached the provider"
 )
 _UNANSWERED = (
     "the dispatcher that took this send answered nothing within {:g}s; it may or may not have reached the provider"
