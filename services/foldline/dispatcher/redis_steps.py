@@ -7,8 +7,8 @@
 hold one connection, not a thousand.
 
 **The dispatchers' end** (:func:`serve_steps`): dispatcher processes read the stream as one consumer group;
-an entry goes to one of them, which answers ``accepted`` at once, then the result, and then acknowledges
-and deletes the entry. Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in
+an entry goes to one of them, which answers ``accepted`` (a ``prepare`` only when it takes longer than
+``_ACCEPT_AFTER_S``), then the result, acknowledging and deleting the entry in the same transaction. Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in
 the same transaction as the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most
 one dispatcher.
 
@@ -67,6 +67,7 @@ _REPLY_TTL_S = 600
 _TAKEN_TTL_S = 86_400  # a send's taken mark outlives any re-claim of its hand-over
 _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
+_ACCEPT_AFTER_S = 1.0  # a prepare still running after this long is answered `accepted` first
 _ALIVE_EVERY_S = 1.0  # how often a client checks that Redis kept its data
 _T = TypeVar("_T")
 
@@ -221,8 +222,9 @@ class RedisStepClient:
                 # a call must be taken by a dispatcher within ack_timeout_s, or it reached none: hand it over again
                 first = call.accepted if not call.accepted.done() else call.reply
                 wait = self.ack_timeout_s if first is call.accepted else deadline - time.monotonic()
-                done, _ = await asyncio.wait({first, call.reply}, timeout=max(0.0, wait))
-                if call.reply in done:
+                # a reply answers at once: a quick prepare is answered without an `accepted` first
+                await asyncio.wait({first, call.reply}, timeout=max(0.0, wait), return_when=asyncio.FIRST_COMPLETED)
+                if call.reply.done():
                     return self._result(h, call.reply.result())
                 if call.accepted.done():
                     left = deadline - time.monotonic()
@@ -464,9 +466,7 @@ class _Server:
         call_id = fields.get(b"id", b"").decode()
         op = fields.get(b"op", b"").decode()
         payload = await self.serve_one(op, call_id, reply_key, fields, claimed=claimed)
-        if payload is not None:
-            await self.reply(reply_key, payload)
-        await _retrying("acknowledging a hand-over", self.outage_s, functools.partial(self._ack, entry_id))
+        await self.answer_and_ack(entry_id, reply_key, payload)
         self.answered += 1
 
     async def serve_one(
@@ -477,8 +477,13 @@ class _Server:
         try:
             handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
             if op == "prepare":  # safe to repeat: served again whenever handed over again or re-claimed
-                await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
-                return {"id": call_id, "kind": "ok", "result": (await self.dispatcher.prepare(handoff)).to_json()}
+                # a prepare answered within _ACCEPT_AFTER_S needs no `accepted` first (its reply says it all);
+                # a longer one (a fold wait) tells the loop it was taken well inside its ack timeout
+                preparing = asyncio.ensure_future(self.dispatcher.prepare(handoff))
+                done, _ = await asyncio.wait({preparing}, timeout=_ACCEPT_AFTER_S)
+                if not done:
+                    await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
+                return {"id": call_id, "kind": "ok", "result": (await preparing).to_json()}
             if op != "send":
                 raise FormatError("step-handoff", f"unknown hand-over operation {op!r}")
             prepared = PreparedStep.from_json(codec.loads(fields[b"prepared"]))
@@ -512,11 +517,24 @@ class _Server:
 
         return await _retrying("taking a send", self.outage_s, mark)
 
-    async def _ack(self, entry_id: str) -> None:
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xack(self.stream, self.group, entry_id)
-            pipe.xdel(self.stream, entry_id)
-            await pipe.execute()
+    async def answer_and_ack(self, entry_id: str, reply_key: str, payload: dict[str, Any] | None) -> None:
+        """Push the reply (if any) and acknowledge and delete the entry, in one transaction (one round trip)."""
+
+        async def push_and_ack() -> None:
+            async with self.r.pipeline(transaction=True) as pipe:
+                if payload is not None and reply_key:
+                    pipe.rpush(reply_key, _json(payload))
+                    pipe.expire(reply_key, _REPLY_TTL_S)
+                pipe.xack(self.stream, self.group, entry_id)
+                pipe.xdel(self.stream, entry_id)
+                await pipe.execute()
+
+        try:
+            await _retrying("answering and acknowledging a hand-over", self.outage_s, push_and_ack)
+        except ResponseError as exc:  # the group is gone (Redis lost its data): the reply was pushed all the same
+            _LOG.warning("acknowledging hand-over %s: %s", entry_id, exc)
+        except StoreUnavailable as exc:  # the loop hands it over again after its own timeout
+            _LOG.error("could not answer a hand-over: %s", exc)
 
     async def reply(self, reply_key: str, payload: dict[str, Any]) -> None:
         if not reply_key:
