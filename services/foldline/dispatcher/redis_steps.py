@@ -8,9 +8,9 @@ hold one connection, not a thousand.
 
 **The dispatchers' end** (:func:`serve_steps`): dispatcher processes read the stream as one consumer group;
 an entry goes to one of them, which answers ``accepted`` (a ``prepare`` only when it takes longer than
-``_ACCEPT_AFTER_S``), then the result, acknowledging and deleting the entry in the same transaction. Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in
-the same transaction as the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most
-one dispatcher.
+``_ACCEPT_AFTER_S``), then the result, acknowledging and deleting the entry in the same transaction.
+Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in the same transaction as
+the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most one dispatcher.
 
 **What survives what.** The stream and the replies are transport, not state: the log records what was
 sent and answered.
