@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
-from .harness import SESSIONS, ChaosRun, outage
+from .harness import SESSIONS, STEPS, ChaosRun, outage
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
 
 OpenRun = Callable[..., ChaosRun]
+LOST_DATA_STEPS = max(2, STEPS // 4)  # shorter runs: a Redis that lost its data is recovered from within a step or two
 
 
 @pytest.fixture
@@ -66,6 +68,29 @@ def test_only_dispatcher_killed_and_restarted(open_run: OpenRun) -> None:
         run.restart("dispatcher-0")
 
     audit = run.audit(run.fleet_with(fault))
+    assert len(audit.sessions) == SESSIONS
+
+
+def test_redis_flushall(open_run: OpenRun) -> None:
+    """Every fold, hand-over, reply and taken mark is lost at once: the projectors re-read their partitions,
+    the dispatchers recreate their group, the loops hand over again what was lost."""
+    run = open_run("flushall")
+
+    def fault(run: ChaosRun) -> None:
+        r = redis.Redis.from_url(run.redis_url)
+        try:
+            assert r.flushall()
+        finally:
+            r.close()
+
+    audit = run.audit(run.fleet_with(fault, steps=LOST_DATA_STEPS))
+    assert len(audit.sessions) == SESSIONS
+    assert any("re-reading offsets" in run.children[f"projector-{i}"].output() for i in range(2))
+
+
+def test_redis_restarted_without_its_data(open_run: OpenRun) -> None:
+    run = open_run("redis-restart")
+    audit = run.audit(run.fleet_with(lambda _run: outage("redis", 2), steps=LOST_DATA_STEPS))
     assert len(audit.sessions) == SESSIONS
 
 

@@ -313,6 +313,20 @@ class FoldStoreContract(abc.ABC):
         assert not errors
         assert store.get(sid) == fold_state(Session(sid, log), epoch=1)
 
+    def test_partition_marks_are_set_and_compared(self, store: FoldStore, sid: str) -> None:
+        topic = f"topic-{sid}"
+        assert store.partition_marks(topic, [0, 1, 2]) == {}
+        assert store.set_partition_mark(topic, 1, "rereading:a")
+        assert store.partition_marks(topic, [0, 1, 2]) == {1: "rereading:a"}
+        assert not store.set_partition_mark(topic, 1, "done", expect="rereading:b")
+        assert not store.set_partition_mark(topic, 0, "done", expect="rereading:a")
+        assert store.partition_marks(topic, [0, 1]) == {1: "rereading:a"}
+        assert store.set_partition_mark(topic, 1, "done", expect="rereading:a")
+        assert store.set_partition_mark(topic, 2, "done")
+        assert store.partition_marks(topic, [0, 1, 2]) == {1: "done", 2: "done"}
+        assert store.partition_marks(f"other-{sid}", [1, 2]) == {}
+        assert store.partition_marks(topic, []) == {}
+
 
 def _trim(log: list[Envelope]) -> ToolResult:
     """A single-entry replace of the log's first tool result (content only)."""

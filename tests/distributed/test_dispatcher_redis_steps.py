@@ -15,8 +15,9 @@ from redis.typing import EncodableT, FieldT
 
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.config import DispatchConfig, RedisConfig
+from foldline.core import codec
 from foldline.core.events import LlmRetry, RequestDispatch, TurnEnd
-from foldline.dispatcher import Dispatcher, RedisStepClient, StepHandoff, serve_steps
+from foldline.dispatcher import Dispatcher, PreparedStep, RedisStepClient, StepHandoff, serve_steps
 from foldline.errors import DispatchLost, DispatchTimeout, FoldTimeout
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
@@ -272,3 +273,61 @@ def test_a_provider_429_behind_the_dispatcher_is_a_logged_retry_of_the_same_byte
         assert (report.ok, report.checked) == (True, 2)
 
     with_rig(body, faults=FaultPlan({0: Fault.rate_limited(retry_after_s=0.01)}))
+
+
+async def _entries(r: redis.Redis, stream: str, n: int) -> list[dict[bytes, bytes]]:
+    """The fields of the stream's entries once it holds ``n`` of them."""
+    for _ in range(400):
+        found: Any = r.xrange(stream)
+        if len(found) >= n:
+            return [fields for _, fields in found]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{stream} never held {n} hand-over(s): {r.xrange(stream)!r}")
+
+
+async def _popped(r: redis.Redis, key: str) -> None:
+    for _ in range(400):
+        if not r.exists(key):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the client never read its replies from {key}")
+
+
+def test_replies_lost_with_redis_data_are_noticed_a_send_is_lost_and_a_prepare_handed_over_again() -> None:
+    """Redis loses its data (a flush) after a dispatcher's ``accepted`` reached the loop, and with it the answer
+    the dispatcher pushed meanwhile: the client notices its own key is gone; the send ends as ``DispatchLost``
+    (a logged retry sends it anew) instead of waiting out its answer timeout, the prepare is handed over
+    again and answered."""
+
+    async def body(rig: Rig) -> None:
+        r = redis.Redis.from_url(redis_url())
+        client = rig.client
+        handoff = StepHandoff("g-1", 5, 1, 0, 1)
+        prepared = PreparedStep("g-1", 5, "anthropic-messages", 1, "0" * 64, 10)
+        try:
+            send = asyncio.create_task(client.send(handoff, prepared))
+            (fields,) = await _entries(r, rig.stream, 1)
+            r.rpush(client.reply_key, codec.canonical_json({"id": fields[b"id"].decode(), "kind": "accepted"}))
+            await _popped(r, client.reply_key)
+            assert r.exists(client.alive_key)
+            r.delete(client.alive_key)  # the flush: the dispatcher's answer, pushed after the acceptance, is gone
+            with pytest.raises(DispatchLost, match="Redis lost its data"):
+                await asyncio.wait_for(send, 60)
+            r.delete(rig.stream)
+
+            prepare = asyncio.create_task(client.prepare(handoff))
+            (first,) = await _entries(r, rig.stream, 1)
+            call_id = first[b"id"].decode()
+            r.rpush(client.reply_key, codec.canonical_json({"id": call_id, "kind": "accepted"}))
+            await _popped(r, client.reply_key)
+            r.delete(client.alive_key)
+            _, again = await _entries(r, rig.stream, 2)  # handed over again, the same call
+            assert again[b"id"].decode() == call_id
+            assert again[b"op"] == b"prepare"
+            ok = {"id": call_id, "kind": "ok", "result": prepared.to_json()}
+            r.rpush(client.reply_key, codec.canonical_json(ok))
+            assert await asyncio.wait_for(prepare, 60) == prepared
+        finally:
+            r.close()
+
+    with_rig(body, serve=False, ack_timeout_s=1.0, client_timeout_s=120.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 
 from ..core.fold import FoldDelta, FoldState
 from ..ports.fold_store import ApplyResult, FoldStore
@@ -14,6 +15,7 @@ __all__ = ["MemoryFoldStore"]
 class MemoryFoldStore(FoldStore):
     def __init__(self) -> None:
         self._folds: dict[str, FoldState] = {}
+        self._marks: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
 
     def apply(self, session_id: str, delta: FoldDelta) -> ApplyResult:
@@ -71,3 +73,14 @@ class MemoryFoldStore(FoldStore):
     def delete(self, session_id: str) -> None:
         with self._lock:
             self._folds.pop(session_id, None)
+
+    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
+        with self._lock:
+            return {p: self._marks[(topic, p)] for p in partitions if (topic, p) in self._marks}
+
+    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
+        with self._lock:
+            if expect is not None and self._marks.get((topic, partition)) != expect:
+                return False
+            self._marks[(topic, partition)] = mark
+            return True

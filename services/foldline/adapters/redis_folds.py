@@ -8,6 +8,10 @@ the ``{...}`` hash tag keeps a session's keys in one cluster slot):
   none), ``n`` the length of the list below, ``r`` how many times the fold was replaced whole (rebuilds).
 * ``<prefix>{<session>}:msgs`` — a list: entry 0 is the folded header's canonical bytes (empty when
   ``hs`` is -1), then each derived message's canonical bytes, in order.
+* ``<prefix>partitions:<topic>`` — a hash: the projectors' mark of each partition of the topic
+  (:meth:`RedisFoldStore.partition_marks`): ``done`` once the folds of everything the group consumed
+  there are in this Redis. A Redis that lost its data lost these too, and projectors re-read the
+  partitions whose mark is gone (docs/PROJECTOR.md).
 * ``<prefix>{<session>}:journal`` — only with ``journal=True``: one entry per change, ``a:<from>:<to>``
   for a delta that applied events ``from..to`` and ``p:<seq>`` for a whole-fold replace. Tests read it
   to prove that no event was applied twice or skipped; production leaves it off.
@@ -196,6 +200,7 @@ class RedisFoldStore(FoldStore):
         self._put: Script = self._redis.register_script(_PUT)
         self._raise_epoch: Script = self._redis.register_script(_RAISE_EPOCH)
         self._tail: Script = self._redis.register_script(_TAIL)
+        self._set_mark_if: Script = self._redis.register_script(_SET_MARK_IF)
 
     # ---------------------------------------------------------------- keys
 
@@ -309,6 +314,23 @@ class RedisFoldStore(FoldStore):
         keys = self.keys_of(session_id)
         self._call(lambda: self._redis.delete(*keys), f"deleting the fold of {session_id!r}")
 
+    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
+        if not partitions:
+            return {}
+        key = f"{self.prefix}partitions:{topic}"
+        raw = self._call(lambda: self._redis.hmget(key, [str(p) for p in partitions]), "reading partition marks")
+        return {p: v.decode() for p, v in zip(partitions, raw, strict=True) if v is not None}
+
+    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
+        key = f"{self.prefix}partitions:{topic}"
+        if expect is None:
+            self._call(lambda: self._redis.hset(key, str(partition), mark), "setting a partition mark")
+            return True
+        done = self._call(
+            lambda: self._set_mark_if(keys=[key], args=[partition, mark, expect]), "setting a partition mark"
+        )
+        return bool(done)
+
     def close(self) -> None:
         self._redis.close()
 
@@ -364,6 +386,13 @@ class RedisFoldStore(FoldStore):
         except RedisError as exc:
             raise _unavailable(self.url, what, exc) from exc
 
+
+# KEYS: the marks hash. ARGV: partition, mark, expected mark. Sets the mark only while it is the expected one.
+_SET_MARK_IF = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
 
 _STATUSES: dict[str, ApplyStatus] = {s: s for s in ("applied", "duplicate", "gap", "fenced")}
 

@@ -7,10 +7,10 @@
 hold one connection, not a thousand.
 
 **The dispatchers' end** (:func:`serve_steps`): dispatcher processes read the stream as one consumer group;
-an entry goes to one of them, which answers ``accepted`` at once, then the result, and then acknowledges
-and deletes the entry. Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in
-the same transaction as the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most
-one dispatcher.
+an entry goes to one of them, which answers ``accepted`` (a ``prepare`` only when it takes longer than
+``_ACCEPT_AFTER_S``), then the result, acknowledging and deleting the entry in the same transaction.
+Taking a ``send`` marks its call id taken (``<stream>:taken:<id>``, ``SET NX``) in the same transaction as
+the ``accepted`` reply: a send handed over twice, or re-claimed, is sent by at most one dispatcher.
 
 **What survives what.** The stream and the replies are transport, not state: the log records what was
 sent and answered.
@@ -67,6 +67,8 @@ _REPLY_TTL_S = 600
 _TAKEN_TTL_S = 86_400  # a send's taken mark outlives any re-claim of its hand-over
 _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
+_ACCEPT_AFTER_S = 1.0  # a prepare still running after this long is answered `accepted` first
+_ALIVE_EVERY_S = 1.0  # how often a client checks that Redis kept its data
 _T = TypeVar("_T")
 
 
@@ -129,6 +131,9 @@ class _Call:
     fields: dict[FieldT, EncodableT]
     reply: asyncio.Future[dict[str, Any]]
     accepted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    # set when Redis lost its data (a flush, a restart without persistence) after the call was accepted: its
+    # reply may have been lost with the reply list
+    gone: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class RedisStepClient:
@@ -159,9 +164,11 @@ class RedisStepClient:
         self.answer_timeout_s = answer_timeout_s
         self.outage_s = outage_s
         self.reply_key = f"{stream}:replies:{uuid.uuid4().hex}"
+        self.alive_key = f"{self.reply_key}:alive"  # gone from Redis: Redis lost its data, replies with it
         self._redis: aioredis.Redis | None = None
         self._calls: dict[str, _Call] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._alive = False  # the alive key was set (and is renewed) by the reply reader
 
     # -- the port
 
@@ -215,14 +222,27 @@ class RedisStepClient:
                 # a call must be taken by a dispatcher within ack_timeout_s, or it reached none: hand it over again
                 first = call.accepted if not call.accepted.done() else call.reply
                 wait = self.ack_timeout_s if first is call.accepted else deadline - time.monotonic()
-                done, _ = await asyncio.wait({first, call.reply}, timeout=max(0.0, wait))
-                if call.reply in done:
+                # a reply answers at once: a quick prepare is answered without an `accepted` first
+                await asyncio.wait({first, call.reply}, timeout=max(0.0, wait), return_when=asyncio.FIRST_COMPLETED)
+                if call.reply.done():
                     return self._result(h, call.reply.result())
                 if call.accepted.done():
                     left = deadline - time.monotonic()
-                    done, _ = await asyncio.wait({call.reply}, timeout=max(0.0, left))
-                    if done:
+                    either: set[asyncio.Future[Any]] = {call.reply, call.gone}
+                    await asyncio.wait(either, timeout=max(0.0, left), return_when=asyncio.FIRST_COMPLETED)
+                    if call.reply.done():
                         return self._result(h, call.reply.result())
+                    if call.gone.done():
+                        if op == "send":  # the answer may be lost with Redis's data: a logged retry resends it
+                            raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _GONE)
+                        _LOG.info(
+                            "Redis lost its data while the prepare of %s seq %d was served; handing it over again",
+                            h.session_id,
+                            h.boundary,
+                        )
+                        call.accepted = asyncio.get_running_loop().create_future()
+                        call.gone = asyncio.get_running_loop().create_future()
+                        continue
                     if op == "send":  # taken, then no answer: it may have been sent — a logged retry resends it
                         raise DispatchLost(h.session_id, h.boundary, "DispatchLost", _UNANSWERED.format(timeout_s))
                     raise await self._timeout(h, op, timeout_s, taken=True)
@@ -271,12 +291,37 @@ class RedisStepClient:
             )
         return DispatchTimeout(h.session_id, h.boundary, "DispatchTimeout", cause)
 
+    async def _check_alive(self) -> None:
+        """Renew this client's alive key; when it is gone, Redis lost its data since the last check (a flush,
+        a restart without persistence), and with it, perhaps, replies to accepted calls: those calls are told
+        (:attr:`_Call.gone`) and the key is set again."""
+        assert self._redis is not None
+        if self._alive and await self._redis.set(self.alive_key, b"1", ex=_REPLY_TTL_S, xx=True):
+            return
+        if self._alive:
+            waiting = [c for c in self._calls.values() if c.accepted.done() and not c.reply.done()]
+            _LOG.warning(
+                "Redis lost its data (this client's key %s is gone); %d accepted call(s) may have lost their reply",
+                self.alive_key,
+                len(waiting),
+            )
+            for call in waiting:
+                if not call.gone.done():
+                    call.gone.set_result(None)
+        await self._redis.set(self.alive_key, b"1", ex=_REPLY_TTL_S)
+        self._alive = True
+
     async def _read_replies(self) -> None:
-        """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages)."""
+        """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages);
+        about every second, check that Redis kept its data (:meth:`_check_alive`)."""
         pause = 0.05
+        check_at = 0.0
         while True:
             try:
                 assert self._redis is not None
+                if time.monotonic() >= check_at:
+                    await self._check_alive()
+                    check_at = time.monotonic() + _ALIVE_EVERY_S
                 got: Any = await self._redis.blmpop(1, 1, self.reply_key, direction="LEFT", count=_REPLY_BATCH)
                 pause = 0.05
             except asyncio.CancelledError:
@@ -421,9 +466,7 @@ class _Server:
         call_id = fields.get(b"id", b"").decode()
         op = fields.get(b"op", b"").decode()
         payload = await self.serve_one(op, call_id, reply_key, fields, claimed=claimed)
-        if payload is not None:
-            await self.reply(reply_key, payload)
-        await _retrying("acknowledging a hand-over", self.outage_s, functools.partial(self._ack, entry_id))
+        await self.answer_and_ack(entry_id, reply_key, payload)
         self.answered += 1
 
     async def serve_one(
@@ -434,8 +477,13 @@ class _Server:
         try:
             handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
             if op == "prepare":  # safe to repeat: served again whenever handed over again or re-claimed
-                await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
-                return {"id": call_id, "kind": "ok", "result": (await self.dispatcher.prepare(handoff)).to_json()}
+                # a prepare answered within _ACCEPT_AFTER_S needs no `accepted` first (its reply says it all);
+                # a longer one (a fold wait) tells the loop it was taken well inside its ack timeout
+                preparing = asyncio.ensure_future(self.dispatcher.prepare(handoff))
+                done, _ = await asyncio.wait({preparing}, timeout=_ACCEPT_AFTER_S)
+                if not done:
+                    await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
+                return {"id": call_id, "kind": "ok", "result": (await preparing).to_json()}
             if op != "send":
                 raise FormatError("step-handoff", f"unknown hand-over operation {op!r}")
             prepared = PreparedStep.from_json(codec.loads(fields[b"prepared"]))
@@ -469,11 +517,24 @@ class _Server:
 
         return await _retrying("taking a send", self.outage_s, mark)
 
-    async def _ack(self, entry_id: str) -> None:
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xack(self.stream, self.group, entry_id)
-            pipe.xdel(self.stream, entry_id)
-            await pipe.execute()
+    async def answer_and_ack(self, entry_id: str, reply_key: str, payload: dict[str, Any] | None) -> None:
+        """Push the reply (if any) and acknowledge and delete the entry, in one transaction (one round trip)."""
+
+        async def push_and_ack() -> None:
+            async with self.r.pipeline(transaction=True) as pipe:
+                if payload is not None and reply_key:
+                    pipe.rpush(reply_key, _json(payload))
+                    pipe.expire(reply_key, _REPLY_TTL_S)
+                pipe.xack(self.stream, self.group, entry_id)
+                pipe.xdel(self.stream, entry_id)
+                await pipe.execute()
+
+        try:
+            await _retrying("answering and acknowledging a hand-over", self.outage_s, push_and_ack)
+        except ResponseError as exc:  # the group is gone (Redis lost its data): the reply was pushed all the same
+            _LOG.warning("acknowledging hand-over %s: %s", entry_id, exc)
+        except StoreUnavailable as exc:  # the loop hands it over again after its own timeout
+            _LOG.error("could not answer a hand-over: %s", exc)
 
     async def reply(self, reply_key: str, payload: dict[str, Any]) -> None:
         if not reply_key:
@@ -495,6 +556,10 @@ _LOST = "the dispatcher that took this send stopped before answering; it may or 
 _UNACCEPTED = (
     "no dispatcher accepted this send within {:g}s (none is running, or Redis lost the acceptance); "
     "it may or may not have reached the provider"
+)
+_GONE = (
+    "Redis lost its data (flushed, or restarted without persistence) while a dispatcher held this send; "
+    "its answer may be lost with it, and the send may or may not have reached the provider"
 )
 _UNANSWERED = (
     "the dispatcher that took this send answered nothing within {:g}s; it may or may not have reached the provider"

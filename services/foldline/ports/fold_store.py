@@ -27,6 +27,12 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
   messages of the fold at surface generation ``g``: while the fold is still at generation ``g`` and holds
   at least ``k`` messages (a fold only appends between surface replaces, so those ``k`` are unchanged) it
   returns only the messages after them (``offset = k``); otherwise all of them (``offset = 0``).
+* ``partition_marks(topic, partitions)`` and ``set_partition_mark(topic, partition, mark, expect=)``: a
+  projector's note, per partition of the topic it folds, that the store holds the folds of everything the
+  consumer group consumed there (``done``), or that a re-read of the partition is under way. The marks
+  live with the folds, so a store that lost its data (Redis flushed, or restarted without persistence)
+  lost them too — which is how projectors notice and re-read their partitions. ``set_partition_mark``
+  with ``expect`` sets the mark only while it still is ``expect`` (answering whether it did).
 * ``wait_for(session, seq, timeout_s)`` returns the fold once ``A >= seq``, or raises
   :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang;
   ``wait_for_tail`` is the same for ``tail``.
@@ -133,6 +139,14 @@ class FoldStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, session_id: str) -> None:
         """Forget one session's fold (it will be rebuilt from the log)."""
+
+    @abc.abstractmethod
+    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
+        """The projectors' mark of each of ``partitions`` of ``topic`` (unmarked partitions left out)."""
+
+    @abc.abstractmethod
+    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
+        """Set a partition's mark; with ``expect``, only while the mark is ``expect``. True if it was set."""
 
     def wait_for(self, session_id: str, seq: int, timeout_s: float) -> FoldState:
         """Block until the fold has applied ``seq``; :class:`FoldTimeout` after ``timeout_s``."""

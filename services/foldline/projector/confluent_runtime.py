@@ -73,6 +73,9 @@ class ProjectorWorker(ProjectorRuntime):
         s = self.settings
         while not self.stopped:
             items = consumer.poll(s.max_batch, s.poll_timeout_s)
+            # before the batch is applied and committed: a partition assigned in this poll is judged by what
+            # the group committed before it
+            self._check_marks()
             if items:
                 report = self._apply_until_done(items)
                 if report is None:  # stopped while the store was down: acknowledge nothing

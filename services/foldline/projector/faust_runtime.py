@@ -221,12 +221,15 @@ class FaustProjector(ProjectorRuntime):
         app.on_partitions_assigned.connect(self._on_assigned)
         app.on_partitions_revoked.connect(self._on_revoked)
         app.timer(1.0, name="foldline-projector-lag")(self._update_lag)
+        app.timer(1.0, name="foldline-projector-marks")(self._check_marks_async)
 
     async def _on_assigned(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
         assigned: Iterable[Any] = args[0] if args else ()
         parts = {tp.partition for tp in assigned if tp.topic == self.settings.topic}
         ok = await asyncio.to_thread(self._store_answers)
         self._partitions_assigned(parts, store_ok=ok)
+        # before the agent applies anything of them: judged by what the group committed before
+        await asyncio.to_thread(self._check_marks)
 
     async def _on_revoked(self, _sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
         revoked: Iterable[Any] = args[0] if args else ()
@@ -289,6 +292,10 @@ class FaustProjector(ProjectorRuntime):
         # Park instead of raising: faust's supervisor would restart a crashed agent, which would then
         # ack events past the failed batch. The worker's stop cancels this wait.
         await asyncio.Event().wait()
+
+    async def _check_marks_async(self, app: Any = None) -> None:
+        """The base's partition-mark check (a lost fold store re-reads its partitions), off the event loop."""
+        await asyncio.to_thread(self._check_marks)
 
     async def _update_lag(self, app: Any = None) -> None:
         if self.metrics is None or self._worker is None:

@@ -16,7 +16,14 @@ the dead-letter writer) and owns:
   the checks;
 * **readiness** — assigned partitions (possibly none), the fold store applying, not stopping, no failure
   (``/readyz``), and the one-time ``on_ready`` announcement;
-* **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server.
+* **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server;
+* **a fold store that lost its data** — each assigned partition carries a mark in the fold store
+  (:meth:`FoldStore.partition_marks`), checked about every second (:meth:`ProjectorRuntime._check_marks`).
+  A store that lost its data (Redis flushed, or restarted without persistence) lost the marks with the
+  folds; a partition the group already consumed past its start is then re-read from its start up to its
+  end, apart from the group's own consumption, and folded again (the folds apply from seq 0; a session
+  whose first events Kafka no longer holds meets a gap and is rebuilt from the log and its archive). Only
+  then is the partition marked ``done``. A partition whose mark vanished again meanwhile is re-read again.
 
 Each runtime subclasses it and feeds it from its own consumer: :mod:`.confluent_runtime` (the default)
 and :mod:`.faust_runtime`.
@@ -29,6 +36,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,8 +48,11 @@ from ..adapters.kafka import (
     DeadLetterWriter,
     KafkaClients,
     KafkaEventLog,
+    RecordChecker,
+    archive_progress,
     dlq_topic,
     fetch_records,
+    read_partition_span,
     wait_for_topic,
 )
 from ..config import Config
@@ -60,6 +71,8 @@ __all__ = ["ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
 _LOG = logging.getLogger("foldline.projector")
 _FIRST_PAUSE_S = 0.05
 _MAX_PAUSE_S = 2.0
+_MARKS_EVERY_S = 1.0  # how often the partition marks are checked
+MARK_DONE = "done"  # a partition's mark: the store holds the folds of everything the group consumed there
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +187,9 @@ class ProjectorRuntime(ABC):
         self._last_offsets: dict[int, int] = {}
         self._last_times: dict[int, int] = {}
         self._server: HealthServer | None = None
+        self._marks_due = 0.0  # when the partition marks are checked next (monotonic)
+        self.reread_partitions = 0  # partitions re-read from their start because the store lost their folds
+        self._seen_done: set[int] = set()  # partitions this runtime saw marked done (a mark gone since: lost)
 
     @abstractmethod
     def run(self) -> BatchReport:
@@ -221,6 +237,7 @@ class ProjectorRuntime(ABC):
             self._assigned = set(parts)
             if store_ok is not None:
                 self._store_ok = store_ok
+            self._marks_due = 0.0  # check the new partitions' marks at the next round
         _LOG.info("assigned partitions %s", sorted(parts))
         self._maybe_announce()
 
@@ -244,10 +261,12 @@ class ProjectorRuntime(ABC):
 
     # ---------------------------------------------------------------- one batch
 
-    def _apply_until_done(self, batch: Sequence[ConsumedItem]) -> BatchReport | None:
-        """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first."""
+    def _apply_until_done(self, batch: Sequence[ConsumedItem], *, reread: bool = False) -> BatchReport | None:
+        """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first.
+        ``reread``: a batch of a partition re-read from its start (its stale events were dead-lettered when
+        the group consumed them first)."""
         pause = _FIRST_PAUSE_S
-        while (report := self._try_apply(batch, pause)) is None:
+        while (report := self._try_apply(batch, pause, reread=reread)) is None:
             if self._stop.wait(pause):
                 return None
             pause = min(pause * 2, _MAX_PAUSE_S)
@@ -261,12 +280,12 @@ class ProjectorRuntime(ABC):
             pause = min(pause * 2, _MAX_PAUSE_S)
         return report
 
-    def _try_apply(self, batch: Sequence[ConsumedItem], pause: float) -> BatchReport | None:
+    def _try_apply(self, batch: Sequence[ConsumedItem], pause: float, *, reread: bool = False) -> BatchReport | None:
         """One attempt: the batch applied and its stale events dead-lettered, or None (store down: retry
         after ``pause``)."""
         try:
             report = self.projector.project(batch)
-            if report.fenced:
+            if report.fenced and not reread:
                 self._dead_letter_fenced(report.fenced)
         except StoreUnavailable as exc:
             with self._lock:
@@ -302,6 +321,87 @@ class ProjectorRuntime(ABC):
                 self._last_times[item.partition] = item.event.time
         if self._on_batch is not None:
             self._on_batch(report)
+
+    # ---------------------------------------------------------------- a fold store that lost its data
+
+    def _check_marks(self) -> None:
+        """About every second (at once after an assignment, before anything newly assigned is applied):
+        re-read, from their start, the assigned partitions whose folds the store no longer vouches for — an
+        unmarked partition the group committed past its start, or one this runtime saw marked before (see
+        the module docstring); an unmarked partition nothing consumed yet is only marked. Runs on the
+        caller's thread; a store or broker that does not answer defers the check to the next round."""
+        now = time.monotonic()
+        if now < self._marks_due:
+            return
+        self._marks_due = now + _MARKS_EVERY_S
+        s = self.settings
+        parts = self.assigned_partitions()
+        if not parts:
+            return
+        try:
+            marks = self.store.partition_marks(s.topic, parts)
+            unmarked = [p for p in parts if marks.get(p) != MARK_DONE]
+            self._seen_done.update(p for p in parts if marks.get(p) == MARK_DONE)
+            if not unmarked:
+                return
+            progress = {p.partition: p for p in archive_progress(self._clients, s.group, s.topic, s.partitions)}
+        except StoreUnavailable as exc:
+            _LOG.warning("checking the partition marks failed (%s); checking again in %.0fs", exc, _MARKS_EVERY_S)
+            return
+        for part in unmarked:
+            if self.stopped:
+                return
+            p = progress.get(part)
+            consumed = p is not None and p.committed is not None and p.committed > p.low
+            try:
+                if not consumed and part not in self._seen_done:
+                    # nothing consumed here yet: the group reads the partition from its start anyway
+                    self.store.set_partition_mark(s.topic, part, MARK_DONE)
+                    self._seen_done.add(part)
+                    continue
+                assert p is not None
+                self._reread(part, p.low, p.high, marks.get(part))
+            except StoreUnavailable as exc:
+                _LOG.warning("re-reading partition %d failed (%s); trying again in %.0fs", part, exc, _MARKS_EVERY_S)
+                return
+
+    def _reread(self, part: int, low: int, high: int, mark: str | None) -> None:
+        """Fold ``topic[part]`` again from ``low`` to ``high``; mark it done unless its mark moved meanwhile."""
+        s = self.settings
+        token = f"rereading:{uuid.uuid4().hex}"
+        _LOG.warning(
+            "the fold store has no mark for partition %d (%s): its folds were lost (Redis flushed, or restarted "
+            "without persistence); re-reading offsets %d..%d to fold them again",
+            part,
+            "none" if mark is None else repr(mark),
+            low,
+            high,
+        )
+        self.store.set_partition_mark(s.topic, part, token)
+        # its own rule state, from each session's first event; records the checks refuse were dead-lettered
+        # when the group consumed them, so they are only skipped here
+        checker = RecordChecker(self.dead_letters, topic=s.topic, registry_url=s.registry_url, log=self.log)
+        started = time.monotonic()
+        report = BatchReport()
+        for records in read_partition_span(self._clients, s.topic, part, start=low, end=high, chunk=s.max_batch):
+            done = self._apply_until_done([checker.item(r) for r in records], reread=True)
+            if done is None:  # stopped
+                return
+            report.merge(done)
+        if self.store.set_partition_mark(s.topic, part, MARK_DONE, expect=token):
+            self._seen_done.add(part)
+            self.reread_partitions += 1
+            _LOG.warning(
+                "partition %d re-read in %.1fs: %d events, %d newly folded, %d sessions rebuilt",
+                part,
+                time.monotonic() - started,
+                report.events,
+                report.applied,
+                len(report.rebuilt),
+            )
+        else:  # the store lost the mark again while the partition was re-read: the next round re-reads it
+            _LOG.warning("the fold store lost the mark of partition %d again while it was re-read", part)
+            self._marks_due = 0.0
 
     # ---------------------------------------------------------------- lag, metrics, lifecycle
 

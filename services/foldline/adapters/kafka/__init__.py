@@ -41,7 +41,7 @@ from .dead_letters import (
 from .log import KafkaEventLog
 from .partitioning import partition_for
 from .preflight import check_kafka_access
-from .reader import Watermarks, fetch_records
+from .reader import Watermarks, fetch_records, read_partition_span
 from .records import (
     HEADER_BATCH,
     HEADER_EPOCH,
@@ -92,6 +92,7 @@ __all__ = [
     "consumed_record",
     "dlq_topic",
     "fetch_records",
+    "read_partition_span",
     "index_topic",
     "inspect_topics",
     "partition_for",

@@ -24,7 +24,7 @@ from .index import CHUNK_MARK, IndexEntry, PendingBatch, SessionState, decode_ch
 from .partitioning import partition_for
 from .records import HEADER_BATCH, HEADER_KIND, KIND_EVENT, Record, header
 
-__all__ = ["SessionReader", "Watermarks", "fetch_records", "read_partition"]
+__all__ = ["SessionReader", "Watermarks", "fetch_records", "read_partition", "read_partition_span"]
 
 _LOG = logging.getLogger("foldline.kafka")
 _GAP_TO_SEEK = 256  # consume through gaps smaller than this many offsets instead of re-assigning
@@ -160,6 +160,30 @@ def read_partition(
             consumer.unassign()
         except KafkaException as exc:  # harmless: the next read's assign() replaces the assignment
             _LOG.warning("releasing %s[%d] after a read failed: %s", topic, part, exc)
+
+
+def read_partition_span(
+    clients: KafkaClients, topic: str, part: int, *, start: int, end: int, chunk: int = 5000
+) -> Iterator[list[Message]]:
+    """Committed records of ``topic[part]`` from ``start`` until the read position reaches ``end``, as lists
+    of the records of at most ``chunk`` offsets each: a projector re-reading a whole partition. One reading
+    consumer, opened and closed for the call; each list must arrive within the clients' timeout (the read as
+    a whole has no deadline), else :class:`~foldline.errors.StoreUnavailable`."""
+    if chunk < 1:
+        raise ValueError("chunk must be at least 1")
+    consumer = clients.reading_consumer(committed_only=True)
+    try:
+        at = start
+        while at < end:
+            upto = min(at + chunk, end)
+            records = list(
+                read_partition(clients, consumer, topic, part, start=at, end=upto, deadline=clients.deadline())
+            )
+            if records:
+                yield records
+            at = upto
+    finally:
+        _close(consumer)
 
 
 def fetch_records(

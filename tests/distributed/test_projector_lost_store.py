@@ -1,0 +1,79 @@
+"""A fold store that lost its data (Redis flushed, or restarted without persistence) is refolded from the log.
+
+Both runtimes, as ``foldline projector`` processes: sessions are folded, every key of the run's fold prefix is
+deleted (its folds and the projectors' partition marks: what a ``FLUSHALL`` does to them), and — with no new
+event written — every fold comes back, byte for byte the fold of the session's log.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from foldline.config import Config, FoldsConfig, RedisConfig
+from foldline.config.factories import fold_store
+from foldline.projector.runtime import MARK_DONE
+from tests.distributed.projector_harness import (
+    Topic,
+    WorkerProcess,
+    all_applied,
+    drop_prefix,
+    env_or_fail,
+    fold_mismatches,
+    kafka_topic,
+    session_log,
+    wait_until,
+    worker_env,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+
+@pytest.fixture
+def topic() -> Iterator[Topic]:
+    with kafka_topic(env_or_fail("FOLDLINE_KAFKA_BOOTSTRAP"), 4, "projector-lost-store") as t:
+        yield t
+
+
+@pytest.mark.parametrize("runtime", ["confluent", "faust"])
+def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic, prefix: str, runtime: str) -> None:
+    redis_url = env_or_fail("FOLDLINE_REDIS_URL")
+    logs = {f"l{i}": session_log(i, 24) for i in range(8)}
+    heads = {sid: len(events) for sid, events in logs.items()}
+    log = topic.log()
+    for sid, events in logs.items():
+        log.append(sid, 0, events)
+    args = ["--runtime", runtime, "--group", f"g-{uuid.uuid4().hex[:8]}", "--topic", topic.name]
+    args += ["--partitions", str(topic.partitions), "--fold-prefix", prefix]
+    worker = WorkerProcess(args, worker_env({"FOLDLINE_REDIS_URL": redis_url})).start()
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
+    try:
+        wait_until(lambda: all_applied(store, heads), 60, "the first folds")
+        marks = list(range(topic.partitions))
+        # the group's offsets are committed after each apply; the marks follow within a check round
+        wait_until(
+            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
+            60,
+            "every partition marked",
+        )
+        assert fold_mismatches(log, store, heads, epoch=0) == []
+        assert "re-reading offsets" not in worker.stderr()  # a first start only marks its partitions
+
+        drop_prefix(redis_url, prefix)  # the folds and the marks are gone; nothing new is written
+        assert store.get("l0") is None
+
+        wait_until(lambda: all_applied(store, heads), 60, "the folds refolded from the log")
+        assert fold_mismatches(log, store, heads, epoch=0) == []
+        wait_until(
+            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
+            60,
+            "every partition marked again",
+        )
+        assert "re-reading offsets" in worker.stderr()
+    finally:
+        worker.kill()
+        store.close()
+        log.close()
+        drop_prefix(redis_url, prefix)
