@@ -197,7 +197,7 @@ class Agent:
             start, now = self.session.next_seq, clock()
             events = [Envelope(start + i, now, d) for i, d in enumerate(repair)]
             log.append(session_id, start, events, lease=self.lease)  # once per load, before any step: no wait
-            self.session.extend(events)
+            self.session.extend(events, values_checked=True)
         self._first_request = True
         self.invariant = (
             InvariantCompanion(
@@ -504,7 +504,7 @@ class Agent:
         """Append the step's opening plus ``last``; the live session already holds the opening."""
         await self._durably(opening[0].seq, [*opening, last])
         self._step_open = True
-        self.session.extend((last,))
+        self.session.extend((last,), values_checked=True)  # the log checked its values
 
     def _render_header(self) -> tuple[EpochHeader, Literal["initial", "resume", "change"] | None]:
         folded = self.session.header()
@@ -534,7 +534,7 @@ class Agent:
         now = self.clock()
         events = [Envelope(start + i, now, d, isinstance(d, LlmRetry | AssistantChunk)) for i, d in enumerate(datas)]
         await self._durably(start, events)
-        self.session.extend(events)
+        self.session.extend(events, values_checked=True)  # the log checked their values
 
     async def _durably(self, start: int, events: list[Envelope]) -> None:
         """Append ``events`` at ``start``, waiting out a log that does not answer for up to ``outage_s``.
