@@ -1,7 +1,9 @@
 """The embedded event log: one SQLite database (WAL) per data directory.
 
 Each append is one ``BEGIN IMMEDIATE`` transaction: the head and writer epoch are checked, the batch is
-validated against the session's rules, every event is inserted and the head moved — or nothing is.
+validated against the session's rules, every event is inserted and the head moved — or nothing is. (One
+conditional ``UPDATE`` checks the head and epoch and moves the head; the row is read only when it moves
+nothing, to say why.)
 SQLite's journal makes that hold under ``kill -9`` too. With ``durability="normal"`` (default) a commit
 survives a process crash; ``"full"`` also fsyncs every commit so it survives power loss. :meth:`create`
 writes a whole new session in one such transaction while its events stream in, so an import of any size
@@ -226,21 +228,31 @@ class SqliteEventLog(EventLog):
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
-                    head, epoch = (row[0], row[1]) if row else (0, 0)
-                    if lease is not None and lease.epoch != epoch:
-                        raise FencedError(session_id, lease.epoch, epoch)
-                    if expected_seq != head:
-                        raise ConflictError(session_id, expected_seq, head)
-                    self._rules.get(session_id, head).check_batch(events)
-                    new_head = head + len(events)
+                    # The head moves only from the expected one, and (with a lease) only under its epoch: one
+                    # statement checks both and moves it. When it moves nothing, the row says why — or there
+                    # is no row yet (a session at 0 without a lease), and it is inserted with the events.
+                    new_head = expected_seq + len(events)
+                    if lease is not None:
+                        moved = db.execute(
+                            "UPDATE sessions SET head=? WHERE id=? AND head=? AND epoch=?",
+                            (new_head, session_id, expected_seq, lease.epoch),
+                        ).rowcount
+                    else:
+                        moved = db.execute(
+                            "UPDATE sessions SET head=? WHERE id=? AND head=?", (new_head, session_id, expected_seq)
+                        ).rowcount
+                    if not moved:
+                        row = db.execute("SELECT head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+                        head, epoch = (row[0], row[1]) if row else (0, 0)
+                        if lease is not None and lease.epoch != epoch:
+                            raise FencedError(session_id, lease.epoch, epoch)
+                        if expected_seq != head:
+                            raise ConflictError(session_id, expected_seq, head)
+                    self._rules.get(session_id, expected_seq).check_batch(events)
                     try:
                         db.executemany("INSERT INTO events(session_id, seq, body) VALUES (?, ?, ?)", bodies)
-                        db.execute(
-                            "INSERT INTO sessions(id, head, epoch) VALUES (?, ?, ?) "
-                            "ON CONFLICT(id) DO UPDATE SET head=excluded.head",
-                            (session_id, new_head, epoch),
-                        )
+                        if not moved:  # no row yet: a new session, written without a lease (epoch 0)
+                            db.execute("INSERT INTO sessions(id, head, epoch) VALUES (?, ?, 0)", (session_id, new_head))
                         db.execute("COMMIT")
                     except BaseException:
                         self._rules.forget(session_id)  # its rules already count the batch

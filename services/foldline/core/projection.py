@@ -210,11 +210,12 @@ class Session:
 
     # -------------------------------------------------------------- writing
 
-    def extend(self, events: Iterable[Envelope]) -> None:
+    def extend(self, events: Iterable[Envelope], *, values_checked: bool = False) -> None:
+        """Validate and fold ``events`` (``values_checked``: see :meth:`LogRules.check_batch`)."""
         batch = list(events)
         if not batch:
             return
-        changes = self._rules.check_batch(batch)
+        changes = self._rules.check_batch(batch, values_checked=values_checked)
         # Rules accepted the whole batch: project it. Projection itself cannot fail.
         for env, change in zip(batch, changes, strict=True):
             if isinstance(env.data, RequestHeader):

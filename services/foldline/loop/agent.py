@@ -42,19 +42,16 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
-from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
+from ..core.content import ContentBlock, TextBlock, ToolCallBlock
 from ..core.events import (
     AssistantChunk,
     AssistantMessage,
     Envelope,
     EventData,
     LlmRetry,
-    ReplaceOp,
-    RequestDispatch,
     RequestHeader,
     StepEnd,
     StepStart,
@@ -72,97 +69,29 @@ from ..core.request import GenerateOptions
 from ..core.validation import check_session_id
 from ..errors import (
     AttachmentError,
-    ConflictError,
     ContextOverflow,
-    DispatchFailed,
-    DispatchLost,
     FoldlineError,
-    ProviderTransportError,
-    StoreUnavailable,
 )
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
-from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
-from ..providers.base import Provider, ProviderResponse, Serializer, serializer_for
+from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
 from ..providers.header_defaults import header_config
 from ..providers.retry import FailedAttempt, RetryingSender
 from ..providers.sse import ServerSentEvent
 from ..providers.streaming import AnswerProgress
-from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY, InvariantCompanion
+from ..replay.invariant import InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, retry_record, session_request
+from .durable import append_durably
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
-from .pressure import PressurePolicy, relieve_pressure
-from .tools import Toolset
+from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
+from .pressure import relieve_pressure
+from .refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
+from .remote import dispatch_remote
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
-
-SystemSource = str | Callable[[], str] | None
-
-#: What a ``context-overflow`` turn end asks the operator to change.
-CONTEXT_OVERFLOW_FIX = (
-    "the request no longer fits the model's context window: compact earlier — give the loop a PressurePolicy "
-    "(AgentOptions.pressure) or lower its budget below the window, with room for the answer — or choose a "
-    "model with a larger window"
-)
-#: The text that stands in for a refused turn once it is removed (see the module docstring).
-REFUSAL_RESET_TEXT = "[An earlier turn was removed here because the model declined to answer it.]"
-#: Providers whose documentation asks for a refused turn to be removed or rephrased before continuing.
-RESET_AFTER_REFUSAL = frozenset({"anthropic"})
-
-
-@dataclass
-class AgentOptions:
-    """Explicit options of one loop instance.
-
-    ``config`` seeds the first request of this instance (fork overrides and resume reconfiguration
-    arrive here); later requests start from the folded header.
-    """
-
-    config: CallConfig
-    system: SystemSource = None
-    tools: Toolset = field(default_factory=Toolset)
-    max_steps_per_turn: int = 16
-    invariant: bool = True
-    invariant_full_check_every: int = DEFAULT_FULL_CHECK_EVERY  # also a fresh rebuild on every N-th step (0: never)
-    invariant_fresh_growth: float = DEFAULT_FRESH_GROWTH  # a fresh rebuild whenever the session grew this much
-    on_invariant_violation: Callable[[], None] | None = None  # e.g. a metrics counter; the error still raises
-    archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
-    pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
-    dispatcher: StepDispatcher | None = None  # hand each step's model call to a dispatcher (docs/DISPATCHER.md)
-    # retries, backoff and per-provider concurrency; share one across the sessions of a process (None: a
-    # sender of this instance's own, with the provider's transport settings)
-    sender: RetryingSender | None = None
-    reset_after_refusal: bool = True  # remove a refused turn before the next one where the provider asks for it
-    outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    turn: int
-    step: int
-    dispatch_seq: int
-    digest: str
-    usage: Usage
-    header_reason: str | None
-    #: where the step's seconds went (a dispatched step: ``append``, ``handover``, ``fold_wait``, ``build``,
-    #: ``check``, ``send``, ``answer``, ``total``; a local one: ``append``, ``send``, ``answer``, ``total``)
-    timings: Mapping[str, float] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    turn: int
-    reason: TurnEndReason
-    steps: tuple[StepRecord, ...]
-    text: str
-    detail: str | None = None  # what to change, for a turn that ended context-overflow
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Agent:
@@ -197,7 +126,7 @@ class Agent:
             start, now = self.session.next_seq, clock()
             events = [Envelope(start + i, now, d) for i, d in enumerate(repair)]
             log.append(session_id, start, events, lease=self.lease)  # once per load, before any step: no wait
-            self.session.extend(events)
+            self.session.extend(events, values_checked=True)
         self._first_request = True
         self.invariant = (
             InvariantCompanion(
@@ -213,7 +142,7 @@ class Agent:
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
         settings = getattr(provider, "settings", None)
         self.sender = options.sender if options.sender is not None else RetryingSender(settings)
-        self._refused = _refused_turn(loaded)  # seqs of a refused last turn still to be removed
+        self._refused = refused_turn(loaded)  # seqs of a refused last turn still to be removed
         self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
         self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
@@ -306,22 +235,10 @@ class Agent:
         return TurnResult(turn, reason, tuple(records), final_text, detail)
 
     def _refusal_reset(self, seq: int) -> UserMessage | None:
-        """The ``user/message`` (to be appended at ``seq``, right after the next ``step/start``) that hides the
-        refused last turn's surface entries, where the provider asks for it (see the module docstring)."""
-        refused = self._refused
-        if refused is None or not self.options.reset_after_refusal:
+        """The ``user/message`` that removes a refused last turn, where one is owed (loop/refusal.py)."""
+        if self._refused is None or not self.options.reset_after_refusal:
             return None
-        folded = self.session.header()
-        if folded is None or folded.config.provider not in RESET_AFTER_REFUSAL:
-            return None
-        first, last = refused
-        surface = self.session.rules.surface
-        hidden = [pos for pos, node in enumerate(surface) if first <= node.seq <= last]
-        if not hidden:
-            return None
-        start, end = hidden[0], hidden[-1]
-        seqs = tuple(node.seq for node in surface[start : end + 1])
-        return UserMessage(f"u{seq}", (TextBlock(REFUSAL_RESET_TEXT),), "refusal-reset", ReplaceOp(start, end), seqs)
+        return refusal_reset(self.session, self._refused, seq)
 
     # -------------------------------------------------------------- the step
 
@@ -353,7 +270,7 @@ class Agent:
             await self._append(*entered)
             self._step_open = True
             self._refused = None
-            return await self._dispatch_remote(self.options.dispatcher, turn, step, reason)
+            return await dispatch_remote(self, self.options.dispatcher, turn, step, reason)
         try:
             dispatch_seq, body, digest = await self._open_step(turn, step, entered)
         except BaseException:
@@ -504,7 +421,7 @@ class Agent:
         """Append the step's opening plus ``last``; the live session already holds the opening."""
         await self._durably(opening[0].seq, [*opening, last])
         self._step_open = True
-        self.session.extend((last,))
+        self.session.extend((last,), values_checked=True)  # the log checked its values
 
     def _render_header(self) -> tuple[EpochHeader, Literal["initial", "resume", "change"] | None]:
         folded = self.session.header()
@@ -534,7 +451,7 @@ class Agent:
         now = self.clock()
         events = [Envelope(start + i, now, d, isinstance(d, LlmRetry | AssistantChunk)) for i, d in enumerate(datas)]
         await self._durably(start, events)
-        self.session.extend(events)
+        self.session.extend(events, values_checked=True)  # the log checked their values
 
     async def _durably(self, start: int, events: list[Envelope]) -> None:
         """Append ``events`` at ``start``, waiting out a log that does not answer for up to ``outage_s``.
@@ -545,31 +462,10 @@ class Agent:
         """
         began = time.monotonic()
         try:
-            await self._durably_untimed(start, events)
+            await append_durably(self.log, self.session_id, self.lease, start, events, self.options.outage_s)
         finally:
             timings = self.last_timings
             timings[self._phase] = timings.get(self._phase, 0.0) + time.monotonic() - began
-
-    async def _durably_untimed(self, start: int, events: list[Envelope]) -> None:
-        deadline = time.monotonic() + self.options.outage_s
-        pause = 0.05
-        while True:
-            try:
-                await self.log.append_async(self.session_id, start, events, lease=self.lease)
-                return
-            except StoreUnavailable:
-                if time.monotonic() + pause > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
-            try:
-                landed = await self.log.read_async(self.session_id, start, start + len(events))
-            except StoreUnavailable:
-                continue
-            if landed == events:
-                return  # the append that "failed" had committed
-            if landed:
-                raise ConflictError(self.session_id, start, start + len(landed))
 
     async def _close_turn(self, turn: int, step: int, reason: TurnEndReason) -> None:
         """Leave the log consistent after a failure or cancellation: answer the tool calls still unanswered,
@@ -582,109 +478,3 @@ class Agent:
                 await self._append(*closing)
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
-
-    # -------------------------------------------------------------- a step served by a dispatcher
-
-    async def _dispatch_remote(
-        self, dispatcher: StepDispatcher, turn: int, step: int, reason: str | None
-    ) -> tuple[StepRecord, ProviderResponse]:
-        """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged).
-
-        The dispatcher builds and serializes the request from the fold and answers its digest; the companion
-        checks that digest against its own rebuild from the durable log; this instance appends
-        ``request/dispatch``; only then does the dispatcher send — one attempt per call, through this
-        instance's retrying sender, so each failed attempt is appended as ``llm/retry`` before the next. A
-        send whose dispatcher died holding it (:class:`~foldline.errors.DispatchLost`) may or may not have
-        reached the provider: it is logged as a failed attempt (``dispatch-lost``) and sent again, the same
-        bytes (docs/DISPATCHER.md). This instance is the only writer throughout.
-        """
-        boundary = self.session.next_seq
-        handoff = StepHandoff(self.session_id, boundary, turn, step, self.lease.epoch, self.options.archive_requests)
-        request = mark_loop_request(session_request(self.session))
-        self.last_request = request
-        timings = self.last_timings
-        began = time.monotonic()
-        try:
-            prepared = await dispatcher.prepare(handoff)
-        except AttachmentError as exc:  # the dispatcher could not use an object the request references
-            await self._append(quarantine_record(exc))
-            raise
-        if (prepared.session_id, prepared.boundary) != (self.session_id, boundary):
-            raise DispatchFailed(
-                self.session_id,
-                boundary,
-                "ReconstructionError",
-                f"the dispatcher prepared seq {prepared.boundary} of {prepared.session_id!r} for this step",
-            )
-        prepared_at = time.monotonic()
-        for key in ("fold_wait", "build"):
-            timings[key] = prepared.timings.get(key, 0.0)
-        timings["handover"] = prepared_at - began - timings["fold_wait"] - timings["build"]
-        serializer = serializer_for(prepared.serializer, prepared.serializer_version)
-        if self.invariant is not None:
-            await self.invariant.check(self.session_id, boundary, request)
-            self.invariant.check_body(self.session_id, boundary, prepared.digest, serializer)
-        timings["check"] = time.monotonic() - prepared_at
-        await self._append(
-            RequestDispatch(
-                turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes
-            )
-        )
-        remote = _DispatchedSend(dispatcher, handoff, prepared, self.provider.name, serializer, timings)
-        response = await self._send(turn, step, remote, b"", request.config.stream)
-        return await self._answer(turn, step, boundary, prepared.digest, reason, response)
-
-
-class _DispatchedSend(Provider):
-    """A dispatched step's send as a provider, for the loop's retrying sender: each attempt is one
-    :meth:`StepDispatcher.send` of the prepared body (which the dispatcher holds; ``body`` is unused)."""
-
-    def __init__(
-        self,
-        dispatcher: StepDispatcher,
-        handoff: StepHandoff,
-        prepared: PreparedStep,
-        name: str,
-        serializer: Serializer,
-        timings: dict[str, float],
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.handoff = handoff
-        self.prepared = prepared
-        self.name = name
-        self.serializer = serializer
-        self.timings = timings  # the step's breakdown: each attempt adds its provider call and its hand-over
-
-    async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
-    ) -> ProviderResponse:
-        began = time.monotonic()
-        try:
-            answer = await self.dispatcher.send(self.handoff, self.prepared)
-        except DispatchLost as exc:
-            # it may have reached the provider: the retry record says so, and the next attempt resends
-            raise ProviderTransportError(str(exc), error_type="dispatch-lost") from exc
-        finally:
-            self.timings["handover"] = self.timings.get("handover", 0.0) + time.monotonic() - began
-        sent = answer.timings.get("send", 0.0)
-        self.timings["send"] = self.timings.get("send", 0.0) + sent
-        self.timings["handover"] -= sent
-        return ProviderResponse(answer.content, answer.usage, answer.stop_reason, answer.request_id, answer.message_id)
-
-
-def _refused_turn(events: Sequence[Envelope]) -> tuple[int, int] | None:
-    """The seqs (turn/start .. turn/end) of the log's last turn when it ended in a refusal not removed since."""
-    end: int | None = None
-    for e in reversed(events):
-        data = e.data
-        if isinstance(data, UserMessage) and data.source == "refusal-reset":
-            return None
-        if isinstance(data, TurnEnd):
-            if end is not None:
-                return None
-            if data.reason != "refusal":
-                return None
-            end = e.seq
-        elif isinstance(data, TurnStart) and end is not None:
-            return (e.seq, end)
-    return None

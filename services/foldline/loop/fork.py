@@ -9,7 +9,7 @@ from ..core.events import Envelope, RequestHeader
 from ..core.fork import fork_seed
 from ..errors import ConflictError, SessionExists, SessionNotFound
 from ..ports.event_log import EventLog
-from .agent import wall_clock_ms
+from .options import wall_clock_ms
 
 __all__ = ["ForkResult", "fork_session"]
 

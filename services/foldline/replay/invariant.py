@@ -247,7 +247,9 @@ class InvariantCompanion:
                     "",
                 )
             if pending:
-                fold.session.extend(pending)
+                # Their values (a function of each event alone) are checked by the log before anything of the
+                # step is written or sent; every rule that depends on the session is checked here.
+                fold.session.extend(pending, values_checked=True)
                 fold.tentative = list(pending)
         except ValidationError as exc:
             self.forget(session_id)

@@ -1,0 +1,79 @@
+"""What a loop instance is configured with, and what its steps and turns answer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..core.content import Usage
+from ..core.events import TurnEndReason
+from ..core.header import CallConfig
+from ..ports.step_dispatch import StepDispatcher
+from ..providers.retry import RetryingSender
+from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
+from .pressure import PressurePolicy
+from .tools import Toolset
+
+__all__ = ["CONTEXT_OVERFLOW_FIX", "AgentOptions", "StepRecord", "SystemSource", "TurnResult", "wall_clock_ms"]
+
+SystemSource = str | Callable[[], str] | None
+
+#: What a ``context-overflow`` turn end asks the operator to change.
+CONTEXT_OVERFLOW_FIX = (
+    "the request no longer fits the model's context window: compact earlier — give the loop a PressurePolicy "
+    "(AgentOptions.pressure) or lower its budget below the window, with room for the answer — or choose a "
+    "model with a larger window"
+)
+
+
+@dataclass
+class AgentOptions:
+    """Explicit options of one loop instance.
+
+    ``config`` seeds the first request of this instance (fork overrides and resume reconfiguration
+    arrive here); later requests start from the folded header.
+    """
+
+    config: CallConfig
+    system: SystemSource = None
+    tools: Toolset = field(default_factory=Toolset)
+    max_steps_per_turn: int = 16
+    invariant: bool = True
+    invariant_full_check_every: int = DEFAULT_FULL_CHECK_EVERY  # also a fresh rebuild on every N-th step (0: never)
+    invariant_fresh_growth: float = DEFAULT_FRESH_GROWTH  # a fresh rebuild whenever the session grew this much
+    on_invariant_violation: Callable[[], None] | None = None  # e.g. a metrics counter; the error still raises
+    archive_requests: bool = False  # keep exact wire bodies in the attachment store, keyed by digest
+    pressure: PressurePolicy | None = None  # trim / compact between steps when over budget (loop/pressure.py)
+    dispatcher: StepDispatcher | None = None  # hand each step's model call to a dispatcher (docs/DISPATCHER.md)
+    # retries, backoff and per-provider concurrency; share one across the sessions of a process (None: a
+    # sender of this instance's own, with the provider's transport settings)
+    sender: RetryingSender | None = None
+    reset_after_refusal: bool = True  # remove a refused turn before the next one where the provider asks for it
+    outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    turn: int
+    step: int
+    dispatch_seq: int
+    digest: str
+    usage: Usage
+    header_reason: str | None
+    #: where the step's seconds went (a dispatched step: ``append``, ``handover``, ``fold_wait``, ``build``,
+    #: ``check``, ``send``, ``answer``, ``total``; a local one: ``append``, ``send``, ``answer``, ``total``)
+    timings: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    turn: int
+    reason: TurnEndReason
+    steps: tuple[StepRecord, ...]
+    text: str
+    detail: str | None = None  # what to change, for a turn that ended context-overflow
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,111 @@
+"""A step whose model call a dispatcher serves (``AgentOptions.dispatcher``, docs/DISPATCHER.md).
+
+The loop appends the step's opening first; the dispatcher builds and serializes the request from the
+projected fold and answers its digest; the companion checks the loop's request against its rebuild and
+the dispatcher's digest against its own serialization; the loop appends ``request/dispatch``; then each
+attempt is one dispatcher ``send``, retried and logged by the loop's sender. The loop appends every event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..core.events import RequestDispatch
+from ..errors import AttachmentError, DispatchFailed, DispatchLost, ProviderTransportError
+from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
+from ..providers.base import Provider, ProviderResponse, Serializer, serializer_for
+from ..providers.streaming import AnswerProgress
+from ..replay.registry import mark_loop_request
+from ..replay.step import quarantine_record, session_request
+from .options import StepRecord
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["DispatchedSend", "dispatch_remote"]
+
+
+async def dispatch_remote(
+    agent: Agent, dispatcher: StepDispatcher, turn: int, step: int, reason: str | None
+) -> tuple[StepRecord, ProviderResponse]:
+    """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged).
+
+    The dispatcher builds and serializes the request from the fold and answers its digest; the companion
+    checks that digest against its own rebuild from the durable log; this instance appends
+    ``request/dispatch``; only then does the dispatcher send — one attempt per call, through this
+    instance's retrying sender, so each failed attempt is appended as ``llm/retry`` before the next. A
+    send whose dispatcher died holding it (:class:`~foldline.errors.DispatchLost`) may or may not have
+    reached the provider: it is logged as a failed attempt (``dispatch-lost``) and sent again, the same
+    bytes (docs/DISPATCHER.md). This instance is the only writer throughout.
+    """
+    boundary = agent.session.next_seq
+    handoff = StepHandoff(agent.session_id, boundary, turn, step, agent.lease.epoch, agent.options.archive_requests)
+    request = mark_loop_request(session_request(agent.session))
+    agent.last_request = request
+    timings = agent.last_timings
+    began = time.monotonic()
+    try:
+        prepared = await dispatcher.prepare(handoff)
+    except AttachmentError as exc:  # the dispatcher could not use an object the request references
+        await agent._append(quarantine_record(exc))
+        raise
+    if (prepared.session_id, prepared.boundary) != (agent.session_id, boundary):
+        raise DispatchFailed(
+            agent.session_id,
+            boundary,
+            "ReconstructionError",
+            f"the dispatcher prepared seq {prepared.boundary} of {prepared.session_id!r} for this step",
+        )
+    prepared_at = time.monotonic()
+    for key in ("fold_wait", "build"):
+        timings[key] = prepared.timings.get(key, 0.0)
+    timings["handover"] = prepared_at - began - timings["fold_wait"] - timings["build"]
+    serializer = serializer_for(prepared.serializer, prepared.serializer_version)
+    if agent.invariant is not None:
+        await agent.invariant.check(agent.session_id, boundary, request)
+        agent.invariant.check_body(agent.session_id, boundary, prepared.digest, serializer)
+    timings["check"] = time.monotonic() - prepared_at
+    await agent._append(
+        RequestDispatch(turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes)
+    )
+    remote = DispatchedSend(dispatcher, handoff, prepared, agent.provider.name, serializer, timings)
+    response = await agent._send(turn, step, remote, b"", request.config.stream)
+    return await agent._answer(turn, step, boundary, prepared.digest, reason, response)
+
+
+class DispatchedSend(Provider):
+    """A dispatched step's send as a provider, for the loop's retrying sender: each attempt is one
+    :meth:`StepDispatcher.send` of the prepared body (which the dispatcher holds; ``body`` is unused)."""
+
+    def __init__(
+        self,
+        dispatcher: StepDispatcher,
+        handoff: StepHandoff,
+        prepared: PreparedStep,
+        name: str,
+        serializer: Serializer,
+        timings: dict[str, float],
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.handoff = handoff
+        self.prepared = prepared
+        self.name = name
+        self.serializer = serializer
+        self.timings = timings  # the step's breakdown: each attempt adds its provider call and its hand-over
+
+    async def send(
+        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+    ) -> ProviderResponse:
+        began = time.monotonic()
+        try:
+            answer = await self.dispatcher.send(self.handoff, self.prepared)
+        except DispatchLost as exc:
+            # it may have reached the provider: the retry record says so, and the next attempt resends
+            raise ProviderTransportError(str(exc), error_type="dispatch-lost") from exc
+        finally:
+            self.timings["handover"] = self.timings.get("handover", 0.0) + time.monotonic() - began
+        sent = answer.timings.get("send", 0.0)
+        self.timings["send"] = self.timings.get("send", 0.0) + sent
+        self.timings["handover"] -= sent
+        return ProviderResponse(answer.content, answer.usage, answer.stop_reason, answer.request_id, answer.message_id)
