@@ -59,14 +59,15 @@ wait_until() {
   done
 }
 
-# take_lock NAME [FD]: serialize install/start/stop of NAME across concurrent
-# invocations (several shells may run up.sh at once); held until exit.
+# take_lock NAME [FD] [SECONDS]: serialize install/start/stop of NAME across concurrent
+# invocations (several shells may run up.sh at once); held until exit; waits at most
+# SECONDS (300) for another holder.
 # FD 9 (service locks) and 8 (tools venv) are closed for every server we
 # launch (`8>&- 9>&-`), so a server never keeps holding a lock.
 take_lock() {
-  local name=$1 fd=${2:-9}
+  local name=$1 fd=${2:-9} wait_s=${3:-300}
   eval "exec $fd>\"\$RUN/\$name.lock\""
-  flock -w 300 "$fd" || die "could not get the $name lock in 300 s"
+  flock -w "$wait_s" "$fd" || die "could not get the $name lock in $wait_s s"
 }
 
 pidfile() { echo "$RUN/$1.pid"; }

@@ -14,7 +14,8 @@
 # @kubernetes-models/prometheus-operator compiles from the operator's CRDs,
 # installed into $STATE/crd-models (deploy/local/validate-crds.mjs runs them).
 # Installer only: prints helm, kubeconform, the schema directory and the
-# models directory, one per line; later runs are a no-op.
+# models directory, one per line; later runs are a no-op. Concurrent runs wait
+# for each other (a lock under $STATE/run).
 set -euo pipefail
 # shellcheck source=deploy/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -135,6 +136,7 @@ install() {
 }
 
 case "${1:-}" in
-  install) install ;;
+  # one install at a time: `make test` starts one in the background, and the tests' own call waits for it
+  install) take_lock helm-tools 7 900; install ;;
   *) echo "usage: $0 install" >&2; exit 2 ;;
 esac
