@@ -67,6 +67,7 @@ _REPLY_TTL_S = 600
 _TAKEN_TTL_S = 86_400  # a send's taken mark outlives any re-claim of its hand-over
 _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
+_WRITE_BATCH = 1024  # writes per transaction of a dispatcher
 _T = TypeVar("_T")
 
 
@@ -334,6 +335,7 @@ class _Server:
         self.claim_idle_s = claim_idle_s
         self.outage_s = outage_s
         self.r = _connect(redis, blocking_s=block_ms / 1000)
+        self.writes = _Writes(self.r, stream=stream, group=group, consumer=consumer, outage_s=outage_s)
         self.in_flight: dict[str, asyncio.Task[None]] = {}  # entry id -> its task
         self.answered = 0
 
@@ -383,6 +385,7 @@ class _Server:
                     self.start(_text(entry_id), fields, claimed=False)
         if self.in_flight:
             await asyncio.gather(*self.in_flight.values(), return_exceptions=True)
+        await self.writes.drain()
         return self.answered
 
     def start(self, entry_id: str, fields: dict[bytes, bytes], *, claimed: bool) -> None:
@@ -421,9 +424,11 @@ class _Server:
         call_id = fields.get(b"id", b"").decode()
         op = fields.get(b"op", b"").decode()
         payload = await self.serve_one(op, call_id, reply_key, fields, claimed=claimed)
+        # the reply and the acknowledgement go out in the same batch, the reply first
+        # (a reply Redis would not take is logged by reply(); the acknowledgement, queued after it, settles last)
         if payload is not None:
-            await self.reply(reply_key, payload)
-        await _retrying("acknowledging a hand-over", self.outage_s, functools.partial(self._ack, entry_id))
+            self.reply(reply_key, payload)
+        await self.writes.ack(entry_id)
         self.answered += 1
 
     async def serve_one(
@@ -434,12 +439,13 @@ class _Server:
         try:
             handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
             if op == "prepare":  # safe to repeat: served again whenever handed over again or re-claimed
-                await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
+                # queued, not awaited: it goes out while the fold is waited for, ahead of the result
+                self.reply(reply_key, {"id": call_id, "kind": "accepted"})
                 return {"id": call_id, "kind": "ok", "result": (await self.dispatcher.prepare(handoff)).to_json()}
             if op != "send":
                 raise FormatError("step-handoff", f"unknown hand-over operation {op!r}")
             prepared = PreparedStep.from_json(codec.loads(fields[b"prepared"]))
-            if not await self.take(call_id, reply_key):
+            if not await self.writes.take(call_id, reply_key, _json({"id": call_id, "kind": "accepted"})):
                 if claimed:  # the dispatcher that took it died: it may or may not have sent it
                     return {"id": call_id, "kind": "lost", "message": _LOST}
                 return None  # a repeated hand-over of a send another dispatcher took: that one answers
@@ -454,41 +460,139 @@ class _Server:
             error = {"kind": type(exc).__name__, "message": "unexpected dispatcher failure"}
         return {"id": call_id, "kind": "error", "error": error}
 
-    async def take(self, call_id: str, reply_key: str) -> bool:
-        """Take a send: mark its call id taken and tell the loop (``accepted``) in one transaction. False if
-        a dispatcher took it already — the mark is what keeps a send handed over twice (the loop heard no
-        ``accepted`` in time) or re-claimed from a dispatcher that died from being sent twice."""
-
-        async def mark() -> bool:
-            async with self.r.pipeline(transaction=True) as pipe:
-                pipe.set(f"{self.stream}:taken:{call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
-                pipe.rpush(reply_key, _json({"id": call_id, "kind": "accepted"}))
-                pipe.expire(reply_key, _REPLY_TTL_S)
-                took, *_ = await pipe.execute()
-            return bool(took)
-
-        return await _retrying("taking a send", self.outage_s, mark)
-
-    async def _ack(self, entry_id: str) -> None:
-        async with self.r.pipeline(transaction=True) as pipe:
-            pipe.xack(self.stream, self.group, entry_id)
-            pipe.xdel(self.stream, entry_id)
-            await pipe.execute()
-
-    async def reply(self, reply_key: str, payload: dict[str, Any]) -> None:
+    def reply(self, reply_key: str, payload: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """Queue a reply; the future settles once it is in Redis. A reply Redis would not take is logged (the
+        loop hands the call over again after its own timeout), never raised."""
         if not reply_key:
-            return
+            return None
+        future = self.writes.push(reply_key, _json(payload))
+        future.add_done_callback(_log_unanswered)
+        return future
 
-        async def push() -> None:
-            async with self.r.pipeline(transaction=True) as pipe:
-                pipe.rpush(reply_key, _json(payload))
-                pipe.expire(reply_key, _REPLY_TTL_S)
-                await pipe.execute()
 
-        try:
-            await _retrying("answering a hand-over", self.outage_s, push)
-        except StoreUnavailable as exc:  # the loop re-sends after its own timeout
-            _LOG.error("could not answer a hand-over: %s", exc)
+def _log_unanswered(future: asyncio.Future[bool]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        _LOG.error("could not answer a hand-over: %s", exc)
+
+
+@dataclass(slots=True)
+class _Write:
+    op: str  # "push" (a reply), "take" (a send's taken mark and its accepted reply) or "ack"
+    key: str  # the reply list (push, take) or the entry id (ack)
+    value: bytes  # the reply (push, take)
+    call_id: str  # the call a take marks
+    done: asyncio.Future[bool]  # a take: whether this dispatcher set the mark; otherwise True
+
+
+class _Writes:
+    """A dispatcher's writes to Redis — replies, taking sends, acknowledging entries — batched: the writes
+    queued while one batch is in flight go out together in the next, as one ``MULTI``/``EXEC`` (a reply list's
+    replies in one ``RPUSH`` and one ``EXPIRE``, every acknowledgement in one ``XACK`` and one ``XDEL``). A
+    thousand calls in flight then cost a few round trips per event-loop turn, not three transactions each.
+
+    Writes keep their queue order (a call's replies reach its list in the order queued, and its entry is
+    acknowledged in the batch of its last reply or a later one). A batch Redis does not take is retried for
+    ``outage_s``; then each of its writes fails with the :class:`StoreUnavailable`. A command Redis refuses
+    fails only the writes it carried."""
+
+    def __init__(self, r: aioredis.Redis, *, stream: str, group: str, consumer: str, outage_s: float) -> None:
+        self.r = r
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.outage_s = outage_s
+        self.batches = 0
+        self._queue: list[_Write] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    def push(self, reply_key: str, reply: bytes) -> asyncio.Future[bool]:
+        return self._queued("push", reply_key, reply, "")
+
+    def take(self, call_id: str, reply_key: str, accepted: bytes) -> asyncio.Future[bool]:
+        """Mark the send taken (``SET NX``) and push its ``accepted`` reply in one transaction; the future is
+        whether this dispatcher set the mark — the one that may send it."""
+        return self._queued("take", reply_key, accepted, call_id)
+
+    def ack(self, entry_id: str) -> asyncio.Future[bool]:
+        return self._queued("ack", entry_id, b"", "")
+
+    async def drain(self) -> None:
+        """Wait until every queued write went out (or failed)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.wait({self._flusher})
+
+    def _queued(self, op: str, key: str, value: bytes, call_id: str) -> asyncio.Future[bool]:
+        loop = asyncio.get_running_loop()
+        write = _Write(op, key, value, call_id, loop.create_future())
+        self._queue.append(write)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush(), name="foldline-dispatcher-writes")
+        return write.done
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_WRITE_BATCH], self._queue[_WRITE_BATCH:]
+            try:
+                results = await _retrying("answering hand-overs", self.outage_s, functools.partial(self._send, batch))
+            except Exception as exc:
+                for w in batch:
+                    if not w.done.done():
+                        w.done.set_exception(exc)
+                continue
+            except BaseException:
+                for w in batch + self._queue:
+                    w.done.cancel()
+                self._queue = []
+                raise
+            for w, result in zip(batch, results, strict=True):
+                if w.done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    w.done.set_exception(result)
+                else:
+                    w.done.set_result(result)
+
+    async def _send(self, batch: list[_Write]) -> list[bool | BaseException]:
+        """One transaction for the batch; each write's outcome (its command's error, if Redis refused it)."""
+        pushes: dict[str, list[bytes]] = {}
+        marks: list[_Write] = []
+        acks: list[str] = []
+        for w in batch:
+            if w.op == "ack":
+                acks.append(w.key)
+            else:
+                pushes.setdefault(w.key, []).append(w.value)
+                if w.op == "take":
+                    marks.append(w)
+        async with self.r.pipeline(transaction=True) as pipe:
+            for w in marks:
+                pipe.set(f"{self.stream}:taken:{w.call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
+            for key, values in pushes.items():
+                pipe.rpush(key, *values)
+                pipe.expire(key, _REPLY_TTL_S)
+            if acks:
+                pipe.xack(self.stream, self.group, *acks)
+                pipe.xdel(self.stream, *acks)
+            answers: list[Any] = await pipe.execute(raise_on_error=False)
+        marked = {id(w): answer for w, answer in zip(marks, answers, strict=False)}
+        pushed: dict[str, Any] = {}
+        at = len(marks)
+        for key in pushes:
+            pushed[key] = next((a for a in answers[at : at + 2] if isinstance(a, Exception)), True)
+            at += 2
+        acked: Any = next((a for a in answers[at:] if isinstance(a, Exception)), True)
+        out: list[bool | BaseException] = []
+        for w in batch:
+            if w.op == "ack":
+                out.append(acked)
+            elif isinstance(pushed[w.key], Exception):
+                out.append(pushed[w.key])
+            elif w.op == "take":
+                took = marked[id(w)]
+                out.append(took if isinstance(took, Exception) else bool(took))
+            else:
+                out.append(True)
+        return out
 
 
 _LOST = "the dispatcher that took this send stopped before answering; it may or may not have reached the provider"
