@@ -29,6 +29,7 @@ sent and answered.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import functools
@@ -39,7 +40,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -69,6 +70,7 @@ _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
 _WRITE_BATCH = 1024  # writes per transaction of a dispatcher
 _T = TypeVar("_T")
+_W = TypeVar("_W")
 
 
 def _json(value: dict[str, Any]) -> bytes:
@@ -121,7 +123,91 @@ async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]
         pause = min(pause * 2, 2.0)
 
 
+class _Batches(abc.ABC, Generic[_W]):
+    """Writes to Redis batched: those queued while one batch is in flight go out together in the next (one
+    round trip), in queue order. A batch Redis does not take is retried for ``outage_s``; then each of its
+    writes fails with the :class:`StoreUnavailable`. :meth:`_send` says what each write got: its result, or
+    the error of the command that carried it (which fails that write alone)."""
+
+    what = "writing to Redis"  # names the writes in the error of an outage
+
+    def __init__(self, outage_s: float) -> None:
+        self.outage_s = outage_s
+        self._queue: list[tuple[_W, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    @abc.abstractmethod
+    async def _send(self, batch: list[_W]) -> list[Any]:
+        """Write the batch in one round trip; what each write got (its result or its command's error)."""
+
+    def _queued(self, write: _W) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((write, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush(), name=f"foldline-batches-{id(self):x}")
+        return done
+
+    async def drain(self) -> None:
+        """Wait until every queued write went out (or failed)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.wait({self._flusher})
+
+    async def cancel(self) -> None:
+        """Stop writing: the writes still queued are cancelled."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_WRITE_BATCH], self._queue[_WRITE_BATCH:]
+            writes = [w for w, _ in batch]
+            try:
+                results = await _retrying(self.what, self.outage_s, functools.partial(self._send, writes))
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            except BaseException:
+                for _, done in batch + self._queue:
+                    done.cancel()
+                self._queue = []
+                raise
+            for (_, done), result in zip(batch, results, strict=True):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(result)
+
+
 # ---------------------------------------------------------------------------- the loop's end
+
+
+class _Handovers(_Batches[dict[FieldT, EncodableT]]):
+    """A loop's hand-overs (``XADD`` of each call's entry), batched: every hand-over queued while one batch is
+    in flight goes out in the next, one pipeline."""
+
+    what = "handing steps over"
+
+    def __init__(self, client: Callable[[], aioredis.Redis], *, stream: str, outage_s: float) -> None:
+        super().__init__(outage_s)
+        self._client = client
+        self.stream = stream
+
+    def add(self, fields: dict[FieldT, EncodableT]) -> asyncio.Future[Any]:
+        return self._queued(fields)
+
+    async def _send(self, batch: list[dict[FieldT, EncodableT]]) -> list[Any]:
+        async with self._client().pipeline(transaction=False) as pipe:
+            for fields in batch:
+                pipe.xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True)
+            answers: list[Any] = await pipe.execute(raise_on_error=False)
+        return answers
 
 
 @dataclass(slots=True)
@@ -163,6 +249,7 @@ class RedisStepClient:
         self._redis: aioredis.Redis | None = None
         self._calls: dict[str, _Call] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._handovers = _Handovers(self._client, stream=stream, outage_s=outage_s)
 
     # -- the port
 
@@ -175,6 +262,7 @@ class RedisStepClient:
         return StepAnswer.from_json(reply)
 
     async def aclose(self) -> None:
+        await self._handovers.cancel()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -208,11 +296,7 @@ class RedisStepClient:
         try:
             deadline = time.monotonic() + timeout_s
             while True:
-                await _retrying(
-                    f"handing the step at seq {h.boundary} of {h.session_id!r} over",
-                    self.outage_s,
-                    lambda: self._client().xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True),
-                )
+                await self._handovers.add(fields)
                 # a call must be taken by a dispatcher within ack_timeout_s, or it reached none: hand it over again
                 first = call.accepted if not call.accepted.done() else call.reply
                 wait = self.ack_timeout_s if first is call.accepted else deadline - time.monotonic()
@@ -479,78 +563,36 @@ def _log_unanswered(future: asyncio.Future[bool]) -> None:
 class _Write:
     op: str  # "push" (a reply), "take" (a send's taken mark and its accepted reply) or "ack"
     key: str  # the reply list (push, take) or the entry id (ack)
-    value: bytes  # the reply (push, take)
-    call_id: str  # the call a take marks
-    done: asyncio.Future[bool]  # a take: whether this dispatcher set the mark; otherwise True
+    value: bytes = b""  # the reply (push, take)
+    call_id: str = ""  # the call a take marks
 
 
-class _Writes:
-    """A dispatcher's writes to Redis — replies, taking sends, acknowledging entries — batched: the writes
-    queued while one batch is in flight go out together in the next, as one ``MULTI``/``EXEC`` (a reply list's
-    replies in one ``RPUSH`` and one ``EXPIRE``, every acknowledgement in one ``XACK`` and one ``XDEL``). A
-    thousand calls in flight then cost a few round trips per event-loop turn, not three transactions each.
+class _Writes(_Batches[_Write]):
+    """A dispatcher's writes — replies, taking sends, acknowledging entries — batched, each batch one
+    ``MULTI``/``EXEC``: the ``SET NX`` of each take, a reply list's replies in one ``RPUSH`` and one
+    ``EXPIRE``, every acknowledgement in one ``XACK`` and one ``XDEL``. A thousand calls in flight then cost a
+    few round trips per event-loop turn, not three transactions each. A call's replies reach its list in the
+    order queued, and its entry is acknowledged in the batch of its last reply or a later one."""
 
-    Writes keep their queue order (a call's replies reach its list in the order queued, and its entry is
-    acknowledged in the batch of its last reply or a later one). A batch Redis does not take is retried for
-    ``outage_s``; then each of its writes fails with the :class:`StoreUnavailable`. A command Redis refuses
-    fails only the writes it carried."""
+    what = "answering hand-overs"
 
     def __init__(self, r: aioredis.Redis, *, stream: str, group: str, consumer: str, outage_s: float) -> None:
+        super().__init__(outage_s)
         self.r = r
         self.stream = stream
         self.group = group
         self.consumer = consumer
-        self.outage_s = outage_s
-        self.batches = 0
-        self._queue: list[_Write] = []
-        self._flusher: asyncio.Task[None] | None = None
 
     def push(self, reply_key: str, reply: bytes) -> asyncio.Future[bool]:
-        return self._queued("push", reply_key, reply, "")
+        return self._queued(_Write("push", reply_key, reply))
 
     def take(self, call_id: str, reply_key: str, accepted: bytes) -> asyncio.Future[bool]:
         """Mark the send taken (``SET NX``) and push its ``accepted`` reply in one transaction; the future is
         whether this dispatcher set the mark — the one that may send it."""
-        return self._queued("take", reply_key, accepted, call_id)
+        return self._queued(_Write("take", reply_key, accepted, call_id))
 
     def ack(self, entry_id: str) -> asyncio.Future[bool]:
-        return self._queued("ack", entry_id, b"", "")
-
-    async def drain(self) -> None:
-        """Wait until every queued write went out (or failed)."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.wait({self._flusher})
-
-    def _queued(self, op: str, key: str, value: bytes, call_id: str) -> asyncio.Future[bool]:
-        loop = asyncio.get_running_loop()
-        write = _Write(op, key, value, call_id, loop.create_future())
-        self._queue.append(write)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush(), name="foldline-dispatcher-writes")
-        return write.done
-
-    async def _flush(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[:_WRITE_BATCH], self._queue[_WRITE_BATCH:]
-            try:
-                results = await _retrying("answering hand-overs", self.outage_s, functools.partial(self._send, batch))
-            except Exception as exc:
-                for w in batch:
-                    if not w.done.done():
-                        w.done.set_exception(exc)
-                continue
-            except BaseException:
-                for w in batch + self._queue:
-                    w.done.cancel()
-                self._queue = []
-                raise
-            for w, result in zip(batch, results, strict=True):
-                if w.done.done():
-                    continue
-                if isinstance(result, BaseException):
-                    w.done.set_exception(result)
-                else:
-                    w.done.set_result(result)
+        return self._queued(_Write("ack", entry_id))
 
     async def _send(self, batch: list[_Write]) -> list[bool | BaseException]:
         """One transaction for the batch; each write's outcome (its command's error, if Redis refused it)."""
@@ -636,4 +678,5 @@ async def serve_steps(
     try:
         return await server.serve(stop or asyncio.Event())
     finally:
+        await server.writes.cancel()
         await server.r.aclose()
