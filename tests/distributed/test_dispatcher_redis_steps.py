@@ -257,6 +257,56 @@ def test_a_dead_dispatchers_hand_overs_are_taken_over_and_a_taken_send_is_never_
     with_rig(body, serve=False)
 
 
+async def _waiting(r: redis.Redis, stream: str) -> dict[FieldT, EncodableT]:
+    """The fields of the one hand-over in the stream, once it is there."""
+    for _ in range(200):
+        entries: Any = r.xrange(stream)
+        if entries:
+            assert len(entries) == 1, entries
+            return dict(entries[0][1].items())
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no hand-over reached {stream}")
+
+
+def test_hand_overs_read_together_are_answered_in_one_batch_a_send_twice_is_sent_once() -> None:
+    """The takes, replies and acknowledgements of hand-overs read together go out in one transaction: of two
+    entries of one send, one takes it and sends it; a reply list Redis refuses (its key holds a string) loses
+    only its own replies, and every entry is still acknowledged and deleted."""
+
+    async def body(rig: Rig) -> None:
+        r = redis.Redis.from_url(redis_url())
+        stop = asyncio.Event()
+        server = rig.serve(stop)
+        agent = rig.agent("b-1")
+        await agent.run_turn("first")
+        handoff = StepHandoff("b-1", rig.log.head("b-1"), 1, 0, agent.lease.epoch)
+        prepared = await rig.client.prepare(handoff)
+        stop.set()
+        await server
+        await _drained(r, rig.stream)
+        assert rig.emulator.requests == 1
+        try:
+            sent = asyncio.create_task(rig.client.send(handoff, prepared))
+            entry = await _waiting(r, rig.stream)
+            r.xadd(rig.stream, entry)  # the same call handed over again, read in the same batch
+            refused = f"{rig.stream}:replies:refused"
+            r.set(refused, "not a list")
+            r.xadd(rig.stream, {**entry, b"id": b"other", b"op": b"prepare", b"reply": refused.encode()})
+            stop = asyncio.Event()
+            server = rig.serve(stop)
+            answer = await asyncio.wait_for(sent, 10)
+            assert answer.content
+            await _drained(r, rig.stream)
+            assert rig.emulator.requests == 2
+            assert r.get(refused) == b"not a list"
+            stop.set()
+            await server
+        finally:
+            r.close()
+
+    with_rig(body, serve=False)
+
+
 def test_a_provider_429_behind_the_dispatcher_is_a_logged_retry_of_the_same_bytes() -> None:
     """The dispatcher sends one attempt; the loop's sender logs the 429 as llm/retry and sends again."""
 

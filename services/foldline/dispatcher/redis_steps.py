@@ -29,9 +29,11 @@ sent and answered.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import socket
@@ -39,7 +41,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -69,7 +71,9 @@ _STREAM_MAXLEN = 200_000
 _REPLY_BATCH = 512
 _ACCEPT_AFTER_S = 1.0  # a prepare still running after this long is answered `accepted` first
 _ALIVE_EVERY_S = 1.0  # how often a client checks that Redis kept its data
+_WRITE_BATCH = 1024  # writes per transaction of a dispatcher
 _T = TypeVar("_T")
+_W = TypeVar("_W")
 
 
 def _json(value: dict[str, Any]) -> bytes:
@@ -122,7 +126,91 @@ async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]
         pause = min(pause * 2, 2.0)
 
 
+class _Batches(abc.ABC, Generic[_W]):
+    """Writes to Redis batched: those queued while one batch is in flight go out together in the next (one
+    round trip), in queue order. A batch Redis does not take is retried for ``outage_s``; then each of its
+    writes fails with the :class:`StoreUnavailable`. :meth:`_send` says what each write got: its result, or
+    the error of the command that carried it (which fails that write alone)."""
+
+    what = "writing to Redis"  # names the writes in the error of an outage
+
+    def __init__(self, outage_s: float) -> None:
+        self.outage_s = outage_s
+        self._queue: list[tuple[_W, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    @abc.abstractmethod
+    async def _send(self, batch: list[_W]) -> list[Any]:
+        """Write the batch in one round trip; what each write got (its result or its command's error)."""
+
+    def _queued(self, write: _W) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((write, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush(), name=f"foldline-batches-{id(self):x}")
+        return done
+
+    async def drain(self) -> None:
+        """Wait until every queued write went out (or failed)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.wait({self._flusher})
+
+    async def cancel(self) -> None:
+        """Stop writing: the writes still queued are cancelled."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_WRITE_BATCH], self._queue[_WRITE_BATCH:]
+            writes = [w for w, _ in batch]
+            try:
+                results = await _retrying(self.what, self.outage_s, functools.partial(self._send, writes))
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            except BaseException:
+                for _, done in batch + self._queue:
+                    done.cancel()
+                self._queue = []
+                raise
+            for (_, done), result in zip(batch, results, strict=True):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(result)
+
+
 # ---------------------------------------------------------------------------- the loop's end
+
+
+class _Handovers(_Batches[dict[FieldT, EncodableT]]):
+    """A loop's hand-overs (``XADD`` of each call's entry), batched: every hand-over queued while one batch is
+    in flight goes out in the next, one pipeline."""
+
+    what = "handing steps over"
+
+    def __init__(self, client: Callable[[], aioredis.Redis], *, stream: str, outage_s: float) -> None:
+        super().__init__(outage_s)
+        self._client = client
+        self.stream = stream
+
+    def add(self, fields: dict[FieldT, EncodableT]) -> asyncio.Future[Any]:
+        return self._queued(fields)
+
+    async def _send(self, batch: list[dict[FieldT, EncodableT]]) -> list[Any]:
+        async with self._client().pipeline(transaction=False) as pipe:
+            for fields in batch:
+                pipe.xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True)
+            answers: list[Any] = await pipe.execute(raise_on_error=False)
+        return answers
 
 
 @dataclass(slots=True)
@@ -169,6 +257,7 @@ class RedisStepClient:
         self._calls: dict[str, _Call] = {}
         self._reader: asyncio.Task[None] | None = None
         self._alive = False  # the alive key was set (and is renewed) by the reply reader
+        self._handovers = _Handovers(self._client, stream=stream, outage_s=outage_s)
 
     # -- the port
 
@@ -181,6 +270,7 @@ class RedisStepClient:
         return StepAnswer.from_json(reply)
 
     async def aclose(self) -> None:
+        await self._handovers.cancel()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -214,11 +304,7 @@ class RedisStepClient:
         try:
             deadline = time.monotonic() + timeout_s
             while True:
-                await _retrying(
-                    f"handing the step at seq {h.boundary} of {h.session_id!r} over",
-                    self.outage_s,
-                    lambda: self._client().xadd(self.stream, fields, maxlen=_STREAM_MAXLEN, approximate=True),
-                )
+                await self._handovers.add(fields)
                 # a call must be taken by a dispatcher within ack_timeout_s, or it reached none: hand it over again
                 first = call.accepted if not call.accepted.done() else call.reply
                 wait = self.ack_timeout_s if first is call.accepted else deadline - time.monotonic()
@@ -379,6 +465,7 @@ class _Server:
         self.claim_idle_s = claim_idle_s
         self.outage_s = outage_s
         self.r = _connect(redis, blocking_s=block_ms / 1000)
+        self.writes = _Writes(self.r, stream=stream, group=group, consumer=consumer, outage_s=outage_s)
         self.in_flight: dict[str, asyncio.Task[None]] = {}  # entry id -> its task
         self.answered = 0
 
@@ -428,6 +515,7 @@ class _Server:
                     self.start(_text(entry_id), fields, claimed=False)
         if self.in_flight:
             await asyncio.gather(*self.in_flight.values(), return_exceptions=True)
+        await self.writes.drain()
         return self.answered
 
     def start(self, entry_id: str, fields: dict[bytes, bytes], *, claimed: bool) -> None:
@@ -466,7 +554,16 @@ class _Server:
         call_id = fields.get(b"id", b"").decode()
         op = fields.get(b"op", b"").decode()
         payload = await self.serve_one(op, call_id, reply_key, fields, claimed=claimed)
-        await self.answer_and_ack(entry_id, reply_key, payload)
+        # the reply and the acknowledgement go out in the same batch, the reply first
+        # (a reply Redis would not take is logged by reply(); the acknowledgement, queued after it, settles last)
+        if payload is not None:
+            self.reply(reply_key, payload)
+        try:
+            await self.writes.ack(entry_id)
+        except ResponseError as exc:  # the group is gone (Redis lost its data): the reply was pushed all the same
+            _LOG.warning("acknowledging hand-over %s: %s", entry_id, exc)
+        except StoreUnavailable as exc:  # the loop hands it over again after its own timeout
+            _LOG.error("could not acknowledge hand-over %s: %s", entry_id, exc)
         self.answered += 1
 
     async def serve_one(
@@ -478,16 +575,17 @@ class _Server:
             handoff = StepHandoff.from_json(codec.loads(fields[b"handoff"]))
             if op == "prepare":  # safe to repeat: served again whenever handed over again or re-claimed
                 # a prepare answered within _ACCEPT_AFTER_S needs no `accepted` first (its reply says it all);
-                # a longer one (a fold wait) tells the loop it was taken well inside its ack timeout
+                # a longer one (a fold wait) tells the loop it was taken well inside its ack timeout — queued,
+                # not awaited: it goes out while the fold is waited for, ahead of the result
                 preparing = asyncio.ensure_future(self.dispatcher.prepare(handoff))
                 done, _ = await asyncio.wait({preparing}, timeout=_ACCEPT_AFTER_S)
                 if not done:
-                    await self.reply(reply_key, {"id": call_id, "kind": "accepted"})
+                    self.reply(reply_key, {"id": call_id, "kind": "accepted"})
                 return {"id": call_id, "kind": "ok", "result": (await preparing).to_json()}
             if op != "send":
                 raise FormatError("step-handoff", f"unknown hand-over operation {op!r}")
             prepared = PreparedStep.from_json(codec.loads(fields[b"prepared"]))
-            if not await self.take(call_id, reply_key):
+            if not await self.writes.take(call_id, reply_key, _json({"id": call_id, "kind": "accepted"})):
                 if claimed:  # the dispatcher that took it died: it may or may not have sent it
                     return {"id": call_id, "kind": "lost", "message": _LOST}
                 return None  # a repeated hand-over of a send another dispatcher took: that one answers
@@ -502,54 +600,97 @@ class _Server:
             error = {"kind": type(exc).__name__, "message": "unexpected dispatcher failure"}
         return {"id": call_id, "kind": "error", "error": error}
 
-    async def take(self, call_id: str, reply_key: str) -> bool:
-        """Take a send: mark its call id taken and tell the loop (``accepted``) in one transaction. False if
-        a dispatcher took it already — the mark is what keeps a send handed over twice (the loop heard no
-        ``accepted`` in time) or re-claimed from a dispatcher that died from being sent twice."""
-
-        async def mark() -> bool:
-            async with self.r.pipeline(transaction=True) as pipe:
-                pipe.set(f"{self.stream}:taken:{call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
-                pipe.rpush(reply_key, _json({"id": call_id, "kind": "accepted"}))
-                pipe.expire(reply_key, _REPLY_TTL_S)
-                took, *_ = await pipe.execute()
-            return bool(took)
-
-        return await _retrying("taking a send", self.outage_s, mark)
-
-    async def answer_and_ack(self, entry_id: str, reply_key: str, payload: dict[str, Any] | None) -> None:
-        """Push the reply (if any) and acknowledge and delete the entry, in one transaction (one round trip)."""
-
-        async def push_and_ack() -> None:
-            async with self.r.pipeline(transaction=True) as pipe:
-                if payload is not None and reply_key:
-                    pipe.rpush(reply_key, _json(payload))
-                    pipe.expire(reply_key, _REPLY_TTL_S)
-                pipe.xack(self.stream, self.group, entry_id)
-                pipe.xdel(self.stream, entry_id)
-                await pipe.execute()
-
-        try:
-            await _retrying("answering and acknowledging a hand-over", self.outage_s, push_and_ack)
-        except ResponseError as exc:  # the group is gone (Redis lost its data): the reply was pushed all the same
-            _LOG.warning("acknowledging hand-over %s: %s", entry_id, exc)
-        except StoreUnavailable as exc:  # the loop hands it over again after its own timeout
-            _LOG.error("could not answer a hand-over: %s", exc)
-
-    async def reply(self, reply_key: str, payload: dict[str, Any]) -> None:
+    def reply(self, reply_key: str, payload: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """Queue a reply; the future settles once it is in Redis. A reply Redis would not take is logged (the
+        loop hands the call over again after its own timeout), never raised."""
         if not reply_key:
-            return
+            return None
+        future = self.writes.push(reply_key, _json(payload))
+        future.add_done_callback(_log_unanswered)
+        return future
 
-        async def push() -> None:
-            async with self.r.pipeline(transaction=True) as pipe:
-                pipe.rpush(reply_key, _json(payload))
-                pipe.expire(reply_key, _REPLY_TTL_S)
-                await pipe.execute()
 
-        try:
-            await _retrying("answering a hand-over", self.outage_s, push)
-        except StoreUnavailable as exc:  # the loop re-sends after its own timeout
-            _LOG.error("could not answer a hand-over: %s", exc)
+def _log_unanswered(future: asyncio.Future[bool]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        _LOG.error("could not answer a hand-over: %s", exc)
+
+
+@dataclass(slots=True)
+class _Write:
+    op: str  # "push" (a reply), "take" (a send's taken mark and its accepted reply) or "ack"
+    key: str  # the reply list (push, take) or the entry id (ack)
+    value: bytes = b""  # the reply (push, take)
+    call_id: str = ""  # the call a take marks
+
+
+class _Writes(_Batches[_Write]):
+    """A dispatcher's writes — replies, taking sends, acknowledging entries — batched, each batch one
+    ``MULTI``/``EXEC``: the ``SET NX`` of each take, a reply list's replies in one ``RPUSH`` and one
+    ``EXPIRE``, every acknowledgement in one ``XACK`` and one ``XDEL``. A thousand calls in flight then cost a
+    few round trips per event-loop turn, not three transactions each. A call's replies reach its list in the
+    order queued, and its entry is acknowledged in the batch of its last reply or a later one."""
+
+    what = "answering hand-overs"
+
+    def __init__(self, r: aioredis.Redis, *, stream: str, group: str, consumer: str, outage_s: float) -> None:
+        super().__init__(outage_s)
+        self.r = r
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+
+    def push(self, reply_key: str, reply: bytes) -> asyncio.Future[bool]:
+        return self._queued(_Write("push", reply_key, reply))
+
+    def take(self, call_id: str, reply_key: str, accepted: bytes) -> asyncio.Future[bool]:
+        """Mark the send taken (``SET NX``) and push its ``accepted`` reply in one transaction; the future is
+        whether this dispatcher set the mark — the one that may send it."""
+        return self._queued(_Write("take", reply_key, accepted, call_id))
+
+    def ack(self, entry_id: str) -> asyncio.Future[bool]:
+        return self._queued(_Write("ack", entry_id))
+
+    async def _send(self, batch: list[_Write]) -> list[bool | BaseException]:
+        """One transaction for the batch; each write's outcome (its command's error, if Redis refused it)."""
+        pushes: dict[str, list[bytes]] = {}
+        marks: list[_Write] = []
+        acks: list[str] = []
+        for w in batch:
+            if w.op == "ack":
+                acks.append(w.key)
+            else:
+                pushes.setdefault(w.key, []).append(w.value)
+                if w.op == "take":
+                    marks.append(w)
+        async with self.r.pipeline(transaction=True) as pipe:
+            for w in marks:
+                pipe.set(f"{self.stream}:taken:{w.call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
+            for key, values in pushes.items():
+                pipe.rpush(key, *values)
+                pipe.expire(key, _REPLY_TTL_S)
+            if acks:
+                pipe.xack(self.stream, self.group, *acks)
+                pipe.xdel(self.stream, *acks)
+            answers: list[Any] = await pipe.execute(raise_on_error=False)
+        marked = {id(w): answer for w, answer in zip(marks, answers, strict=False)}
+        pushed: dict[str, Any] = {}
+        at = len(marks)
+        for key in pushes:
+            pushed[key] = next((a for a in answers[at : at + 2] if isinstance(a, Exception)), True)
+            at += 2
+        acked: Any = next((a for a in answers[at:] if isinstance(a, Exception)), True)
+        out: list[bool | BaseException] = []
+        for w in batch:
+            if w.op == "ack":
+                out.append(acked)
+            elif isinstance(pushed[w.key], Exception):
+                out.append(pushed[w.key])
+            elif w.op == "take":
+                took = marked[id(w)]
+                out.append(took if isinstance(took, Exception) else bool(took))
+            else:
+                out.append(True)
+        return out
 
 
 _LOST = "the dispatcher that took this send stopped before answering; it may or may not have reached the provider"
@@ -594,7 +735,15 @@ async def serve_steps(
         claim_idle_s=claim_idle_s,
         outage_s=outage_s,
     )
+    # A dispatcher's heap is mostly what lives as long as it serves (each session's view, the decoded
+    # messages); a young collection every 700 allocations promotes, and a full one walks, all of it many
+    # times a second. What the calls allocate is freed by reference counting; cycles are collected per
+    # 50,000 allocations instead.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50_000, 50, 100)
     try:
         return await server.serve(stop or asyncio.Event())
     finally:
+        gc.set_threshold(*thresholds)
+        await server.writes.cancel()
         await server.r.aclose()
