@@ -13,6 +13,7 @@ from foldline.adapters.avro import AvroCodec, avro_to_envelope, envelope_to_avro
 from foldline.adapters.avro import direct as direct_module
 from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, decode_bodies, reads_directly
 from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
+from foldline.core.events import MAX_TIME_MS
 from foldline.errors import FormatError
 from tests.factories import simple_log
 from tests.golden_logs.reasoning import REASONING_SESSIONS
@@ -133,3 +134,15 @@ def test_the_codec_reads_records_of_the_current_schema_directly() -> None:
     step = simple_log(turns=1)[2]
     assert direct_module.direct_envelope(_body(step)) == step
     assert direct_module.direct_envelope(_body(step) + b"\x00") is None
+
+
+@pytest.mark.parametrize(
+    "time",
+    [0, 1, 63, 64, 2**34 - 1, 2**34, 1_700_000_000_123, 2**41 - 1, 2**41, MAX_TIME_MS],
+)
+def test_times_of_every_varint_length_are_read_directly(time: int) -> None:
+    """Six-byte times (1970-07 to 2039) take the gathered-groups path, others the byte-by-byte one: both equal."""
+    event = Envelope(7, time, TurnEnd(0, "completed"))
+    body = _body(event)
+    assert direct_module._record(body, 0) == (event, len(body))
+    assert decode_bodies(body, 1, SCHEMA) == [_through_fastavro(body)] == [event]
