@@ -186,6 +186,15 @@ def _optional_string(buf: bytes, p: int) -> tuple[str | None, int]:
 
 def _blocks(buf: bytes, p: int, calls: bool) -> tuple[tuple[Any, ...], int]:
     """An array of content blocks: text blocks, and (``calls``) tool-call blocks; anything else is _Other."""
+    if buf[p] == 2 and not buf[p + 1]:  # one text block, the commonest (count 1, text branch)
+        size = buf[p + 2]
+        if size < 0x80 and not size & 1:
+            start, end = p + 3, p + 3 + (size >> 1)
+        else:
+            size, start = _long(buf, p + 2)
+            end = start + size
+        if size >= 0 and end < len(buf) and not buf[end]:  # the array's end follows
+            return (_text(buf[start:end].decode(), "text"),), end + 1
     out: list[Any] = []
     n, p = _long(buf, p)
     while n:
@@ -237,8 +246,12 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
         raise _Other
     data: Any
     if branch in (_STEP_START, _STEP_END):
-        turn, p = _count(buf, p)
-        step, p = _count(buf, p)
+        turn, c = buf[p], buf[p + 1]
+        if turn < 0x80 and c < 0x80 and not (turn | c) & 1:  # both below 64: a byte each
+            turn, step, p = turn >> 1, c >> 1, p + 2
+        else:
+            turn, p = _count(buf, p)
+            step, p = _count(buf, p)
         data = _step_start(turn, step) if branch == _STEP_START else _step_end(turn, step)
     elif branch == _ASSISTANT:
         id_, p = _string(buf, p)
