@@ -71,7 +71,6 @@ _APPENDED = b"\x00\x00\x00"  # surfaceOp: AppendOp (branch 0, symbol 0); sourceE
 _REASONS = frozenset(TURN_END_REASONS)
 _HEX = frozenset("0123456789abcdef")
 _DIGEST_PREFIX = codec.DIGEST_PREFIX
-_CONTINUED_5 = 0x8080808080  # the continuation bits of a varint's first five bytes
 
 
 _T = TypeVar("_T")
@@ -224,19 +223,7 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
         raise _Other
     p = start + 1 + (b >> 1)
     seq, p = _count(buf, p)
-    if buf[p + 5] < 0x80 and (x := int.from_bytes(buf[p : p + 6], "little")) & _CONTINUED_5 == _CONTINUED_5:
-        # a six-byte varint, as every time from 1970-07 to 2039 is: its 7-bit groups gathered at once
-        z = (
-            (x & 0x7F)
-            | (x >> 1 & 0x3F80)
-            | (x >> 2 & 0x1FC000)
-            | (x >> 3 & 0xFE00000)
-            | (x >> 4 & 0x7F0000000)
-            | (x >> 5 & 0x3F800000000)
-        )
-        time, p = (z >> 1) ^ -(z & 1), p + 6
-    else:
-        time, p = _long(buf, p)
+    time, p = _long(buf, p)
     if time < 0 or buf[p]:  # a negative time; ignorable
         raise _Other
     branch = buf[p + 1]
