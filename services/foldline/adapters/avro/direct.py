@@ -153,6 +153,12 @@ def _count(buf: bytes, p: int) -> tuple[int, int]:
         if value & 1:
             raise _Other
         return value >> 1, p + 2
+    d = buf[p + 2]
+    if d < 0x80:  # below 1,048,576: three bytes
+        value = (b & 0x7F) | (c & 0x7F) << 7 | d << 14
+        if value & 1:
+            raise _Other
+        return value >> 1, p + 3
     value, p = _long(buf, p)
     if value < 0:
         raise _Other
@@ -223,7 +229,12 @@ def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
         raise _Other
     p = start + 1 + (b >> 1)
     seq, p = _count(buf, p)
-    time, p = _long(buf, p)
+    c0, c1, c2, c3, c4, c5 = buf[p : p + 6]
+    if c5 < 0x80 and c0 & c1 & c2 & c3 & c4 & 0x80:  # six bytes, as times from 1970-07 to 2039 are
+        z = (c0 & 0x7F) | (c1 & 0x7F) << 7 | (c2 & 0x7F) << 14 | (c3 & 0x7F) << 21 | ((c4 & 0x7F) | c5 << 7) << 28
+        time, p = -1 if z & 1 else z >> 1, p + 6
+    else:
+        time, p = _long(buf, p)
     if time < 0 or buf[p]:  # a negative time; ignorable
         raise _Other
     branch = buf[p + 1]
