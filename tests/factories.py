@@ -99,7 +99,7 @@ class CapturingProvider(Provider):
     async def send(
         self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
-        self.bodies.append(bytes(body))  # the parts of a body in parts, joined
+        self.bodies.append(bytes(body))  # a body in parts is kept joined
         return await self.inner.send(body, stream=stream, progress=progress)
 
     async def aclose(self) -> None:
