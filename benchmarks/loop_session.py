@@ -35,7 +35,7 @@ from foldline.core import CallConfig, TextBlock, ToolCallBlock, Usage
 from foldline.core.events import TurnEnd, TurnStart
 from foldline.demo import SYSTEM_PROMPT, demo_toolset
 from foldline.loop import Agent, AgentOptions
-from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
@@ -62,7 +62,7 @@ class _TimedProvider(Provider):
         self.send_ns = self.send_gc_ns = 0
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         t, gc0 = time.perf_counter_ns(), self.clock.ns
         try:
@@ -89,7 +89,7 @@ class _ToolRoundsProvider(Provider):
         self._n = 0
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         self._n += 1
         usage = Usage(input=10, output=20, cache_read=len(body) // 4, cache_write=50)
@@ -108,7 +108,7 @@ class _ChatProvider(Provider):
         self._n = 0
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         self._n += 1
         usage = Usage(input=10, output=100, cache_read=len(body) // 4, cache_write=50)

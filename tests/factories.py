@@ -21,7 +21,7 @@ from foldline.core import (
     make_header,
 )
 from foldline.core.header import EpochHeader, HeaderReason
-from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.streaming import AnswerProgress
 
 HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
@@ -97,9 +97,9 @@ class CapturingProvider(Provider):
         self.bodies: list[bytes] = []
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
-        self.bodies.append(body)
+        self.bodies.append(bytes(body))  # a body in parts is kept joined
         return await self.inner.send(body, stream=stream, progress=progress)
 
     async def aclose(self) -> None:

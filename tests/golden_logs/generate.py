@@ -60,7 +60,7 @@ from foldline.loop import Agent, AgentOptions, Enter, InboxItem, PreStepContext,
 from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy
 from foldline.ports.attachments import AttachmentStore, describe
-from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Conversation, Emulator, Fault, FaultPlan, Reply, ScriptedCall, TextPart
 from foldline.providers.retry import RetryingSender
@@ -270,7 +270,7 @@ class Overloaded(Provider):
         self.name, self.serializer = inner.name, inner.serializer
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         raise ProviderError("provider returned 529 overloaded (injected)")
 
@@ -283,7 +283,7 @@ class Stalled(Provider):
         self.waiting = asyncio.Event()
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         self.waiting.set()
         await asyncio.Event().wait()

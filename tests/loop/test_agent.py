@@ -22,7 +22,7 @@ from foldline.core.request import GenerateOptions
 from foldline.errors import InvariantViolation, ProviderError
 from foldline.loop import Agent, AgentOptions, Enter, PreStepContext, Reject, ToolOutput, Toolset
 from foldline.ports.event_log import EventLog
-from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Conversation, Emulator, Reply, ScriptedCall, ToolLoopScript
 from foldline.providers.streaming import AnswerProgress
@@ -268,7 +268,7 @@ class FailingProvider(Provider):
         self.name, self.serializer = inner.name, inner.serializer
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         raise ProviderError("provider returned 529 overloaded")
 
@@ -295,7 +295,7 @@ def test_cancellation_aborts_turn() -> None:
         name, serializer = agent.provider.name, agent.provider.serializer
 
         async def send(
-            self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+            self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
         ) -> ProviderResponse:
             await asyncio.sleep(10)
             raise AssertionError("unreachable")

@@ -3,7 +3,9 @@
 Sessions are driven the way the loop drives them: one message list that only grows while a surface
 generation lives, a new list after a replace, header changes at random points, empty messages, tool runs
 and images. After every step the cached bytes and digest must equal ``serializer.serialize`` and its
-digest, for both serializers. A corrupted image in the cached prefix must still fail the request.
+digest, for both serializers, whole and in parts (with blocks small enough that the prefix is cut into
+many). A long session's bodies in parts share their blocks. A corrupted image in the cached prefix must
+still fail the request.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from foldline.core.header import EpochHeader
 from foldline.core.projection import Message, MessageSequence
 from foldline.errors import AttachmentError
 from foldline.providers.anthropic import AnthropicMessagesSerializer
-from foldline.providers.base import Serializer
+from foldline.providers.base import BodyParts, Serializer
 from foldline.providers.framing import IncrementalBody
 from foldline.providers.openai import OpenAIChatSerializer
 
@@ -71,6 +73,7 @@ def test_cached_body_equals_full_serialization(plan: list[tuple[list[int], str]]
     for serializer in SERIALIZERS:
         body_cache = IncrementalBody(serializer)
         digests = IncrementalBody(serializer, verify_cached_images=False)  # what the invariant companion keeps
+        parted = IncrementalBody(serializer, block_bytes=64)  # what the dispatcher keeps, in many blocks
         items: list[Message] = []
         variant = 0
         counter = 0
@@ -89,6 +92,31 @@ def test_cached_body_equals_full_serialization(plan: list[tuple[list[int], str]]
             assert body == full
             assert digest == digest_bytes(full)
             assert digests.digest(request, store) == (digest, len(full))
+            parts, parts_digest = parted.parts(request, store)
+            assert isinstance(parts, BodyParts)
+            assert (bytes(parts), len(parts), parts_digest) == (full, len(full), digest)
+            assert all(len(block) >= 64 for block in parts.parts[:-1])
+
+
+@pytest.mark.parametrize("serializer", SERIALIZERS, ids=lambda s: s.name)
+def test_a_long_sessions_bodies_in_parts_share_their_blocks_and_copy_only_the_rest(serializer: Serializer) -> None:
+    header = _header(1)
+    items: list[Message] = []
+    body_cache = IncrementalBody(serializer, block_bytes=4096)
+    previous: tuple[bytes, ...] = ()
+    for step in range(200):
+        items.append(Message("user", (TextBlock(f"question {step} " * 20),)))
+        items.append(Message("assistant", (TextBlock(f"answer {step} " * 40),)))
+        request = GenerateOptions(header.config, header.system, header.tools, MessageSequence(items, len(items)))
+        body, _ = body_cache.parts(request, None)
+        assert isinstance(body, BodyParts)
+        *blocks, last = body.parts
+        assert len(last) < 4096 + 2000  # the open buffer and the newest messages: all that was copied
+        assert all(a is b for a, b in zip(previous, blocks, strict=False))  # the earlier blocks, not copies
+        assert len(blocks) >= len(previous)
+        previous = tuple(blocks)
+    assert len(body) > 100_000
+    assert len(previous) > 30
 
 
 @pytest.mark.parametrize("serializer", SERIALIZERS, ids=lambda s: s.name)

@@ -1,20 +1,25 @@
-"""Provider.send: exact bytes on the wire, auth headers, response parsing, usage normalization, error mapping."""
+"""Provider.send: exact bytes on the wire (whole or in parts), auth headers, response parsing, usage normalization,
+error mapping."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import httpx
 import pytest
 
 from foldline.core import ReasoningBlock, TextBlock, ToolCallBlock, Usage
 from foldline.core.codec import canonical_json
 from foldline.errors import ProviderError, ProviderStatusError
-from foldline.providers import AnthropicProvider, OpenAIProvider, ProviderResponse
+from foldline.providers import AnthropicMessagesSerializer, AnthropicProvider, OpenAIProvider, ProviderResponse
 from foldline.providers.anthropic import parse_response as parse_anthropic
-from foldline.providers.base import Provider
+from foldline.providers.base import Body, BodyParts, Provider
 from foldline.providers.http import JsonHttpProvider
 from foldline.providers.openai import parse_response as parse_openai
 from foldline.providers.openai_http import bearer_headers
@@ -313,3 +318,124 @@ def test_a_streamed_answer_the_assembler_refuses_never_carries_the_key(
         seen = _chain(info.value)
         for piece in (KEY, KEY[:12], KEY[-8:]):
             assert piece not in seen, (raw, seen)
+
+
+def _raw_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) -> list[bytes]:
+    """Each body sent by a provider over HTTP/1.1 to a local socket: the request's bytes as they arrived."""
+    received: list[bytes] = []
+    answer = canonical_json(ANTHROPIC_ANSWER)
+    handlers: list[asyncio.Task[None]] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            received.append(head + await reader.readexactly(length))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer)
+            )
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def go() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        provider = provider_for(f"http://127.0.0.1:{port}")
+        try:
+            for body in bodies:
+                await provider.send(body)
+        finally:
+            await provider.aclose()  # closes the connection: each handler reads its end and closes too
+            await asyncio.gather(*handlers)
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+    return received
+
+
+def test_a_body_in_parts_is_the_same_request_on_the_wire_as_the_body_in_one_bytes() -> None:
+    body = AnthropicMessagesSerializer().serialize(request([user("a long question " * 8_000)], max_tokens=64), None)
+    assert len(body) > 100_000
+    cuts = [0, 1, 40_000, 40_001, 99_000, len(body)]
+    parts = BodyParts(tuple(body[a:b] for a, b in itertools.pairwise(cuts)))
+    assert len(parts) == len(body)
+    assert bytes(parts) == body
+    transport = httpx.AsyncHTTPTransport(http2=False, retries=0)
+    whole, parted, again = _raw_requests(lambda url: AnthropicProvider(transport, KEY, url), [body, parts, parts])
+    assert whole.endswith(b"\r\n\r\n" + body)
+    assert parted == whole == again  # a retry posts the same parts again
+    assert b"transfer-encoding" not in whole.lower()
+
+
+def _h2_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) -> list[tuple[list[Any], bytes]]:
+    """Each body sent by a provider over HTTP/2 (prior knowledge, no TLS) to a local socket: its headers and
+    its data as they arrived; the receive window starts at h2's 64 KiB, so a long body waits for updates."""
+    received: list[tuple[list[Any], bytes]] = []
+    answer = canonical_json(ANTHROPIC_ANSWER)
+    handlers: list[asyncio.Task[None]] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        writer.write(conn.data_to_send())
+        streams: dict[int, tuple[list[Any], bytearray]] = {}
+        while data := await reader.read(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    streams[event.stream_id] = (list(event.headers or []), bytearray())
+                elif isinstance(event, h2.events.DataReceived):
+                    streams[event.stream_id][1].extend(event.data or b"")
+                    conn.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    headers, body = streams.pop(event.stream_id)
+                    received.append((headers, bytes(body)))
+                    status = [(":status", "200"), ("content-type", "application/json")]
+                    conn.send_headers(event.stream_id, [*status, ("content-length", str(len(answer)))])
+                    conn.send_data(event.stream_id, answer, end_stream=True)
+            writer.write(conn.data_to_send())
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def go() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        provider = provider_for(f"http://127.0.0.1:{port}")
+        try:
+            for body in bodies:
+                await provider.send(body)
+        finally:
+            await provider.aclose()
+            await asyncio.gather(*handlers)
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+    return received
+
+
+def test_a_body_in_parts_is_the_same_request_over_http2_as_the_body_in_one_bytes() -> None:
+    body = AnthropicMessagesSerializer().serialize(request([user("a long question " * 8_000)], max_tokens=64), None)
+    cuts = [0, 16_384, 16_385, 90_000, len(body)]
+    parts = BodyParts(tuple(body[a:b] for a, b in itertools.pairwise(cuts)))
+    transport = httpx.AsyncHTTPTransport(http1=False, http2=True, retries=0)
+    whole, parted = _h2_requests(lambda url: AnthropicProvider(transport, KEY, url), [body, parts])
+    assert whole[1] == parted[1] == body
+    assert whole[0] == parted[0]
+    assert (b"content-length", str(len(body)).encode()) in whole[0]

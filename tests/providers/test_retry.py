@@ -19,7 +19,7 @@ from prometheus_client import generate_latest
 from foldline.errors import ContextOverflow, ProviderStatusError, ProviderTransportError, RetriesExhausted
 from foldline.metrics import ProviderMetrics, new_registry
 from foldline.providers.anthropic import AnthropicProvider
-from foldline.providers.base import Provider, ProviderResponse
+from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.emulator import Emulator, EmulatorServer, Fault, FaultPlan
 from foldline.providers.limiter import AdaptiveLimiter
 from foldline.providers.openai import OpenAIProvider
@@ -218,7 +218,7 @@ def test_the_sender_bounds_the_requests_in_flight_per_provider() -> None:
         name = "slow"
         serializer = AnthropicProvider(httpx.MockTransport(lambda r: httpx.Response(200))).serializer
 
-        async def send(self, body: bytes, *, stream: bool = False, progress: Any = None) -> ProviderResponse:
+        async def send(self, body: Body, *, stream: bool = False, progress: Any = None) -> ProviderResponse:
             nonlocal peak, current
             current += 1
             peak = max(peak, current)

@@ -17,7 +17,10 @@ writer, so a dispatcher writes nothing to the log and needs no Kafka client at a
    session's incremental body cache; an object that cannot be used raises its
    :class:`~foldline.errors.AttachmentError` (the loop logs ``attachment/quarantine``); a store that does
    not answer is waited out for ``outage_s``;
-4. keep the body and answer its digest (a :class:`~foldline.ports.step_dispatch.PreparedStep`).
+4. keep the body and answer its digest (a :class:`~foldline.ports.step_dispatch.PreparedStep`). The body is
+   kept in parts (:class:`~foldline.providers.base.BodyParts`): the blocks of the session's cached prefix,
+   which every later body shares, and one part with the rest, so a long session's step does not copy its
+   whole body into a fresh object; the provider posts the parts one after another.
 
 The loop checks that digest against its own rebuild from the durable log and appends ``request/dispatch``.
 
@@ -56,7 +59,7 @@ from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
 from ..ports.fold_store import FoldStore, FoldTail
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff
-from ..providers.base import Provider, Serializer
+from ..providers.base import Body, Provider, Serializer
 from ..providers.framing import IncrementalBody
 from ..replay.registry import mark_loop_request
 from ..replay.step import request_at
@@ -218,7 +221,7 @@ class _View:
     header_bytes: bytes | None = None
     header: EpochHeader | None = None
     bodies: dict[tuple[str, int], IncrementalBody] = field(default_factory=dict)
-    prepared: tuple[int, str, bytes, Provider] | None = None  # boundary, digest, body, its provider
+    prepared: tuple[int, str, Body, Provider] | None = None  # boundary, digest, body, its provider
 
     def advance(self, tail: FoldTail, cache: MessageCache) -> None:
         new = cache.decode(tail.messages)
@@ -335,8 +338,7 @@ class Dispatcher:
         while len(self._views) > self.max_sessions:
             self._views.popitem(last=False)
         # The body this view kept (a step prepared and not sent, or sent and failed) is replaced: let it
-        # go before the new one is assembled, so a long session's body is not held twice meanwhile
-        # (two large live bodies make each assembly fault in fresh pages: a cost that grows with it).
+        # go before the new one is assembled (its last part is not shared with the new body).
         view.prepared = None
         built = time.perf_counter()
         request = view.request(h.session_id, h.boundary)
@@ -356,15 +358,16 @@ class Dispatcher:
             {"fold_wait": waited, "build": time.perf_counter() - built},
         )
 
-    async def _archive(self, body: bytes) -> None:
-        """Keep the exact body in the attachment store (off the event loop: the store's client blocks); a
-        store that does not answer is waited out (``outage_s``)."""
-        assert self.attachments is not None
+    async def _archive(self, body: Body) -> None:
+        """Keep the exact body in the attachment store (off the event loop: the store's client blocks, and the
+        parts are joined there); a store that does not answer is waited out (``outage_s``)."""
+        store = self.attachments
+        assert store is not None
         deadline = time.monotonic() + self.outage_s
         pause = 0.1
         while True:
             try:
-                await asyncio.to_thread(self.attachments.put, body, "application/json")
+                await asyncio.to_thread(lambda: store.put(bytes(body), "application/json"))
                 return
             except StoreUnavailable:
                 if time.monotonic() + pause > deadline:
@@ -372,13 +375,14 @@ class Dispatcher:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
 
-    async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[bytes, str]:
-        """The body and its digest; an attachment store that does not answer is waited out (``outage_s``)."""
+    async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[Body, str]:
+        """The body (in parts) and its digest; an attachment store that does not answer is waited out
+        (``outage_s``)."""
         deadline = time.monotonic() + self.outage_s
         pause = 0.1
         while True:
             try:
-                return cache.serialize(request, self.attachments)
+                return cache.parts(request, self.attachments)
             except AttachmentReadFailed:
                 if time.monotonic() + pause > deadline:
                     raise

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..core.events import RequestDispatch
 from ..errors import AttachmentError, DispatchFailed, DispatchLost, ProviderTransportError
 from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
-from ..providers.base import Provider, ProviderResponse, Serializer, serializer_for
+from ..providers.base import Body, Provider, ProviderResponse, Serializer, serializer_for
 from ..providers.streaming import AnswerProgress
 from ..replay.registry import mark_loop_request
 from ..replay.step import quarantine_record, session_request
@@ -95,7 +95,7 @@ class DispatchedSend(Provider):
         self.timings = timings  # the step's breakdown: each attempt adds its provider call and its hand-over
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         began = time.monotonic()
         try:

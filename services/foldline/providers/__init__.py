@@ -7,6 +7,8 @@ from . import registry
 from .anthropic import AnthropicMessagesSerializer, AnthropicMessagesV2Serializer, AnthropicProvider
 from .base import (
     SERIALIZERS,
+    Body,
+    BodyParts,
     Provider,
     ProviderResponse,
     Serializer,
@@ -22,6 +24,8 @@ __all__ = [
     "AnthropicMessagesSerializer",
     "AnthropicMessagesV2Serializer",
     "AnthropicProvider",
+    "Body",
+    "BodyParts",
     "OpenAIChatSerializer",
     "OpenAIProvider",
     "OpenAIResponsesProvider",

@@ -11,6 +11,11 @@ A provider adapter has two halves that the loop uses separately:
   provider's ids. One call is one attempt; :class:`~foldline.providers.retry.RetryingSender` makes the
   attempts, each with the same bytes.
 
+A body is handed to ``send`` as one ``bytes`` object or as :class:`BodyParts`, consecutive byte strings whose
+concatenation is the body: a session's incremental body cache
+(:class:`~foldline.providers.framing.IncrementalBody`) keeps the unchanging start of a long body in blocks
+that every later body shares, so no step copies the whole body into one fresh object just to hand it over.
+
 The loop records ``sha256`` of the body in a ``request/dispatch`` event before calling ``send``.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from ..core.content import ContentBlock, Usage
 from ..core.request import GenerateOptions
@@ -44,6 +49,8 @@ STOP_REASONS: frozenset[str] = frozenset(
 __all__ = [
     "SERIALIZERS",
     "STOP_REASONS",
+    "Body",
+    "BodyParts",
     "Provider",
     "ProviderResponse",
     "Serializer",
@@ -59,6 +66,31 @@ class Serializer(Protocol):
     version: int
 
     def serialize(self, request: GenerateOptions, attachments: AttachmentStore | None) -> bytes: ...
+
+
+class BodyParts:
+    """A request body as consecutive byte strings: the body is their concatenation, ``len`` its length in
+    bytes and ``bytes(parts)`` the body in one object (a copy: for whoever needs it contiguous). The parts
+    are immutable, so one body may share them with another and a retry sends the same bytes again."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: tuple[bytes, ...]) -> None:
+        self.parts = parts
+        self.size = sum(map(len, parts))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __repr__(self) -> str:
+        return f"BodyParts({len(self.parts)} parts, {self.size} bytes)"
+
+
+#: What :meth:`Provider.send` posts: the body's bytes, whole or in parts.
+Body: TypeAlias = bytes | BodyParts
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +113,10 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
-        """POST ``body`` exactly as given, once; raise :class:`~foldline.errors.ProviderError` on failure.
+        """POST ``body`` exactly as given (:class:`BodyParts`: their concatenation), once; raise
+        :class:`~foldline.errors.ProviderError` on failure.
 
         ``stream``: the body asks for server-sent events (its header config says so); the answer is assembled
         from them. ``progress`` is updated as the answer arrives (bytes, request id, first token, the partial

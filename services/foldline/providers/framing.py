@@ -10,7 +10,10 @@ and concatenating their chunks gives the same bytes as serializing the whole lis
 spans it). :class:`IncrementalBody` keeps, per session, the bytes and the SHA-256 state of the head plus
 the chunks of every message before the last boundary it has seen. The next request whose messages
 extend the same list encodes and hashes only the messages after that boundary, so the cost of a step
-does not grow with the session. Images in the cached prefix are read and verified through the store
+does not grow with the session. The cached bytes are immutable blocks of at least :data:`BLOCK_BYTES`
+plus one open buffer shorter than that: :meth:`IncrementalBody.parts` hands a body over as those blocks
+and one last part (the open buffer, the new messages and the tail), so assembling it copies less than a
+block plus the new bytes, not the whole body. Images in the cached prefix are read and verified through the store
 again on every call, exactly as a full serialization would, so a corrupted object still fails the
 request before anything is sent.
 """
@@ -27,10 +30,16 @@ from ..core.header import EpochHeader
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..ports.attachments import AttachmentStore
-from .base import Serializer
+from .base import Body, BodyParts, Serializer
 from .encoding import image_base64
 
-__all__ = ["FramedSerializer", "IncrementalBody", "split_frame"]
+__all__ = ["BLOCK_BYTES", "FramedSerializer", "IncrementalBody", "split_frame"]
+
+#: The cached prefix is frozen into blocks of at least this many bytes. A body in parts shares them, so its
+#: one fresh part holds fewer bytes than this plus the new messages. Kept small beside HTTP/2's frames
+#: (16 KiB by default): httpcore cuts the frames of each part it sends by slicing, and each cut copies the
+#: rest of that part, which costs the square of a part's length, not of the body's.
+BLOCK_BYTES = 32 * 1024
 
 
 def split_frame(frame: bytes, key: str = "messages") -> tuple[bytes, bytes]:
@@ -73,6 +82,8 @@ class IncrementalBody:
     """One session's body cache for one serializer. Not thread-safe; one loop instance owns it."""
 
     __slots__ = (
+        "_block_bytes",
+        "_blocks",
         "_count",
         "_framed",
         "_has_chunks",
@@ -80,16 +91,21 @@ class IncrementalBody:
         "_header",
         "_images",
         "_items",
-        "_prefix",
+        "_open",
         "_serializer",
+        "_size",
         "_tail",
         "_verify_cached",
     )
 
-    def __init__(self, serializer: Serializer, *, verify_cached_images: bool = True) -> None:
+    def __init__(
+        self, serializer: Serializer, *, verify_cached_images: bool = True, block_bytes: int = BLOCK_BYTES
+    ) -> None:
         """``verify_cached_images=False`` skips re-reading the images of the cached prefix (the invariant
-        companion's second serialization of a step whose images the loop's serialization just verified)."""
+        companion's second serialization of a step whose images the loop's serialization just verified);
+        ``block_bytes`` is the least size of a frozen block of the prefix."""
         self._serializer = serializer
+        self._block_bytes = block_bytes
         self._framed = serializer if isinstance(serializer, FramedSerializer) else None  # checked once: slow
         self._verify_cached = verify_cached_images
         self._reset()
@@ -98,7 +114,10 @@ class IncrementalBody:
         self._header: EpochHeader | None = None
         self._items: object = None  # the message list the cache extends (identity)
         self._count = 0  # messages before the cached boundary
-        self._prefix = bytearray()  # head + chunks of those messages, no trailing comma
+        # head + chunks of those messages, no trailing comma: the blocks, then the open buffer
+        self._blocks: list[bytes] = []
+        self._open = bytearray()
+        self._size = 0
         self._has_chunks = False  # whether any chunk follows the head
         self._hasher = hashlib.sha256()
         self._tail = b""
@@ -110,8 +129,19 @@ class IncrementalBody:
         if isinstance(suffix, bytes):
             return suffix, digest_bytes(suffix)
         sep, joined = suffix
-        body = b"".join((self._prefix, sep, joined, self._tail))
+        body = b"".join((*self._blocks, self._open, sep, joined, self._tail))
         return body, self._digest(sep, joined)
+
+    def parts(self, request: GenerateOptions, attachments: AttachmentStore | None) -> tuple[Body, str]:
+        """The body :meth:`serialize` would return, as :class:`~foldline.providers.base.BodyParts` — the cached
+        blocks, shared, then one part with the rest — and its digest. A body serialized whole (a serializer
+        that is not framed, messages that are not a snapshot of one list) comes back as its one ``bytes``."""
+        suffix = self._advance(request, attachments)
+        if isinstance(suffix, bytes):
+            return suffix, digest_bytes(suffix)
+        sep, joined = suffix
+        last = b"".join((self._open, sep, joined, self._tail))
+        return BodyParts((*self._blocks, last)), self._digest(sep, joined)
 
     def digest(self, request: GenerateOptions, attachments: AttachmentStore | None) -> tuple[str, int]:
         """The digest :meth:`serialize` would return and the body's length, without assembling its bytes."""
@@ -119,7 +149,7 @@ class IncrementalBody:
         if isinstance(suffix, bytes):
             return digest_bytes(suffix), len(suffix)
         sep, joined = suffix
-        return self._digest(sep, joined), len(self._prefix) + len(sep) + len(joined) + len(self._tail)
+        return self._digest(sep, joined), self._size + len(sep) + len(joined) + len(self._tail)
 
     def _digest(self, sep: bytes, joined: bytes) -> str:
         hasher = self._hasher.copy()
@@ -166,7 +196,7 @@ class IncrementalBody:
         self._header = request.header
         self._items = items
         self._tail = tail
-        self._prefix += head
+        self._push(b"", head)
         self._hasher.update(head)
         for chunk in lead:
             self._extend(chunk)
@@ -175,9 +205,20 @@ class IncrementalBody:
         """Append comma-joined chunks (none when empty) to the cached prefix."""
         if not joined:
             return
-        if self._has_chunks:
-            self._prefix += b","
-            self._hasher.update(b",")
-        self._prefix += joined
+        sep = b"," if self._has_chunks else b""
+        if sep:
+            self._hasher.update(sep)
         self._hasher.update(joined)
+        self._push(sep, joined)
         self._has_chunks = True
+
+    def _push(self, sep: bytes, data: bytes) -> None:
+        """Append ``sep`` and ``data`` to the cached prefix: to the open buffer, or, when that would reach
+        ``block_bytes``, as a new block made of the open buffer and them (the buffer starts empty)."""
+        self._size += len(sep) + len(data)
+        if len(self._open) + len(sep) + len(data) < self._block_bytes:
+            self._open += sep
+            self._open += data
+        else:
+            self._blocks.append(b"".join((self._open, sep, data)))
+            self._open = bytearray()

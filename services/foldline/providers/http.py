@@ -2,7 +2,9 @@
 
 :class:`JsonHttpProvider` is that half as a :class:`~foldline.providers.base.Provider`: an adapter names its
 path, its auth headers, its answer parser and its stream assembler; one attempt of sending, closing and
-``repr`` are here (the retry layer, :mod:`foldline.providers.retry`, makes the attempts).
+``repr`` are here (the retry layer, :mod:`foldline.providers.retry`, makes the attempts). A body in parts
+(:class:`~foldline.providers.base.BodyParts`) is posted with the ``Content-Length`` httpx gives a body in one
+``bytes``, its parts written one after another: the same request, without joining them first.
 
 Every failure is typed, and says what the provider said about retrying it:
 
@@ -27,7 +29,7 @@ import abc
 import email.utils
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, Final
 
@@ -42,7 +44,7 @@ from ..errors import (
     ProviderStreamError,
     ProviderTransportError,
 )
-from .base import Provider, ProviderResponse
+from .base import Body, BodyParts, Provider, ProviderResponse
 from .settings import TransportSettings
 from .sse import SSEDecoder
 from .streaming import AnswerProgress, StreamAssembler
@@ -142,6 +144,12 @@ def _error_fields(raw: bytes) -> tuple[str | None, str]:
     return (kind if isinstance(kind, str) else None), str(error.get("message", ""))
 
 
+async def _each(body: BodyParts) -> AsyncIterator[bytes]:
+    """The parts as the request's content: the transport writes each as it comes, none joined."""
+    for part in body.parts:
+        yield part
+
+
 def status_error(
     provider: str, status: int, headers: httpx.Headers, raw: bytes, secrets: tuple[str, ...], request_id: str | None
 ) -> ProviderStatusError:
@@ -232,13 +240,17 @@ class JsonHttpProvider(Provider):
         return None
 
     async def send(
-        self, body: bytes, *, stream: bool = False, progress: AnswerProgress | None = None
+        self, body: Body, *, stream: bool = False, progress: AnswerProgress | None = None
     ) -> ProviderResponse:
         progress = progress if progress is not None else AnswerProgress()
         secrets = self.secrets
         limit = self.settings.max_answer_bytes
+        content: bytes | AsyncIterator[bytes] = body if isinstance(body, bytes) else _each(body)
+        headers = self._headers
+        if isinstance(body, BodyParts):  # the length httpx states for bytes, so the request is the same
+            headers = {**headers, "Content-Length": str(body.size)}
         try:
-            async with self._client.stream("POST", self.path, content=body, headers=self._headers) as response:
+            async with self._client.stream("POST", self.path, content=content, headers=headers) as response:
                 request_id = progress.request_id = self._request_id(response.headers)
                 if not 200 <= response.status_code < 300:
                     raw = await self._read(response, None, min(limit, 64 * 1024), truncate=True)

@@ -43,7 +43,7 @@ from ..errors import (
     ProviderTransportError,
     RetriesExhausted,
 )
-from .base import Provider, ProviderResponse
+from .base import Body, Provider, ProviderResponse
 from .limiter import AdaptiveLimiter, Outcome
 from .settings import TransportSettings
 from .streaming import AnswerProgress
@@ -166,7 +166,7 @@ class RetryingSender:
     async def send(
         self,
         provider: Provider,
-        body: bytes,
+        body: Body,
         *,
         stream: bool = False,
         on_failed_attempt: Callable[[FailedAttempt], Awaitable[None] | None] | None = None,
