@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foldline.adapters.archive import ArchiveAppender, SessionArchive, audit_archive
+from foldline.adapters.archive import ArchiveAppender, SegmentEncoder, SessionArchive, audit_archive, build_segment
+from foldline.adapters.archive.segments import read_segment
 from foldline.adapters.dir_archive import DirectoryArchiveStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.adapters.sqlite_log import SqliteEventLog
@@ -206,3 +207,14 @@ def test_the_embedded_archiver_backs_up_and_the_cli_restores_and_audits(
     assert audit_archive(DirectoryArchiveStore(archive_dir)).orphans == [
         "sessions/00/nobody/seg-000000000000-000000000001.avro"
     ]
+
+
+def test_a_segment_whose_records_skip_a_seq_is_corrupt_and_the_record_named() -> None:
+    events = simple_log(turns=2)
+    encoder = SegmentEncoder()
+    bodies = [encoder.body(e) for e in events]
+    good = build_segment("s", 0, bodies[:5], encoder.fingerprint)
+    assert read_segment(good, "s", 0, 5, "the-key") == events[:5]
+    skipping = build_segment("s", 0, [*bodies[:2], *bodies[3:6]], encoder.fingerprint)
+    with pytest.raises(ArchiveCorrupt, match="record 2 has seq 3, expected 2"):
+        read_segment(skipping, "s", 0, 5, "the-key")
