@@ -526,3 +526,27 @@ def test_a_fenced_producer_logs_its_fence_as_info_and_other_fatal_errors_as_they
         logging.CRITICAL, "FATAL [%s]: Fatal error: %s", "rdkafka#producer-1", "Broker: Cluster authorization failed"
     )
     assert [r.levelno for r in caplog.records] == [logging.CRITICAL]
+
+
+def test_an_async_append_whose_outcome_never_arrives_is_reported_unknown_and_the_log_recovers(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An awaited append bounds its wait for the transaction's outcome: none in time is a stuck writer,
+    reported as an unknown outcome; the writer is replaced and the next append goes through."""
+    import asyncio
+
+    from foldline.adapters.kafka import log as kafka_log
+
+    sid = _sid()
+    events = simple_log()
+    log = make_log()
+    assert log.append(sid, 0, events[:2]) == 2  # owned, with its rules: the next append takes the awaited path
+    monkeypatch.setattr(kafka_log, "_append_wait_s", lambda timeout_s: 0.2)
+    monkeypatch.setattr(kafka_writer.GroupWriter, "send", lambda self, request: None)  # never settles
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+        asyncio.run(log.append_async(sid, 2, events[2:4]))
+    assert time.monotonic() - began < 5.0
+    monkeypatch.undo()
+    assert asyncio.run(log.append_async(sid, 2, events[2:4])) == 4
+    assert make_log().read(sid) == events[:4]
