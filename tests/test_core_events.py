@@ -175,3 +175,20 @@ def test_dispatch_digest_must_be_lowercase_sha256_hex(digest: str) -> None:
     data = {"turn": 0, "step": 0, "serializer": "anthropic-messages", "serializerVersion": 1, "bytes": 1}
     with pytest.raises(FormatError, match="64 lowercase hex digits"):
         decode_event(_raw("request/dispatch", {**data, "digest": digest}, 3))
+
+
+def test_a_refused_batch_leaves_the_rules_as_they_were_and_the_same_events_are_accepted_after() -> None:
+    """check_batch is all-or-nothing: a batch refused at its last event moves nothing on (the next seq, the
+    surface, the call ids), so the same valid prefix is accepted afterwards at the same seqs."""
+    from foldline.core.validation import LogRules
+
+    events = simple_log()
+    rules = LogRules()
+    rules.check_batch(events[:3])
+    surface, calls = list(rules.surface), set(rules.call_ids)
+    bad = dataclasses.replace(events[-1], seq=len(events) + 5)  # a gap: refused
+    with pytest.raises(ValidationError, match="seq"):
+        rules.check_batch([*events[3:], bad])
+    assert (rules.next_seq, list(rules.surface), set(rules.call_ids)) == (3, surface, calls)
+    rules.check_batch(events[3:])
+    assert rules.next_seq == len(events)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -11,10 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from foldline.adapters.kafka import HEADER_BATCH, KafkaEventLog, partition_for
 from foldline.adapters.kafka import writer as kafka_writer
+from foldline.adapters.kafka.clients import (
+    FENCED_CODES,
+    RDKAFKA_LOG,
+    SESSION_PRODUCER,
+    KafkaClients,
+    discard,
+    flush,
+    kafka_error,
+)
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
 from foldline.ports.event_log import EventLog
@@ -483,3 +493,60 @@ def test_the_follower_serves_reads_of_what_this_instance_appended(
         assert log.read(sid, i, head) == events[i:head]
     assert fetched == []  # every read came from the follower
     assert make_log().read(sid) == events  # and another instance reads the same from the broker
+
+
+def test_a_fenced_producer_logs_its_fence_as_info_and_other_fatal_errors_as_they_are(
+    make_log: MakeLog, kafka_bootstrap: str, kafka_topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A take-over fences the previous producer, which librdkafka reports as fatal: that is expected, so
+    those lines are INFO; a fatal error of another kind keeps librdkafka's level."""
+    make_log().check_topics()  # the topic the fenced producer writes to
+    clients = KafkaClients(kafka_bootstrap, timeout_s=10.0)
+    writer_id = f"{kafka_topic}/fence-log/{uuid.uuid4().hex}"
+    fenced = clients.transactional_producer(writer_id, SESSION_PRODUCER)
+    caplog.set_level(logging.DEBUG, logger="foldline.kafka")
+    try:
+        fenced.init_transactions(10)
+        fenced.begin_transaction()
+        fenced.produce(kafka_topic, value=b"x", key=b"fence-log", partition=0)
+        assert flush(fenced, 10) == 0
+        clients.fence(writer_id, clients.deadline())
+        with pytest.raises(KafkaException) as raised:
+            fenced.commit_transaction(10)
+        err = kafka_error(raised.value)
+        assert err is not None
+        assert err.code() in FENCED_CODES
+    finally:
+        discard(fenced, "the fenced producer")
+    fence_lines = [r for r in caplog.records if "rdkafka#" in r.getMessage() and "fenced by a newer" in r.getMessage()]
+    assert fence_lines, "librdkafka logged nothing about the fence"
+    assert all(r.levelno == logging.INFO for r in fence_lines)
+    caplog.clear()
+    RDKAFKA_LOG.log(
+        logging.CRITICAL, "FATAL [%s]: Fatal error: %s", "rdkafka#producer-1", "Broker: Cluster authorization failed"
+    )
+    assert [r.levelno for r in caplog.records] == [logging.CRITICAL]
+
+
+def test_an_async_append_whose_outcome_never_arrives_is_reported_unknown_and_the_log_recovers(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An awaited append bounds its wait for the transaction's outcome: none in time is a stuck writer,
+    reported as an unknown outcome; the writer is replaced and the next append goes through."""
+    import asyncio
+
+    from foldline.adapters.kafka import log as kafka_log
+
+    sid = _sid()
+    events = simple_log()
+    log = make_log()
+    assert log.append(sid, 0, events[:2]) == 2  # owned, with its rules: the next append takes the awaited path
+    monkeypatch.setattr(kafka_log, "_append_wait_s", lambda timeout_s: 0.2)
+    monkeypatch.setattr(kafka_writer.GroupWriter, "send", lambda self, request: None)  # never settles
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+        asyncio.run(log.append_async(sid, 2, events[2:4]))
+    assert time.monotonic() - began < 5.0
+    monkeypatch.undo()
+    assert asyncio.run(log.append_async(sid, 2, events[2:4])) == 4
+    assert make_log().read(sid) == events[:4]

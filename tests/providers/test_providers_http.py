@@ -192,6 +192,23 @@ def test_openai_send_posts_the_exact_bytes_with_a_bearer_key_and_no_key_means_no
     assert "authorization" not in second.headers
 
 
+@pytest.mark.parametrize(
+    ("base_url", "url"),
+    [
+        ("https://example.test", "https://example.test/v1/chat/completions"),
+        ("https://example.test/", "https://example.test/v1/chat/completions"),
+        ("https://example.test/proxy", "https://example.test/proxy/v1/chat/completions"),
+        ("http://127.0.0.1:8080/a/b/", "http://127.0.0.1:8080/a/b/v1/chat/completions"),
+    ],
+)
+def test_the_path_is_posted_under_the_base_url_keeping_its_own_path(base_url: str, url: str) -> None:
+    seen: list[httpx.Request] = []
+    for _ in range(2):  # the URL is the same on every request
+        _send(OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, base_url), b"{}")
+    assert [str(r.url) for r in seen] == [url, url]
+    assert seen[0].headers["host"] == httpx.URL(url).netloc.decode()
+
+
 def test_the_openai_adapters_send_the_organization_and_their_own_default_serializers() -> None:
     seen: list[httpx.Request] = []
     chat = OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, "https://example.test", organization="org-1")

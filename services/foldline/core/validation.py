@@ -287,12 +287,14 @@ class LogRules:
         taking the events its log just accepted. Every rule that depends on the session still runs.
         """
         self._undo = []
+        first = self.next_seq  # restored directly on a refusal: each event only moves it on by one
         try:
             values = not values_checked
             changes = [self._check(e, values) for e in events]
         except BaseException:
             for undo in reversed(self._undo):
                 undo()
+            self.next_seq = first
             raise
         finally:
             self._undo = None
@@ -420,10 +422,7 @@ class LogRules:
                     raise ValidationError("legacy-header-delta", f"{data.type!r} is a removed legacy event", seq=seq)
             case _:
                 assert_never(data)
-        if self._undo is not None:
-            self._set("next_seq", seq + 1)
-        else:
-            self.next_seq = seq + 1
+        self.next_seq = seq + 1  # check_batch restores it on a refusal
         return change
 
     def _surface(

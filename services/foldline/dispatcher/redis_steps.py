@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import itertools
 import logging
 import os
 import socket
@@ -253,6 +254,10 @@ class RedisStepClient:
         self.outage_s = outage_s
         self.reply_key = f"{stream}:replies:{uuid.uuid4().hex}"
         self.alive_key = f"{self.reply_key}:alive"  # gone from Redis: Redis lost its data, replies with it
+        # call ids: this client's random prefix and a counter — unique like a uuid4 per call, without the
+        # system's random source on every call
+        self._call_prefix = f"{uuid.uuid4().hex}-"
+        self._call_numbers = itertools.count()
         self._redis: aioredis.Redis | None = None
         self._calls: dict[str, _Call] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -290,7 +295,7 @@ class RedisStepClient:
         return self._redis
 
     async def _call(self, op: str, h: StepHandoff, prepared: PreparedStep | None, timeout_s: float) -> Any:
-        call_id = uuid.uuid4().hex
+        call_id = f"{self._call_prefix}{next(self._call_numbers)}"
         fields: dict[FieldT, EncodableT] = {
             "op": op,
             "id": call_id,

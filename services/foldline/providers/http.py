@@ -219,6 +219,10 @@ class JsonHttpProvider(Provider):
             timeout=timeout if timeout is not None else self.settings.timeout(),
             trust_env=False,
         )
+        # the absolute URL once, as the client would merge ``path`` onto its base URL on every request
+        # (base path kept: ``https://host/sub`` + ``/v1/messages`` is ``https://host/sub/v1/messages``)
+        base = self._client.base_url
+        self._url = base.copy_with(raw_path=base.raw_path + self.path.encode("ascii").lstrip(b"/"))
 
     @abc.abstractmethod
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
@@ -250,7 +254,7 @@ class JsonHttpProvider(Provider):
         if isinstance(body, BodyParts):  # the length httpx states for bytes, so the request is the same
             headers = {**headers, "Content-Length": str(body.size)}
         try:
-            async with self._client.stream("POST", self.path, content=content, headers=headers) as response:
+            async with self._client.stream("POST", self._url, content=content, headers=headers) as response:
                 request_id = progress.request_id = self._request_id(response.headers)
                 if not 200 <= response.status_code < 300:
                     raw = await self._read(response, None, min(limit, 64 * 1024), truncate=True)

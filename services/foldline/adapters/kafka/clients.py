@@ -26,6 +26,8 @@ __all__ = [
     "SESSION_PRODUCER",
     "TRANSIENT_CODES",
     "KafkaClients",
+    "RDKAFKA_LOG",
+    "LibrdkafkaLog",
     "client_settings",
     "flush",
     "kafka_error",
@@ -46,12 +48,39 @@ GROUP_PRODUCER: Mapping[str, Any] = {
 SESSION_PRODUCER: Mapping[str, Any] = {"linger.ms": 0}
 
 
+class LibrdkafkaLog:
+    """librdkafka's log lines (the clients' ``logger``) to a Python logger, each at its own level — except
+    the lines of a producer fenced by a newer instance with its transactional id, logged at INFO.
+
+    Fencing is how a take-over stops the previous writer (docs/KAFKA.md): the fenced producer's
+    librdkafka reports it as a fatal error (``TXNERR``/``FATAL`` lines), while what it means reaches the
+    callers as a typed outcome (the append is retried under the new writer). Every other fatal error is
+    still logged as librdkafka rates it.
+    """
+
+    #: librdkafka's texts of the errors in :data:`FENCED_CODES`
+    FENCED_TEXTS = tuple(KafkaError(code).str() for code in sorted(FENCED_CODES))
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        if level > logging.INFO:
+            line = msg % args if args else msg
+            if any(text in line for text in self.FENCED_TEXTS):
+                level = logging.INFO
+        self.logger.log(level, msg, *args)
+
+
+RDKAFKA_LOG = LibrdkafkaLog(LOG)
+
+
 def client_settings(
     bootstrap: str, client_config: Mapping[str, Any] | None, fixed: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """librdkafka settings of one client: the bootstrap, its log lines to Python logging, the caller's
     extra settings (security, tuning), then the ``fixed`` ones the client needs to work as it does."""
-    return {"bootstrap.servers": bootstrap, "logger": LOG, **(client_config or {}), **(fixed or {})}
+    return {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG, **(client_config or {}), **(fixed or {})}
 
 
 def kafka_error(exc: KafkaException) -> KafkaError | None:
@@ -103,9 +132,9 @@ class KafkaClients:
             "bootstrap.servers": bootstrap,
             "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
             "socket.nagle.disable": True,
-            # librdkafka's own log lines (e.g. "fenced by a newer instance") go to Python logging;
+            # librdkafka's own log lines go to Python logging (an expected fence at INFO: LibrdkafkaLog);
             # every failure reaches callers as a typed exception instead.
-            "logger": LOG,
+            "logger": RDKAFKA_LOG,
             **(client_config or {}),
         }
 

@@ -102,12 +102,15 @@ class Follower:
                 return self._held(session_id, from_seq, offsets)
             reached: asyncio.Future[None] = loop.create_future()
             self._waiters.append((part, last, reached, loop))
+        timer = loop.call_later(self._wait_s, _resolve_all, [reached])  # resolved by the follower, or in time
         try:
-            await asyncio.wait_for(reached, self._wait_s)
-        except TimeoutError:
-            return None
+            await reached
+        finally:
+            timer.cancel()
         with self._cond:
-            return self._held(session_id, from_seq, offsets) if self.failed is None else None
+            if self.failed is not None or self._positions[part] <= last:
+                return None  # failed, or not followed that far in time
+            return self._held(session_id, from_seq, offsets)
 
     def _held(self, session_id: str, from_seq: int, offsets: Sequence[int]) -> list[Envelope] | None:
         """The held events at exactly ``offsets`` (caller holds the condition's lock)."""
@@ -180,16 +183,21 @@ class Follower:
                 self._wake(lambda part, offset: True)
 
     def _wake(self, due: Callable[[int, int], bool]) -> None:
-        """Resolve the asyncio waiters that are due (caller holds the condition's lock)."""
+        """Resolve the asyncio waiters that are due (caller holds the condition's lock): one callback per
+        event loop for all of its due waiters, not one wake-up of the loop per waiter."""
         waiting = []
+        ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for part, offset, future, loop in self._waiters:
             if due(part, offset):
-                loop.call_soon_threadsafe(_resolve, future)
+                ready.setdefault(loop, []).append(future)
             else:
                 waiting.append((part, offset, future, loop))
         self._waiters = waiting
+        for loop, futures in ready.items():
+            loop.call_soon_threadsafe(_resolve_all, futures)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)

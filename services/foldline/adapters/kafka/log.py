@@ -99,6 +99,38 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _Wakes:
+    """Futures of one event loop that other threads resolve, in bursts: the first of a burst schedules one
+    callback (a ``call_soon_threadsafe``, which writes to the loop's self-pipe) that resolves all of them,
+    so a group transaction settling many appends wakes their loop once, not once per append."""
+
+    __slots__ = ("_due", "_lock", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._due: list[asyncio.Future[None]] = []
+
+    def resolve(self, future: asyncio.Future[None]) -> None:
+        """Resolve ``future`` in its loop (from any thread)."""
+        with self._lock:
+            self._due.append(future)
+            first = len(self._due) == 1
+        if first:
+            try:
+                self.loop.call_soon_threadsafe(self._run)
+            except RuntimeError:  # the loop is closed: nothing awaits these any more
+                with self._lock:
+                    self._due = []
+                raise
+
+    def _run(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for future in due:
+            _resolve(future)
+
+
 class _SessionLock:
     """One session's lock in :attr:`KafkaEventLog._session_locks`, dropped when its last user leaves."""
 
@@ -236,6 +268,7 @@ class KafkaEventLog(EventLog):
         self._taking_over = threading.BoundedSemaphore(_MAX_TAKE_OVERS)
         self._owned: OrderedDict[str, _Owned] = OrderedDict()
         self._writers: list[GroupWriter] = []
+        self._wakes: _Wakes | None = None  # the event loop whose appends the writers settle (append_async)
         self._creator = SessionCreator(self._clients, self._reader, topic=topic, index_topic=self.index_topic)
         self._follow = follow
         self._follower: Follower | None = None
@@ -319,16 +352,24 @@ class KafkaEventLog(EventLog):
             state = owned.state
             request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
             loop = asyncio.get_running_loop()
+            wakes = self._wakes
+            if wakes is None or wakes.loop is not loop:
+                wakes = self._wakes = _Wakes(loop)
             done: asyncio.Future[None] = loop.create_future()
-            request.done.callback = lambda: loop.call_soon_threadsafe(_resolve, done)
+            request.done.callback = functools.partial(wakes.resolve, done)
             try:
                 writer.send(request)
             except BaseException:
                 self._disown(session_id)
                 raise
+            # resolved by the outcome or, failing that, by the timer (a bare future and a timer cost far
+            # less per append than wait_for and shield)
+            timer = loop.call_later(_append_wait_s(self.timeout_s), _resolve, done)
             try:
-                await asyncio.wait_for(asyncio.shield(done), _append_wait_s(self.timeout_s))
-            except TimeoutError:
+                await done
+            finally:
+                timer.cancel()
+            if not request.done.is_set():
                 self._stuck(session_id, writer, owned)
             if isinstance(request.error, Retry):  # fenced meanwhile: nothing written; take it over again
                 self._disown(session_id)
