@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h2.config
@@ -337,16 +337,43 @@ def test_a_streamed_answer_the_assembler_refuses_never_carries_the_key(
             assert piece not in seen, (raw, seen)
 
 
+def _send_each(
+    serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    provider_for: Callable[[str], Provider],
+    bodies: list[Body],
+) -> None:
+    """Send each body through ``provider_for(url)`` to a local server whose connections ``serve`` handles;
+    returns once the provider is closed and every handler has seen its connection end."""
+    handlers: list[asyncio.Task[None]] = []
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        await serve(reader, writer)
+
+    async def go() -> None:
+        server = await asyncio.start_server(tracked, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        provider = provider_for(f"http://127.0.0.1:{port}")
+        try:
+            for body in bodies:
+                await provider.send(body)
+        finally:
+            await provider.aclose()  # closes the connection: each handler reads its end and closes too
+            await asyncio.gather(*handlers)
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(go())
+
+
 def _raw_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) -> list[bytes]:
     """Each body sent by a provider over HTTP/1.1 to a local socket: the request's bytes as they arrived."""
     received: list[bytes] = []
     answer = canonical_json(ANTHROPIC_ANSWER)
-    handlers: list[asyncio.Task[None]] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        handlers.append(task)
         while True:
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -366,20 +393,7 @@ def _raw_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) -
         writer.close()
         await writer.wait_closed()
 
-    async def go() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        provider = provider_for(f"http://127.0.0.1:{port}")
-        try:
-            for body in bodies:
-                await provider.send(body)
-        finally:
-            await provider.aclose()  # closes the connection: each handler reads its end and closes too
-            await asyncio.gather(*handlers)
-            server.close()
-            await server.wait_closed()
-
-    asyncio.run(go())
+    _send_each(serve, provider_for, bodies)
     return received
 
 
@@ -402,12 +416,8 @@ def _h2_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) ->
     its data as they arrived; the receive window starts at h2's 64 KiB, so a long body waits for updates."""
     received: list[tuple[list[Any], bytes]] = []
     answer = canonical_json(ANTHROPIC_ANSWER)
-    handlers: list[asyncio.Task[None]] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        handlers.append(task)
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         conn.initiate_connection()
         writer.write(conn.data_to_send())
@@ -430,20 +440,7 @@ def _h2_requests(provider_for: Callable[[str], Provider], bodies: list[Body]) ->
         writer.close()
         await writer.wait_closed()
 
-    async def go() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        provider = provider_for(f"http://127.0.0.1:{port}")
-        try:
-            for body in bodies:
-                await provider.send(body)
-        finally:
-            await provider.aclose()
-            await asyncio.gather(*handlers)
-            server.close()
-            await server.wait_closed()
-
-    asyncio.run(go())
+    _send_each(serve, provider_for, bodies)
     return received
 
 
