@@ -1,4 +1,5 @@
 # foldline — the two commands that must always work on a fresh machine: `make demo` and `make test`.
+# (.venv is reinstalled when the archive decoder's source changes: the install compiles it, hatch_build.py)
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test tools-prefetch lint typecheck unit bench servers-up servers-down clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hatch_build.py services/foldline/adapters/avro/direct.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

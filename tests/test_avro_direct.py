@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import io
+import shutil
+import sysconfig
+from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import fastavro
 import pytest
 from hypothesis import given, settings
 
-from foldline.adapters.avro import AvroCodec, avro_to_envelope, envelope_to_avro, writer_schemas
+from foldline.adapters.avro import AvroCodec, avro_to_envelope, decoding, envelope_to_avro, writer_schemas
 from foldline.adapters.avro import direct as direct_module
 from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, decode_bodies, reads_directly
 from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
@@ -23,6 +27,43 @@ from tests.test_avro_codec import EVERY_TYPE
 
 CODEC = AvroCodec()
 SCHEMA = writer_schemas()[CODEC.fingerprint]
+_INTERPRETED = (decode_bodies, direct_module)
+
+
+def _compiler() -> bool:
+    return shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
+
+
+@pytest.fixture(autouse=True, scope="module", params=["interpreted", "compiled"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs on ``direct.py`` as interpreted and on its mypyc build (``hatch_build.py``); where a C
+    compiler is found the build must be there and be of this ``direct.py``."""
+    global decode_bodies, direct_module
+    if request.param == "compiled":
+        native, why = decoding.native_module()
+        if native is None:
+            if not _compiler():
+                pytest.skip(f"no C compiler here, so no compiled decoder: {why}")
+            pytest.fail(why)
+        assert decoding.DECODER == "compiled (mypyc)"
+        decode_bodies, direct_module = native.decode_bodies, native
+    try:
+        yield request.param
+    finally:
+        decode_bodies, direct_module = _INTERPRETED[0], _INTERPRETED[1]
+
+
+def test_the_reading_build_is_the_compiled_one_where_it_can_be() -> None:
+    """The archive and the codec decode through the compiled build when it was built from this source."""
+    native, why = decoding.native_module()
+    if native is None and not _compiler():
+        pytest.skip(f"no C compiler here: {why}")
+    assert native is not None, why
+    assert decoding.decode_bodies is native.decode_bodies
+    assert decoding.direct_envelope is native.direct_envelope
+    assert isinstance(native, ModuleType)
+    assert native.__file__ is not None
+    assert native.__file__.endswith(".so")
 
 
 def _body(event: Envelope) -> bytes:

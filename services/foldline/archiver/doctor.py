@@ -8,7 +8,8 @@
   leader election);
 * **archive** — the archive store answers; on Kafka, how far the archivers' consumer group got in every
   partition, and whether Kafka deleted records the group never archived (a failure: those events are
-  neither in Kafka nor in the archive);
+  neither in Kafka nor in the archive); and which build of the Avro decoder reads segments (a warning
+  when it is the interpreted one: :mod:`foldline.adapters.avro.decoding`);
 * **audit** (``audit=True``) — every archive object is accounted for (no orphan, no missing or corrupt
   segment; :func:`~foldline.adapters.archive.audit_archive`), and no archived session is ahead of the log
   (a log rebuilt without ``foldline restore``).
@@ -64,6 +65,7 @@ def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
             checks += _kafka(config, archived=store is not None)
         if store is not None:
             checks += _archive(config, store)
+            checks.append(_decoder())
             if audit:
                 checks += _audit(config, store)
         elif audit:
@@ -72,6 +74,22 @@ def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
         if store is not None:
             store.close()
     return checks
+
+
+def _decoder() -> Check:
+    """Which build of the Avro decoder reads the archive: the compiled one, or why not (about half the speed)."""
+    from ..adapters.avro import decoding
+
+    if decoding.DECODER != "interpreted":
+        return Check("archive", "decoder", "ok", f"segments decode through the {decoding.DECODER} decoder")
+    return Check(
+        "archive",
+        "decoder",
+        "warn",
+        f"segments decode through the interpreted decoder, about half the compiled one's speed: "
+        f"{decoding.why_interpreted}",
+        "reinstall foldline where a C compiler is found (the build compiles the decoder with mypyc)",
+    )
 
 
 def _embedded(config: Config) -> list[Check]:

@@ -46,7 +46,8 @@ from ..avro import (
     load_schema_json,
     writer_schema_documents,
 )
-from ..avro.direct import decode_bodies, reads_directly
+from ..avro.decoding import decode_bodies
+from ..avro.direct import reads_directly
 
 __all__ = ["BLOCK_BYTES", "CODEC", "SegmentEncoder", "body_of", "build_segment", "event_head", "read_segment"]
 

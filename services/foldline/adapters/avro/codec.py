@@ -24,7 +24,8 @@ from ...core.events import Envelope
 from ...core.validation import check_values
 from ...errors import AvroDecodeError, ConfigError, StoreUnavailable, UnknownSchemaError
 from .datum import avro_to_envelope, envelope_to_avro
-from .direct import direct_envelope, reads_directly
+from .decoding import direct_envelope
+from .direct import reads_directly
 from .schemas import (
     CONFLUENT_MAGIC,
     EVENT_SCHEMA_NAME,
