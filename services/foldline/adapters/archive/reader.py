@@ -12,10 +12,13 @@ never change). Every segment it reads is checked before use:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from ...core.events import Envelope
 from ...errors import ArchiveCorrupt, ArchiveObjectMissing
@@ -26,6 +29,38 @@ from .segments import read_segment
 __all__ = ["SessionArchive"]
 
 _FETCHERS = 8  # segments of one read fetched at once
+
+
+class _CollectorPause:
+    """The cyclic garbage collector off while segments decode, as it was before once the last such read ends.
+
+    A 10,000-event read builds ~40,000 objects that all live on (the events): the collector's passes over
+    them, and over everything else the process holds, find nothing, since events hold no cycles, and cost a
+    read ~10 ms at p50 and over 100 ms at p95. Reference counting frees as before; a process that turned
+    the collector off keeps it off."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._resume = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._resume:
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
 
 
 class SessionArchive(ArchiveReader):
@@ -117,9 +152,10 @@ class SessionArchive(ArchiveReader):
         refs = [ref for ref in manifest.segments if ref.end > from_seq and ref.first < to_seq]
         fetched = self._fetch_all(session_id, refs)
         out: list[Envelope] = []
-        for ref in refs:
-            events = self.segment(session_id, ref, fetched.get(ref.key))
-            out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
+        with _collector_paused():
+            for ref in refs:
+                events = self.segment(session_id, ref, fetched.get(ref.key))
+                out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
         return out
 
     def _fetch_all(self, session_id: str, refs: list[SegmentRef]) -> dict[str, Future[StoredObject | None]]:
