@@ -38,6 +38,9 @@ class CustomBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        package = Path(self.root) / PACKAGE_DIR
+        for old in package.glob(f"{NATIVE}*.so"):  # an earlier editable build's (this hook names them so)
+            old.unlink()
         if os.environ.get("FOLDLINE_PURE_PYTHON") == "1":
             self.app.display_warning("FOLDLINE_PURE_PYTHON=1: the archive decoder is not compiled")
             return
@@ -50,9 +53,6 @@ class CustomBuildHook(BuildHookInterface):
             return
         root = Path(self.root)
         built = self._compile(root)
-        package = root / PACKAGE_DIR
-        for old in package.glob(f"{NATIVE}*.so"):
-            old.unlink()
         for so in built:
             if version == "editable":
                 shutil.copy2(so, package / so.name)
