@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -442,6 +443,74 @@ def test_new_sessions_are_created_in_a_few_transactions_not_one_take_over_each(m
     assert all(other.read(sid) == events for sid in sids[:10])
 
 
+def test_sessions_opened_from_asyncio_wait_on_no_thread_and_share_a_few_transactions(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``acquire_and_read_async`` of new sessions queues each creation and awaits it: no worker thread per
+    session (so no cap on how many wait at once), and a partition's creations queued while one of its
+    transactions commits all go in its next one."""
+    log = make_log()
+    asyncio.run(log.acquire_and_read_async(_sid()))  # the log and its writer are started
+    blocking: list[object] = []
+
+    async def no_thread(call: object, *args: object, **kwargs: object) -> Any:
+        blocking.append(call)
+        raise AssertionError("a new session went to a worker thread")
+
+    monkeypatch.setattr(log, "_blocking", no_thread)
+    before = log._creator.transactions
+    sids = [_sid() for _ in range(400)]
+
+    async def open_all() -> list[tuple[Any, list[Envelope]]]:
+        return await asyncio.gather(*(log.acquire_and_read_async(sid) for sid in sids))
+
+    opened = asyncio.run(open_all())
+    assert blocking == []
+    assert all(lease.epoch == 1 and events == [] for lease, events in opened)
+    # 4 partitions: each commits what was queued when its drain began, then the rest (a few batches), where
+    # a thread per session (at most 256 waiting) would need at least two batches of each partition's ~100
+    assert log._creator.transactions - before <= 4 * 4
+    monkeypatch.undo()
+    events = simple_log()[:2]
+
+    async def append_all() -> list[int]:
+        return await asyncio.gather(
+            *(log.append_async(sid, 0, events, lease=lease) for sid, (lease, _) in zip(sids, opened, strict=True))
+        )
+
+    assert asyncio.run(append_all()) == [2] * len(sids)
+    other = make_log()
+    assert all(other.read(sid) == events for sid in sids[:10])
+
+
+def test_a_session_opened_from_asyncio_that_another_instance_created_is_taken_over(make_log: MakeLog) -> None:
+    """The asyncio path creates only sessions that do not exist: one created elsewhere meanwhile is answered
+    as such by the creator, and taken over the usual way (epoch 2); its first writer is fenced."""
+    a, b = make_log(), make_log()
+    sid = _sid()
+    first = a.acquire(sid)
+    lease, events = asyncio.run(b.acquire_and_read_async(sid))
+    assert (first.epoch, lease.epoch, events) == (1, 2, [])
+    with pytest.raises(FencedError):
+        a.append(sid, 0, simple_log()[:1], lease=first)
+    assert b.append(sid, 0, simple_log()[:1], lease=lease) == 1
+
+
+def test_creations_still_queued_when_the_log_closes_fail_with_store_unavailable(make_log: MakeLog) -> None:
+    """A submitted creation no transaction took yet is answered, not left waiting, when the log closes."""
+    log = make_log()
+
+    class Idle(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return None  # the drain never runs
+
+    future = log._creator.submit(_sid(), 0, "writer", 1, time.monotonic() + 10, Idle(1))
+    assert not future.done()
+    log.close()
+    with pytest.raises(StoreUnavailable, match="the log was closed"):
+        future.result(timeout=1)
+
+
 def test_two_instances_creating_one_new_session_at_once_get_one_owner_each_in_turn(make_log: MakeLog) -> None:
     """Creation is fenced per partition: whichever creates first owns epoch 1; the other takes it over."""
     for _ in range(5):
@@ -533,7 +602,6 @@ def test_an_async_append_whose_outcome_never_arrives_is_reported_unknown_and_the
 ) -> None:
     """An awaited append bounds its wait for the transaction's outcome: none in time is a stuck writer,
     reported as an unknown outcome; the writer is replaced and the next append goes through."""
-    import asyncio
 
     from foldline.adapters.kafka import log as kafka_log
 

@@ -27,6 +27,7 @@ import random
 import threading
 import time
 import uuid
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
@@ -48,6 +49,8 @@ class _Creation:
     done: bool = False
     state: SessionState | None = None  # None when done: the session exists already
     error: BaseException | None = None
+    future: Future[SessionState | None] | None = None  # a submitted creation's outcome (:meth:`submit`)
+    deadline: float = 0.0  # a submitted creation's
 
 
 class _Partition:
@@ -58,6 +61,7 @@ class _Partition:
         self.cond = threading.Condition()
         self.queue: list[_Creation] = []
         self.busy = False
+        self.draining = False  # a drain job (:meth:`SessionCreator.submit`) is scheduled or running
         self.producer: Producer | None = None
         self.caught_up = False  # the index view was caught up since ``producer``'s init_transactions
 
@@ -93,6 +97,57 @@ class SessionCreator:
             if mine.done:
                 return self._outcome(mine)
             batch, p.queue, p.busy = p.queue, [], True
+        self._run_batch(p, part, batch, deadline, mine)
+        return self._outcome(mine)
+
+    def submit(
+        self, session_id: str, part: int, owner: str, epoch: int, deadline: float, executor: Executor
+    ) -> Future[SessionState | None]:
+        """:meth:`create` without a waiting thread: the creation joins the partition's queue and its outcome
+        comes as the future's (the state, ``None`` for a session that exists, or the error).
+
+        A caller of :meth:`create` that commits a batch commits the submitted creations in it too; when no
+        transaction of the partition is under way, one job on ``executor`` commits the queue batch after
+        batch until it is empty. So a thousand sessions opened at once by one event loop wait on no thread
+        each, and go in a few transactions per partition (every creation queued while one commits goes in
+        the next) instead of batches as large as the number of threads that could wait.
+        """
+        p = self._partition(part)
+        mine = _Creation(session_id, owner, epoch, future=Future(), deadline=deadline)
+        assert mine.future is not None
+        with p.cond:
+            p.queue.append(mine)
+            start = not p.draining
+            p.draining = True
+        if start:
+            try:
+                executor.submit(self._drain, p, part)
+            except RuntimeError as exc:  # the executor was shut down: the log is closing
+                with p.cond:
+                    p.draining = False
+                    if mine in p.queue:
+                        p.queue.remove(mine)
+                raise StoreUnavailable(f"creating session {session_id!r}: the log is closed") from exc
+        return mine.future
+
+    def _drain(self, p: _Partition, part: int) -> None:
+        """Commit the partition's queued creations, batch after batch, until none is left (see :meth:`submit`)."""
+        while True:
+            with p.cond:
+                while p.busy:  # a create() caller commits a batch: it takes what is queued, ours included
+                    p.cond.wait(timeout=0.05)
+                if not p.queue:
+                    p.draining = False
+                    return
+                batch, p.queue, p.busy = p.queue, [], True
+            deadline = max((c.deadline for c in batch if c.future is not None), default=self._clients.deadline())
+            self._run_batch(p, part, batch, deadline, None)
+
+    def _run_batch(
+        self, p: _Partition, part: int, batch: list[_Creation], deadline: float, mine: _Creation | None
+    ) -> None:
+        """Commit ``batch`` (taken from the queue with ``busy`` set), then settle every creation in it: the
+        waiting ``create`` callers are woken, the submitted ones' futures get their outcome."""
         try:
             self._commit(p, part, batch, deadline)
         except BaseException as exc:
@@ -103,12 +158,22 @@ class SessionCreator:
             with p.cond:
                 p.busy = False
                 p.cond.notify_all()
-        return self._outcome(mine)
+            for c in batch:
+                if c.future is not None and c.done:
+                    if c.error is not None:
+                        c.future.set_exception(c.error)
+                    else:
+                        c.future.set_result(c.state)
 
     def close(self) -> None:
         with self._lock:
             parts, self._parts = list(self._parts.values()), {}
         for p in parts:
+            with p.cond:
+                queued, p.queue = p.queue, []
+            for c in queued:  # submitted creations no drain will commit now: nothing of them was written
+                if c.future is not None and not c.future.done():
+                    c.future.set_exception(StoreUnavailable(f"creating session {c.session_id!r}: the log was closed"))
             discard(p.producer, f"the session creator {p.transactional_id}")
 
     # ------------------------------------------------------------------ internals

@@ -273,6 +273,7 @@ class KafkaEventLog(EventLog):
         self._follow = follow
         self._follower: Follower | None = None
         self._executor = ThreadPoolExecutor(_BLOCKING_THREADS, thread_name_prefix="foldline-kafka")
+        self._starting: dict[int, asyncio.Future[str]] = {}  # writers being started for asyncio callers
 
     # -------------------------------------------------------------- EventLog
 
@@ -434,7 +435,63 @@ class KafkaEventLog(EventLog):
         return await self._blocking(self.read, session_id, from_seq, to_seq)
 
     async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        """:meth:`acquire_and_read` for asyncio callers. A session this instance has never seen is most likely
+        new: it is created without a worker thread (its creation awaits the partition's next batched
+        transaction, :meth:`SessionCreator.submit`), so a thousand sessions opened at once are not bounded
+        by the worker threads. Anything else — a session that exists (a take-over), one this instance
+        knows, a log or writer not started yet — runs :meth:`acquire_and_read` on a worker thread."""
+        opened = await self._create_async(session_id)
+        if opened is not None:
+            return opened
         return await self._blocking(self.acquire_and_read, session_id)
+
+    async def _create_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]] | None:
+        """The new session's lease and (no) events, or ``None`` when it is not one this path creates."""
+        check_session_id(session_id)
+        part = partition_for(session_id, self.partitions)
+        writer_id = await self._started_writer(part)
+        if writer_id is None or self._reader.knows(session_id) or session_id in self._owned:
+            return None
+        lock = self._session_lock(session_id)
+        if not lock.acquire(blocking=False):  # another call of this session is under way
+            return None
+        try:
+            self._disown(session_id)
+            deadline = self._clients.deadline()
+            created = await asyncio.wrap_future(
+                self._creator.submit(session_id, part, writer_id, 1, deadline, self._executor)
+            )
+            if created is None:  # another instance created it meanwhile: a take-over, on a fresh read
+                return None
+            # a created session is empty: its rules are fresh ones, and there is nothing to read
+            self._keep(session_id, _Owned(writer_id, created, LogRules()))
+            return WriterLease(session_id, created.epoch), []
+        finally:
+            lock.__exit__(None, None, None)
+
+    async def _started_writer(self, part: int) -> str | None:
+        """The id of the partition's writer, once the log is ready and that writer's producer started: one
+        worker thread starts them for every caller waiting meanwhile. ``None`` if that failed (the caller
+        then goes the blocking way, which raises the error) or the log is closed."""
+        if self._writers and not self._closed:
+            ready = self._writer_for(part).ready_id()
+            if ready is not None:
+                return ready
+        if self._closed:
+            return None
+        loop = asyncio.get_running_loop()
+        number = part % min(self._writer_count, self.partitions)
+        starting = self._starting.get(number)
+        if starting is None or starting.get_loop() is not loop or starting.done():
+            starting = self._starting[number] = loop.run_in_executor(self._executor, self._start_writer, part)
+        try:
+            return await asyncio.shield(starting)
+        except (StoreUnavailable, KafkaException, ConfigError):
+            return None
+
+    def _start_writer(self, part: int) -> str:
+        self._ensure_ready()
+        return self._writer_for(part).current(self._clients.deadline())
 
     async def _blocking(self, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``call`` on this log's own worker threads (:data:`_BLOCKING_THREADS`): a thousand sessions'

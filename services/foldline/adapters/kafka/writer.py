@@ -430,6 +430,11 @@ class GroupWriter(_TransactionalWriter):
 
     # -- callers
 
+    def ready_id(self) -> str | None:
+        """The transactional id appends are committed under now, if its producer is started (no wait)."""
+        writer_id = self.writer_id
+        return writer_id if writer_id is not None and self._producer is not None else None
+
     def current(self, deadline: float) -> str:
         """The live writer id, initializing a producer (and fencing replaced ones first) when needed."""
         writer_id = self.writer_id
