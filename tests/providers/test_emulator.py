@@ -322,3 +322,30 @@ def test_emulated_providers_share_one_emulator_per_factory() -> None:
     assert again[0].cache_read > 0  # the second provider saw the first one's cache
     assert isinstance(make(), AnthropicProvider)
     assert isinstance(emulated_provider("openai"), OpenAIProvider)
+
+
+def test_an_emulator_with_a_latency_holds_every_model_answer_that_long_and_refusals_not_at_all() -> None:
+    """``latency_s`` is a model's time to answer: each answer of a model route waits that long before its first
+    byte; an injected status fault (a provider's refusal) and a request to no model route come at once."""
+    from foldline.providers.emulator import Fault, FaultPlan
+
+    emulator = Emulator(latency_s=0.3, faults=FaultPlan(by_index={1: Fault.rate_limited(retry_after_s=1.0)}))
+    provider = anthropic_on(emulator)
+    body = provider.serializer.serialize(request([user("hello")]), None)
+
+    async def timed() -> tuple[float, int]:
+        began = asyncio.get_running_loop().time()
+        status = 200
+        try:
+            await provider.send(body)
+        except ProviderStatusError as exc:
+            status = exc.status
+        return asyncio.get_running_loop().time() - began, status
+
+    (answered, ok), (refused, limited) = run(timed), run(timed)
+    assert (ok, limited) == (200, 429)
+    assert 0.3 <= answered < 1.5
+    assert refused < 0.2
+    assert emulator.handle("POST", "/v1/other", {}, b"{}").delay_s == 0.0
+    with pytest.raises(ValueError, match=">= 0"):
+        Emulator(latency_s=-1)

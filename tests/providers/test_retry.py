@@ -187,7 +187,22 @@ def test_x_should_retry_overrides_the_status() -> None:
 
 
 def test_the_limiter_halves_once_per_overload_and_grows_back() -> None:
+    async def wave(limiter: AdaptiveLimiter, n: int) -> None:
+        """``n`` requests at once, each answered at the next turn of the loop: the limit holds them back."""
+
+        async def one() -> None:
+            generation = await limiter.acquire()
+            await asyncio.sleep(0)
+            limiter.release(generation, "success")
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
     async def go() -> None:
+        limiter = AdaptiveLimiter(8, 1, 1024)
+        await wave(limiter, 200)
+        # slow start: one more per success while used, so the limit doubles per window (8, 16, 32, 64...)
+        assert limiter.slow_start
+        assert limiter.limit >= 64
         limiter = AdaptiveLimiter(8, 1, 16)
         generations = [await limiter.acquire() for _ in range(8)]
         waiting = asyncio.create_task(limiter.acquire())
@@ -196,6 +211,7 @@ def test_the_limiter_halves_once_per_overload_and_grows_back() -> None:
         for g in generations[:4]:  # a burst of 429s from requests started under the same limit
             limiter.release(g, "overload")
         assert limiter.limit == 4  # halved once, not four times
+        assert not limiter.slow_start  # and for good
         await asyncio.sleep(0)
         assert not waiting.done()  # still four in flight
         for g in generations[4:]:
@@ -203,8 +219,14 @@ def test_the_limiter_halves_once_per_overload_and_grows_back() -> None:
         later = await waiting
         limiter.release(later, "overload")  # started under the new limit: halves again
         assert limiter.limit == 2
-        for _ in range(200):
+        limiter.release(await limiter.acquire(), "success")  # one of two slots in use: the limit is used
+        assert limiter.limit == 2  # 2.5: one more per window now (congestion avoidance)
+        for _ in range(200):  # one request at a time from here: the limit of 2 holds nothing back, so it stays
             limiter.release(await limiter.acquire(), "success")
+        assert limiter.limit == 2
+        await wave(limiter, 12)
+        assert 3 <= limiter.limit <= 5  # roughly one more per window of successes, not one per success
+        await wave(limiter, 400)
         assert limiter.limit == 16  # recovered additively, up to the maximum
 
     asyncio.run(go())

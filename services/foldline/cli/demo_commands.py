@@ -119,6 +119,9 @@ def emulator(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Which requests the rates pick (deterministic).")] = 0,
     event_delay: Annotated[float, typer.Option("--event-delay", min=0, help="Seconds between streamed events.")] = 0.0,
+    latency: Annotated[
+        float, typer.Option("--latency", min=0, help="Seconds before each answer's first byte (a model's time).")
+    ] = 0.0,
     json: Annotated[bool, typer.Option("--json", help="Announce the address as one JSON line.")] = False,
 ) -> None:
     """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions).
@@ -134,7 +137,8 @@ def emulator(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
-        server = EmulatorServer(host, port, emulator=Emulator(faults=plan, event_delay_s=event_delay), quiet=False)
+        emulated = Emulator(faults=plan, event_delay_s=event_delay, latency_s=latency)
+        server = EmulatorServer(host, port, emulator=emulated, quiet=False)
     except OSError as exc:
         taken = "the port is already in use" if exc.errno == errno.EADDRINUSE else str(exc.strerror or exc)
         raise ConfigError(

@@ -78,6 +78,13 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _non_negative_seconds(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise ValueError("a duration in seconds must be 0 or more")
+    return value
+
+
 def _fraction(raw: str) -> float:
     value = float(raw)
     if not 0 <= value < 1:
@@ -194,6 +201,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FOLDLINE_PROJECTOR_MAX_BATCH", "projector.max_batch", _positive_int, "records per poll and apply"),
     Setting("FOLDLINE_ANTHROPIC_URL", "providers.anthropic_url", _text, "Anthropic base URL (unset: emulator)"),
     Setting("FOLDLINE_OPENAI_URL", "providers.openai_url", _text, "OpenAI base URL (unset: emulator)"),
+    Setting(
+        "FOLDLINE_EMULATOR_LATENCY",
+        "providers.emulator_latency_s",
+        _non_negative_seconds,
+        "seconds the in-process emulator takes to answer (a model's time; 0: at once)",
+    ),
     Setting("ANTHROPIC_API_KEY", "providers.anthropic_api_key", _text, "Anthropic API key", secret=True),
     Setting("OPENAI_API_KEY", "providers.openai_api_key", _text, "OpenAI API key", secret=True),
     Setting(

@@ -181,12 +181,13 @@ def s3(config: Config) -> S3Client:
     )
 
 
-def emulated_providers() -> dict[str, Provider]:
-    """Both wire formats answered by one in-process emulator (one prompt cache, like one provider account)."""
+def emulated_providers(latency_s: float = 0.0) -> dict[str, Provider]:
+    """Both wire formats answered by one in-process emulator (one prompt cache, like one provider account)
+    that takes ``latency_s`` to answer."""
     from ..providers.emulated import emulated_provider
     from ..providers.emulator import Emulator
 
-    emulator = Emulator()
+    emulator = Emulator(latency_s=latency_s)
     return {
         "anthropic": emulated_provider("anthropic", emulator=emulator),
         "openai": emulated_provider("openai", emulator=emulator),
@@ -200,7 +201,7 @@ def providers(config: Config) -> dict[str, Provider]:
     from ..providers.openai import OpenAIProvider
 
     p = config.providers
-    chosen = emulated_providers()
+    chosen = emulated_providers(p.emulator_latency_s)
     if p.anthropic_url:
         chosen["anthropic"] = AnthropicProvider(None, p.anthropic_api_key, p.anthropic_url, settings=config.transport)
     if p.openai_url:

@@ -206,10 +206,12 @@ class ProjectorConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProvidersConfig:
-    """Model providers of the dispatcher. A provider without a base URL is answered by the emulator."""
+    """Model providers of the dispatcher. A provider without a base URL is answered by the emulator, which
+    holds each answer ``emulator_latency_s`` before its first byte (a model's time; 0: at once)."""
 
     anthropic_url: str | None = None
     openai_url: str | None = None
+    emulator_latency_s: float = 0.0
     anthropic_api_key: str | None = field(default=None, repr=False)
     openai_api_key: str | None = field(default=None, repr=False)
 
@@ -219,6 +221,7 @@ class ProvidersConfig:
 
         return (
             f"ProvidersConfig(anthropic_url={self.anthropic_url!r}, openai_url={self.openai_url!r}, "
+            f"emulator_latency_s={self.emulator_latency_s!r}, "
             f"anthropic_api_key={key(self.anthropic_api_key)!r}, openai_api_key={key(self.openai_api_key)!r})"
         )
 
@@ -388,6 +391,8 @@ _AT_LEAST_ONE = {
     "segment_events",
 }
 
+_ZERO_OR_MORE_SECONDS = {"emulator_latency_s"}  # durations where 0 means "none"
+
 
 def _validate(config: Config) -> None:
     if config.backend not in BACKENDS:
@@ -397,7 +402,10 @@ def _validate(config: Config) -> None:
     for s in SETTINGS:
         value = config._get(s.path)
         name = s.path.rpartition(".")[2]
-        if name.endswith("_s") and not value > 0:
+        if name in _ZERO_OR_MORE_SECONDS:
+            if not value >= 0:
+                raise ConfigError(f"{s.path} ({s.env}) must be 0 or more seconds, not {value!r}")
+        elif name.endswith("_s") and not value > 0:
             raise ConfigError(f"{s.path} ({s.env}) must be a positive number of seconds, not {value!r}")
         if name in _AT_LEAST_ONE and not value >= 1:
             raise ConfigError(f"{s.path} ({s.env}) must be at least 1, not {value!r}")

@@ -1,10 +1,16 @@
-"""Per-provider adaptive concurrency: AIMD on overload answers.
+"""Per-provider adaptive concurrency: slow start, then AIMD on overload answers (TCP's congestion control).
 
 One :class:`AdaptiveLimiter` per provider (per process) bounds the requests in flight to it. Its limit starts
-at ``initial``; a 429 or 529 halves it (never below ``minimum``), a success adds ``1 / limit`` (so one more
-request per window of successes — TCP's congestion avoidance), up to ``maximum``. Only an overload answer to
-a request that was *started* under the current limit lowers it: the burst of 429s that one overload causes
-(every request already in flight) halves the limit once, not once per request. Waiters are served in order.
+at ``initial`` and is in **slow start** until the first overload answer: each success adds one (the limit
+doubles per window of successes), so a process whose sessions wait on a model for seconds reaches the
+concurrency it needs in a few round trips — with one more request per window only, a thousand sessions
+behind a limit of 64 would wait for hundreds of thousands of answers first. A 429 or 529 halves the limit
+(never below ``minimum``) and ends slow start for good; from then a success adds ``1 / limit`` (one more
+request per window of successes — congestion avoidance), up to ``maximum``. Only an overload answer to a
+request that was *started* under the current limit lowers it: the burst of 429s that one overload causes
+(every request already in flight) halves the limit once, not once per request. The limit grows only while it
+is used — requests wait for a slot, or at least half the slots are in use when one ends (RFC 7661's test of a
+validated window) — so a spell of few requests never raises it past what was tried. Waiters are served in order.
 
 Single event loop: the limiter is asyncio-only (a fleet process runs its sessions as tasks of one loop).
 """
@@ -37,6 +43,7 @@ class AdaptiveLimiter:
         self.minimum = minimum
         self.maximum = maximum
         self._limit = float(initial)
+        self._slow_start = True  # until the first overload answer
         self._in_flight = 0
         self._generation = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -45,6 +52,11 @@ class AdaptiveLimiter:
     @property
     def limit(self) -> int:
         return int(self._limit)
+
+    @property
+    def slow_start(self) -> bool:
+        """Whether no overload answer was seen yet (each success while limited adds one to the limit)."""
+        return self._slow_start
 
     @property
     def in_flight(self) -> int:
@@ -76,10 +88,14 @@ class AdaptiveLimiter:
 
     def release(self, generation: int, outcome: Outcome) -> None:
         """The request started under ``generation`` ended with ``outcome``."""
+        limited = bool(self._waiters) or 2 * self._in_flight >= self._limit  # at least half the slots in use
         self._in_flight -= 1
         if outcome == "success":
-            self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
+            if limited:
+                step = 1.0 if self._slow_start else 1.0 / self._limit
+                self._limit = min(float(self.maximum), self._limit + step)
         elif outcome == "overload" and generation == self._generation:
+            self._slow_start = False
             self._limit = max(float(self.minimum), self._limit / 2.0)
             self._generation += 1
         self._wake()

@@ -27,9 +27,9 @@ too small for a fleet and far too short for a model answer):
   numbers), each wait multiplied by a jitter in ``[1 - jitter, 1]`` (0.25, as the SDKs do), a provider's
   ``retry-after`` honoured up to ``max_retry_after_s`` 120 s (a longer one is not retried), and no attempt
   started after ``retry_deadline_s`` 900 s from the first.
-* Concurrency per provider (see :mod:`foldline.providers.limiter`): starts at ``concurrency_initial`` 64,
-  halves on a 429/529 (never below ``concurrency_min``), grows back by one per window of successes up to
-  ``concurrency_max``.
+* Concurrency per provider (see :mod:`foldline.providers.limiter`): starts at ``concurrency_initial`` 64 and
+  doubles per window of successes until the first 429/529, which halves it (never below ``concurrency_min``);
+  from then it grows back by one per window of successes, up to ``concurrency_max``.
 * ``max_answer_bytes`` 64 MiB: an answer (streamed or not) larger than this is refused with a typed error.
 * ``log_chunks`` off: when on, every server-sent event of a streamed answer is appended to the session log
   as an ``assistant/chunk`` event.

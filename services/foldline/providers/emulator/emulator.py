@@ -59,6 +59,9 @@ class Emulator:
     ``signing_key``: the key of the MAC over thinking blocks and reasoning items (:mod:`.sealing`).
     ``faults``: which requests get a fault instead of their answer. ``piece_chars``: the size of the text,
     tool-input and reasoning pieces of a streamed answer; ``event_delay_s``: the pause between two of its events.
+    ``latency_s``: how long a model takes to answer — every answer of a model route is held that long before
+    its first byte (a ``slow-first-byte`` fault holds it for the fault's delay instead; an injected status or
+    reset comes at once, as a provider's refusal does).
     """
 
     def __init__(
@@ -73,7 +76,10 @@ class Emulator:
         faults: FaultPlan | None = None,
         piece_chars: int = 16,
         event_delay_s: float = 0.0,
+        latency_s: float = 0.0,
     ) -> None:
+        if latency_s < 0 or event_delay_s < 0:
+            raise ValueError("the emulator's latency and event delay must be >= 0 seconds")
         self.script: Script = script if script is not None else ToolLoopScript()
         self.clock = clock
         self.anthropic_cache = anthropic_cache or AnthropicCachePolicy()
@@ -82,6 +88,7 @@ class Emulator:
         self.faults = faults
         self.piece_chars = piece_chars
         self.event_delay_s = event_delay_s  # a pause between two events of a stream (a model's pace)
+        self.latency_s = latency_s  # before the first byte of every model answer (a model's time)
         self._index = 0
         self._faulted = 0
         self._index_lock = threading.Lock()
@@ -135,6 +142,8 @@ class Emulator:
             return _with(answered, reset_after=max(1, size // 2))
         if fault is not None and fault.kind == "slow-first-byte":
             return _with(answered, delay_s=fault.delay_s)
+        if self.latency_s and api is not None and method == "POST":
+            return _with(answered, delay_s=self.latency_s)
         return answered
 
     def _status_fault(self, api: WireApi[Any], fault: Fault, ids: tuple[tuple[str, str], ...]) -> EmulatorResponse:
