@@ -48,6 +48,15 @@ class ArchiveStoreContract(abc.ABC):
         assert stored is not None
         assert stored.data == b"first"
 
+    def test_fetch_reads_an_objects_bytes_or_none(self, store: ArchiveStore) -> None:
+        """``fetch`` (an immutable object whose digest the caller checks) gives what ``read`` gives, bytes only."""
+        assert store.fetch("f/g") is None
+        assert store.create("f/g", b"\x00segment bytes\xff")
+        assert store.fetch("f/g") == b"\x00segment bytes\xff"
+        stored = store.read("f/g")
+        assert stored is not None
+        assert store.fetch("f/g") == stored.data
+
     def test_concurrent_creates_have_one_winner(self, store: ArchiveStore) -> None:
         wins: list[int] = []
         barrier = threading.Barrier(8)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 
 from foldline.adapters.s3_archive import S3ArchiveStore
 from foldline.adapters.s3_attachments import s3_client
-from foldline.errors import ConfigError
+from foldline.errors import ConfigError, StoreUnavailable
 from foldline.ports.archive import ArchiveStore
 from tests.contracts.archive_store import ArchiveStoreContract
 
@@ -61,3 +65,77 @@ def test_a_missing_bucket_is_created_once(s3_endpoint: str, s3_admin: S3Client) 
 def test_an_empty_bucket_name_is_a_config_error(s3_endpoint: str) -> None:
     with pytest.raises(ConfigError, match="FOLDLINE_ARCHIVE_BUCKET"):
         S3ArchiveStore("", client=_client(s3_endpoint))
+
+
+def test_fetch_from_a_missing_bucket_names_the_bucket_setting(s3_endpoint: str) -> None:
+    store = S3ArchiveStore(f"foldline-absent-{uuid.uuid4().hex[:10]}", client=_client(s3_endpoint))
+    try:
+        with pytest.raises(ConfigError, match="FOLDLINE_ARCHIVE_BUCKET"):
+            store.fetch("sessions/x/segment")
+    finally:
+        store.close()
+
+
+class _Busy(BaseHTTPRequestHandler):
+    """An S3 endpoint that answers the first ``busy`` GETs 503 SlowDown (XML, as S3 does), then the object."""
+
+    busy: ClassVar[int] = 0
+    seen: ClassVar[list[str]] = []
+    url: ClassVar[str] = ""
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        if len(type(self).seen) <= type(self).busy:
+            body = b"<Error><Code>SlowDown</Code><RequestId>busy-1</RequestId><Message>x</Message></Error>"
+            self.send_response(503)
+        else:
+            body = b"segment bytes"
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def busy_endpoint() -> Iterator[type[_Busy]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Busy.seen = []
+    _Busy.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield _Busy
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_retries_a_busy_store_then_names_its_answer(busy_endpoint: type[_Busy]) -> None:
+    """A 503 is tried again (botocore's backoff) up to max_attempts; past that the error names the answer."""
+    url = busy_endpoint.url
+    busy_endpoint.busy = 2
+    store = S3ArchiveStore("bucket", client=_client(url), prefix="p/", max_attempts=3)
+    try:
+        assert store.fetch("sessions/a/s1") == b"segment bytes"
+        assert len(busy_endpoint.seen) == 3
+        assert all(path.startswith("/bucket/p/sessions/a/s1?") for path in busy_endpoint.seen)  # presigned
+        busy_endpoint.seen, busy_endpoint.busy = [], 5
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"GetObject s3://bucket/p/sessions/a/s2: HTTP 503 SlowDown"):
+            store.fetch("sessions/a/s2")
+        assert len(busy_endpoint.seen) == 3
+        assert time.monotonic() - began < 10
+    finally:
+        store.close()
+
+
+def test_fetch_from_an_endpoint_that_does_not_answer_is_store_unavailable() -> None:
+    store = S3ArchiveStore("bucket", client=_client("http://127.0.0.1:9"), max_attempts=2)
+    try:
+        with pytest.raises(StoreUnavailable, match="did not answer"):
+            store.fetch("sessions/a/s1")
+    finally:
+        store.close()

@@ -20,10 +20,12 @@ import base64
 import functools
 import hashlib
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import ArchiveConflict, ArchiveCorrupt, ArchiveError, ConfigError, FoldlineError, StoreUnavailable
@@ -164,6 +166,45 @@ class S3ArchiveStore(ArchiveStore):
             raise ArchiveCorrupt(self.where(key), "its bytes do not match the SHA-256 checksum the store keeps")
         return StoredObject(data, str(response["ETag"]))
 
+    def fetch(self, key: str) -> bytes | None:
+        """``GetObject`` of an immutable object whose digest the caller checks, sent as a presigned URL on the
+        client's own HTTP session (its pool, TLS, proxies and timeouts).
+
+        A segment read this way costs ~0.6 ms of this process's CPU instead of ~1.5 ms through
+        ``get_object`` (its event hooks, parameter checks and response parsing, and the date parsing of
+        headers nobody reads): a 10,000-event read of 10 segments spent a quarter of its time there. The
+        request is the same GET, signed by the same client; what is skipped is the store's own checksum and
+        the version, which the caller's digest check makes moot. Connection failures, 5xx and 429 are tried
+        ``max_attempts`` times with botocore's backoff (random up to 2**attempt s, at most 20 s); a 404 is
+        ``None``; anything else is translated like every other operation here.
+        """
+        session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
+        if session is None:  # not a botocore client: the ordinary way
+            return super().fetch(key)
+        params = {"Bucket": self.bucket, "Key": self.prefix + key}
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                url = self.client.generate_presigned_url("get_object", Params=params, ExpiresIn=_PRESIGNED_S)
+                response = session.send(AWSRequest(method="GET", url=url).prepare())
+                status = int(response.status_code)
+                body = response.content
+            except BotoCoreError as exc:
+                if attempt < self.max_attempts and classify(exc, "GetObject", "").kind == "unreachable":
+                    time.sleep(_backoff(attempt))
+                    continue
+                self._raise(exc, "GetObject", key)
+            if status == 200:
+                return bytes(body)
+            error = _answer_error(status, body, response.headers, "GetObject")
+            code = status_code(error)[1]
+            if status == 404 and code != "NoSuchBucket":
+                return None
+            if (status >= 500 or status == 429) and attempt < self.max_attempts:
+                time.sleep(_backoff(attempt))
+                continue
+            self._raise(error, "GetObject", key)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def keys(self, prefix: str = "", start_after: str = "") -> Iterator[str]:
         token: str | None = None
         strip = len(self.prefix)
@@ -190,6 +231,36 @@ class S3ArchiveStore(ArchiveStore):
 
     def _raise(self, exc: ClientError | BotoCoreError, op: str, key: str) -> NoReturn:
         raise _translate(exc, op, self.where(key), describe_endpoint(self.client.meta.endpoint_url)) from exc
+
+
+_PRESIGNED_S = 300  # a presigned GET is sent at once; its signature need not outlive the retries
+_XML_FIELD = re.compile(rb"<(Code|RequestId)>([^<]{1,256})</\1>")
+
+
+def _backoff(attempt: int) -> float:
+    """botocore's standard retry delay before attempt ``attempt + 1``: random up to 2**attempt s, at most 20 s."""
+    return min(20.0, random.random() * 2.0**attempt)
+
+
+def _answer_error(status: int, body: bytes, headers: Any, op: str) -> ClientError:
+    """An S3 error answer (status, XML body) as the ``ClientError`` botocore would raise for it, so that it is
+    classified and worded like every other (its code and request id; the server's message is not kept)."""
+    fields = {name.decode(): value.decode("utf-8", "replace") for name, value in _XML_FIELD.findall(body[:4096])}
+    code = fields.get("Code") or {404: "NoSuchKey", 403: "AccessDenied"}.get(status, str(status))
+    request_id = fields.get("RequestId") or headers.get("x-amz-request-id") or ""
+    return ClientError(
+        {
+            "Error": {"Code": code},
+            "ResponseMetadata": {
+                "HTTPStatusCode": status,
+                "RequestId": request_id,
+                "HTTPHeaders": {},
+                "HostId": "",
+                "RetryAttempts": 0,
+            },
+        },
+        op,
+    )
 
 
 def _translate(exc: ClientError | BotoCoreError, op: str, where: str, endpoint: str) -> FoldlineError:

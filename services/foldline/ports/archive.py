@@ -43,7 +43,8 @@ class ArchiveStore(abc.ABC):
       there is no object) and returns the new version; otherwise
       :class:`~foldline.errors.ArchiveConflict`. Concurrent replacements naming the same version: one wins.
     * :meth:`read` returns ``None`` for a missing object; bytes that fail the store's own checksum are
-      :class:`~foldline.errors.ArchiveCorrupt`.
+      :class:`~foldline.errors.ArchiveCorrupt`. :meth:`fetch` reads an immutable object whose digest the
+      caller checks, without the version (and possibly without the store's checksum).
     * :meth:`keys` lists keys under a prefix in ascending order (after ``start_after``).
 
     A store that cannot be reached raises :class:`~foldline.errors.StoreUnavailable`.
@@ -60,6 +61,13 @@ class ArchiveStore(abc.ABC):
     @abc.abstractmethod
     def read(self, key: str) -> StoredObject | None:
         """The object at ``key`` with its version, or ``None``."""
+
+    def fetch(self, key: str) -> bytes | None:
+        """The bytes of an object that never changes and whose digest the caller checks (a segment: its
+        manifest records its sha256), or ``None``. A store may skip its own checksum and the version here,
+        and use a cheaper request than :meth:`read`; errors are :meth:`read`'s."""
+        stored = self.read(key)
+        return None if stored is None else stored.data
 
     @abc.abstractmethod
     def keys(self, prefix: str = "", start_after: str = "") -> Iterator[str]:

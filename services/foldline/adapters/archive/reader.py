@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from ...core.events import Envelope
 from ...errors import ArchiveCorrupt, ArchiveObjectMissing
-from ...ports.archive import ArchiveReader, ArchiveStore, Manifest, SegmentRef, StoredObject
+from ...ports.archive import ArchiveReader, ArchiveStore, Manifest, SegmentRef
 from .layout import SESSIONS_PREFIX, decode_manifest, manifest_key, segment_key, session_of_manifest_key
 from .segments import read_segment
 
@@ -158,7 +158,7 @@ class SessionArchive(ArchiveReader):
                 out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
         return out
 
-    def _fetch_all(self, session_id: str, refs: list[SegmentRef]) -> dict[str, Future[StoredObject | None]]:
+    def _fetch_all(self, session_id: str, refs: list[SegmentRef]) -> dict[str, Future[bytes | None]]:
         """Start reading the segments not in the cache, several at once (the waits are the store's)."""
         with self._lock:
             missing = [r for r in refs if (session_id, r.key, r.sha256) not in self._segments]
@@ -167,11 +167,9 @@ class SessionArchive(ArchiveReader):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=_FETCHERS, thread_name_prefix="foldline-archive-read")
             pool = self._pool
-        return {r.key: pool.submit(self.store.read, segment_key(session_id, r)) for r in missing}
+        return {r.key: pool.submit(self.store.fetch, segment_key(session_id, r)) for r in missing}
 
-    def segment(
-        self, session_id: str, ref: SegmentRef, fetching: Future[StoredObject | None] | None = None
-    ) -> list[Envelope]:
+    def segment(self, session_id: str, ref: SegmentRef, fetching: Future[bytes | None] | None = None) -> list[Envelope]:
         """The events of one segment (checked as the module docstring says); ``fetching``: its read, started."""
         cache_key = (session_id, ref.key, ref.sha256)
         with self._lock:
@@ -181,19 +179,19 @@ class SessionArchive(ArchiveReader):
                 return cached
         key = segment_key(session_id, ref)
         where = self.store.where(key)
-        stored = self.store.read(key) if fetching is None else fetching.result()
-        if stored is None:
+        data = self.store.fetch(key) if fetching is None else fetching.result()
+        if data is None:
             raise ArchiveObjectMissing(
                 where,
                 f"the manifest of session {session_id!r} lists it (seqs {ref.first}..{ref.end}) but the store has no "
                 "such object; restore it from a copy of the archive",
             )
-        digest = hashlib.sha256(stored.data).hexdigest()
+        digest = hashlib.sha256(data).hexdigest()
         if digest != ref.sha256:
             raise ArchiveCorrupt(
                 where, f"its sha256 is {digest}, the manifest of session {session_id!r} records {ref.sha256}"
             )
-        events = read_segment(stored.data, session_id, ref.first, ref.end, where)
+        events = read_segment(data, session_id, ref.first, ref.end, where)
         with self._lock:
             if cache_key not in self._segments and len(events) <= self._cache_events:
                 self._segments[cache_key] = events
