@@ -8,7 +8,7 @@ workers are the operator's. The run has three phases, each timed:
 1. **open**: every session is created (a new session costs no take-over: docs/KAFKA.md) and its loop
    opened, all at once — the new sessions per second of one process;
 2. **run**: every session runs its steps concurrently; each step's seconds are broken down (``append``,
-   ``handover``, ``fold_wait``, ``build``, ``check``, ``send``, ``answer``, ``total``:
+   ``handover``, ``fold_wait``, ``build``, ``check``, ``queue``, ``send``, ``answer``, ``total``:
    :attr:`~foldline.loop.agent.StepRecord.timings`);
 3. **verify**: every session is read back from the log and each request rebuilt byte for byte.
 
@@ -39,7 +39,7 @@ from .replay.verify import VerifyReport, verify_events
 __all__ = ["PHASES", "FleetResult", "SessionOutcome", "percentile", "run_fleet"]
 
 #: the parts of a dispatched step's seconds, in the order a step spends them
-PHASES = ("append", "handover", "fold_wait", "build", "check", "send", "answer", "total")
+PHASES = ("append", "handover", "fold_wait", "build", "check", "queue", "send", "answer", "total")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -39,9 +39,18 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             assert (report["sessions"], report["steps"], report["failed"], report["ok"]) == (6, 24, [], True)
             assert report["verified"] == report["checked"] == 24
             parts = report["step_seconds"]
-            assert {"append", "handover", "fold_wait", "build", "check", "send", "answer", "total", "overhead"} <= set(
-                parts
-            )
+            assert {
+                "append",
+                "handover",
+                "fold_wait",
+                "build",
+                "check",
+                "queue",
+                "send",
+                "answer",
+                "total",
+                "overhead",
+            } <= set(parts)
             assert parts["total"]["p50"] >= parts["send"]["p50"] > 0
         for i in range(6):  # the log itself says so, read back by another process
             events = stores.log.read(f"fl-{i:05d}")

@@ -62,7 +62,7 @@ class StepRecord:
     usage: Usage
     header_reason: str | None
     #: where the step's seconds went (a dispatched step: ``append``, ``handover``, ``fold_wait``, ``build``,
-    #: ``check``, ``send``, ``answer``, ``total``; a local one: ``append``, ``send``, ``answer``, ``total``)
+    #: ``check``, ``queue``, ``send``, ``answer``, ``total``; a local one: ``append``, ``send``, ``answer``, ``total``)
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 

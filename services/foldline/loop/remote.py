@@ -70,7 +70,12 @@ async def dispatch_remote(
         RequestDispatch(turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes)
     )
     remote = DispatchedSend(dispatcher, handoff, prepared, agent.provider.name, serializer, timings)
+    attempts = timings.get("handover", 0.0) + timings.get("send", 0.0)
+    sending = time.monotonic()
     response = await agent._send(turn, step, remote, b"", request.config.stream)
+    # the rest of the sender's time: a slot under the provider's concurrency limit, retry backoffs
+    attempts = timings.get("handover", 0.0) + timings.get("send", 0.0) - attempts
+    timings["queue"] = max(0.0, time.monotonic() - sending - attempts)
     return await agent._answer(turn, step, boundary, prepared.digest, reason, response)
 
 
