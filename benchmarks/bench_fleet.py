@@ -13,8 +13,10 @@ process.
   spread; beside them the breakdown of a step (p50/p99 of each part) and the CPU seconds each process, the
   broker and Redis spent per step, which on this 2-core machine bound the throughput. In a closed loop at
   capacity, a step's wall time is sessions / throughput (Little's law), most of it waiting for the CPU.
-* **Paced** (one run): the same fleet behind a model that takes ``FOLDLINE_BENCH_FLEET_LATENCY`` (2 s) to
-  answer, as a model does: what foldline adds to a step when the model sets the pace.
+* **Paced** (one run): the same fleet behind a model that takes ``FOLDLINE_BENCH_FLEET_LATENCY`` (2 s, ±50 %)
+  to answer, as a model does: what foldline adds to a step when the model sets the pace. Beside it, the
+  same with the provider's concurrency limit starting at the fleet's size instead of 64, which shows how
+  much of the default's p99 is the limiter's slow start (docs/TRANSPORT.md).
 
     source .local/env.sh && python -m benchmarks.bench_fleet
 """
@@ -74,8 +76,11 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: f
         time.sleep(0.05)
 
 
-def measure(sessions: int = SESSIONS, steps: int = STEPS, latency_s: float = 0.0) -> dict[str, Any]:
-    """One fleet run; ``latency_s``: the dispatcher's emulator answers after that long (a model's time)."""
+def measure(
+    sessions: int = SESSIONS, steps: int = STEPS, latency_s: float = 0.0, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One fleet run; ``latency_s``: the dispatcher's emulator answers after that long (a model's time, spread
+    ±50 %: the configuration's default); ``extra_env``: settings that differ from the defaults."""
     if not os.environ.get("FOLDLINE_KAFKA_BOOTSTRAP"):
         raise RuntimeError("needs the local servers: source .local/env.sh (make bench starts them)")
     run = uuid.uuid4().hex[:8]
@@ -90,6 +95,7 @@ def measure(sessions: int = SESSIONS, steps: int = STEPS, latency_s: float = 0.0
             "FOLDLINE_DISPATCH_STREAM": f"foldline:dispatch:bench:{run}",
             "FOLDLINE_PROJECTOR_GROUP": f"bench-fleet-{run}",
             "FOLDLINE_EMULATOR_LATENCY": str(latency_s),
+            **(extra_env or {}),
         }
         for key in ("FOLDLINE_METRICS_PORT", "FOLDLINE_ANTHROPIC_URL", "FOLDLINE_OPENAI_URL"):
             env.pop(key, None)
@@ -131,6 +137,7 @@ def measure(sessions: int = SESSIONS, steps: int = STEPS, latency_s: float = 0.0
             result["cpu_s"] = cpu
             result["server_cpu_s"] = server_cpu
             result["latency_s"] = latency_s
+            result["variant"] = ", ".join(f"{k}={v}" for k, v in (extra_env or {}).items())
             return result
         finally:
             for p in workers.values():
@@ -261,6 +268,7 @@ def paced_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     size = (
         f"{r['sessions']:,} sessions x {r['steps_per_session']} steps behind a model answering in {r['latency_s']:g} s"
     )
+    size += f" ({r['variant']})" if r.get("variant") else " (default configuration)"
     overhead = phases["overhead"]
     out = [
         {
@@ -302,7 +310,11 @@ def paced_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run() -> list[dict[str, Any]]:
     saturated = [measure() for _ in range(RUNS)]
-    return rows(saturated) + paced_rows(measure(latency_s=PACED_LATENCY_S))
+    paced = paced_rows(measure(latency_s=PACED_LATENCY_S))
+    # beside it, not instead: the provider limit starting at the fleet's size, so no step waits for the
+    # limiter's slow start (64 doubling per answer time) — how much of the default's p99 that warm-up is
+    started = paced_rows(measure(latency_s=PACED_LATENCY_S, extra_env={"FOLDLINE_PROVIDER_CONCURRENCY": str(SESSIONS)}))
+    return rows(saturated) + paced + started
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_ANTHROPIC_URL": "https://api.anthropic.com",
     "FOLDLINE_OPENAI_URL": "https://api.openai.com",
     "FOLDLINE_EMULATOR_LATENCY": "1.5",
+    "FOLDLINE_EMULATOR_LATENCY_SPREAD": "0.25",
     "ANTHROPIC_API_KEY": "sk-ant-secret-value",
     "OPENAI_API_KEY": "sk-openai-secret-value",
     "FOLDLINE_PROVIDER_CONNECT_TIMEOUT": "7",

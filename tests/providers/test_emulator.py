@@ -349,3 +349,16 @@ def test_an_emulator_with_a_latency_holds_every_model_answer_that_long_and_refus
     assert emulator.handle("POST", "/v1/other", {}, b"{}").delay_s == 0.0
     with pytest.raises(ValueError, match=">= 0"):
         Emulator(latency_s=-1)
+
+
+def test_a_latency_spread_holds_answers_evenly_within_its_bounds_fixed_by_the_request_index() -> None:
+    spread = Emulator(latency_s=2.0, latency_spread=0.5)
+    held = [spread.latency_for(i) for i in range(1000)]
+    assert all(1.0 <= h < 3.0 for h in held)
+    assert 1.9 < sum(held) / len(held) < 2.1  # the mean is the latency
+    assert sum(h < 1.5 for h in held) > 200  # evenly spread, not bunched at the middle
+    assert sum(h >= 2.5 for h in held) > 200
+    assert held == [Emulator(latency_s=2.0, latency_spread=0.5).latency_for(i) for i in range(1000)]
+    assert Emulator(latency_s=2.0).latency_for(7) == 2.0
+    with pytest.raises(ValueError, match="spread"):
+        Emulator(latency_s=1, latency_spread=1.0)

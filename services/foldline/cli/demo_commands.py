@@ -122,6 +122,10 @@ def emulator(
     latency: Annotated[
         float, typer.Option("--latency", min=0, help="Seconds before each answer's first byte (a model's time).")
     ] = 0.0,
+    latency_spread: Annotated[
+        float,
+        typer.Option("--latency-spread", min=0, max=0.99, help="Each answer takes (1 ± this) x the latency."),
+    ] = 0.0,
     json: Annotated[bool, typer.Option("--json", help="Announce the address as one JSON line.")] = False,
 ) -> None:
     """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions).
@@ -137,7 +141,7 @@ def emulator(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
-        emulated = Emulator(faults=plan, event_delay_s=event_delay, latency_s=latency)
+        emulated = Emulator(faults=plan, event_delay_s=event_delay, latency_s=latency, latency_spread=latency_spread)
         server = EmulatorServer(host, port, emulator=emulated, quiet=False)
     except OSError as exc:
         taken = "the port is already in use" if exc.errno == errno.EADDRINUSE else str(exc.strerror or exc)

@@ -207,6 +207,12 @@ SETTINGS: tuple[Setting, ...] = (
         _non_negative_seconds,
         "seconds the in-process emulator takes to answer (a model's time; 0: at once)",
     ),
+    Setting(
+        "FOLDLINE_EMULATOR_LATENCY_SPREAD",
+        "providers.emulator_latency_spread",
+        _fraction,
+        "each emulated answer takes (1 ± this) x the latency, evenly spread",
+    ),
     Setting("ANTHROPIC_API_KEY", "providers.anthropic_api_key", _text, "Anthropic API key", secret=True),
     Setting("OPENAI_API_KEY", "providers.openai_api_key", _text, "OpenAI API key", secret=True),
     Setting(

@@ -181,13 +181,13 @@ def s3(config: Config) -> S3Client:
     )
 
 
-def emulated_providers(latency_s: float = 0.0) -> dict[str, Provider]:
+def emulated_providers(latency_s: float = 0.0, latency_spread: float = 0.0) -> dict[str, Provider]:
     """Both wire formats answered by one in-process emulator (one prompt cache, like one provider account)
-    that takes ``latency_s`` to answer."""
+    that takes ``latency_s`` (± ``latency_spread`` of it) to answer."""
     from ..providers.emulated import emulated_provider
     from ..providers.emulator import Emulator
 
-    emulator = Emulator(latency_s=latency_s)
+    emulator = Emulator(latency_s=latency_s, latency_spread=latency_spread)
     return {
         "anthropic": emulated_provider("anthropic", emulator=emulator),
         "openai": emulated_provider("openai", emulator=emulator),
@@ -201,7 +201,7 @@ def providers(config: Config) -> dict[str, Provider]:
     from ..providers.openai import OpenAIProvider
 
     p = config.providers
-    chosen = emulated_providers(p.emulator_latency_s)
+    chosen = emulated_providers(p.emulator_latency_s, p.emulator_latency_spread)
     if p.anthropic_url:
         chosen["anthropic"] = AnthropicProvider(None, p.anthropic_api_key, p.anthropic_url, settings=config.transport)
     if p.openai_url:

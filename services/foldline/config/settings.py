@@ -207,11 +207,13 @@ class ProjectorConfig:
 @dataclass(frozen=True, slots=True)
 class ProvidersConfig:
     """Model providers of the dispatcher. A provider without a base URL is answered by the emulator, which
-    holds each answer ``emulator_latency_s`` before its first byte (a model's time; 0: at once)."""
+    holds each answer ``emulator_latency_s`` before its first byte (a model's time; 0: at once), within
+    ``± emulator_latency_spread`` of it (a model's time varies with what it writes)."""
 
     anthropic_url: str | None = None
     openai_url: str | None = None
     emulator_latency_s: float = 0.0
+    emulator_latency_spread: float = 0.5
     anthropic_api_key: str | None = field(default=None, repr=False)
     openai_api_key: str | None = field(default=None, repr=False)
 
@@ -222,6 +224,7 @@ class ProvidersConfig:
         return (
             f"ProvidersConfig(anthropic_url={self.anthropic_url!r}, openai_url={self.openai_url!r}, "
             f"emulator_latency_s={self.emulator_latency_s!r}, "
+            f"emulator_latency_spread={self.emulator_latency_spread!r}, "
             f"anthropic_api_key={key(self.anthropic_api_key)!r}, openai_api_key={key(self.openai_api_key)!r})"
         )
 

@@ -61,7 +61,9 @@ class Emulator:
     tool-input and reasoning pieces of a streamed answer; ``event_delay_s``: the pause between two of its events.
     ``latency_s``: how long a model takes to answer — every answer of a model route is held that long before
     its first byte (a ``slow-first-byte`` fault holds it for the fault's delay instead; an injected status or
-    reset comes at once, as a provider's refusal does).
+    reset comes at once, as a provider's refusal does); with ``latency_spread`` ``f``, each answer takes
+    between ``(1 - f)`` and ``(1 + f)`` times it, spread evenly and fixed by the request's index (a model's time
+    varies with what it writes; sessions started together then drift apart as they would against a model).
     """
 
     def __init__(
@@ -77,9 +79,12 @@ class Emulator:
         piece_chars: int = 16,
         event_delay_s: float = 0.0,
         latency_s: float = 0.0,
+        latency_spread: float = 0.0,
     ) -> None:
         if latency_s < 0 or event_delay_s < 0:
             raise ValueError("the emulator's latency and event delay must be >= 0 seconds")
+        if not 0 <= latency_spread < 1:
+            raise ValueError("the emulator's latency spread must be within [0, 1)")
         self.script: Script = script if script is not None else ToolLoopScript()
         self.clock = clock
         self.anthropic_cache = anthropic_cache or AnthropicCachePolicy()
@@ -89,6 +94,7 @@ class Emulator:
         self.piece_chars = piece_chars
         self.event_delay_s = event_delay_s  # a pause between two events of a stream (a model's pace)
         self.latency_s = latency_s  # before the first byte of every model answer (a model's time)
+        self.latency_spread = latency_spread
         self._index = 0
         self._faulted = 0
         self._index_lock = threading.Lock()
@@ -123,6 +129,7 @@ class Emulator:
         api = self.apis.get(path)
         fault: Fault | None = None
         ids: tuple[tuple[str, str], ...] = ()
+        index = -1
         if api is not None and method == "POST":
             with self._index_lock:
                 index = self._index
@@ -142,9 +149,16 @@ class Emulator:
             return _with(answered, reset_after=max(1, size // 2))
         if fault is not None and fault.kind == "slow-first-byte":
             return _with(answered, delay_s=fault.delay_s)
-        if self.latency_s and api is not None and method == "POST":
-            return _with(answered, delay_s=self.latency_s)
+        if self.latency_s and index >= 0:
+            return _with(answered, delay_s=self.latency_for(index))
         return answered
+
+    def latency_for(self, index: int) -> float:
+        """How long the answer to request ``index`` is held: ``latency_s`` within its spread, by the index."""
+        if not self.latency_spread:
+            return self.latency_s
+        even = (index * 2654435761 % 2**32) / 2**32  # Knuth's multiplicative hash: spread evenly over [0, 1)
+        return self.latency_s * (1.0 - self.latency_spread + 2.0 * self.latency_spread * even)
 
     def _status_fault(self, api: WireApi[Any], fault: Fault, ids: tuple[tuple[str, str], ...]) -> EmulatorResponse:
         kind = fault.error_type or STATUS_ERROR_TYPES.get(fault.status, "api_error")
