@@ -156,6 +156,21 @@ def _spread(values: list[float], fmt: str = ",.0f") -> str:
     return f"median of {len(values)} runs; spread {min(values):{fmt}}..{max(values):{fmt}}"
 
 
+def _part_rows(size: str, phases: dict[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Reference rows of the p50 / p99 of each named part of a step (milliseconds)."""
+    return [
+        {
+            "name": f"{size}: step part {name!r}, p50 / p99",
+            "value": f"{phases[name]['p50'] * 1000:.1f} / {phases[name]['p99'] * 1000:.1f}",
+            "unit": "ms",
+            "target": "(reference)",
+            "ok": True,
+        }
+        for name in names
+        if name in phases
+    ]
+
+
 def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Target rows over every run (each must have no failure and verify whole; the figures are the runs'
     medians with their spread), then the breakdown and CPU of the median run by steps/s."""
@@ -216,18 +231,9 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ok": all_ok,
         },
     ]
-    for name in ("total", "append", "handover", "fold_wait", "build", "check", "queue", "send", "answer"):
-        if name in phases:
-            p = phases[name]
-            out.append(
-                {
-                    "name": f"{size}: step part {name!r}, p50 / p99",
-                    "value": f"{p['p50'] * 1000:.1f} / {p['p99'] * 1000:.1f}",
-                    "unit": "ms",
-                    "target": "(reference)",
-                    "ok": True,
-                }
-            )
+    out += _part_rows(
+        size, phases, ("total", "append", "handover", "fold_wait", "build", "check", "queue", "send", "answer")
+    )
     total_cpu = sum(r["cpu_s"].values())
     for name, seconds in sorted(r["cpu_s"].items()):
         out.append(
@@ -293,18 +299,7 @@ def paced_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
             "ok": not r["failed"] and bool(r["ok"]) and r["exit"] == 0,
         },
     ]
-    for name in ("queue", "handover", "append", "answer"):
-        if name in phases:
-            p = phases[name]
-            out.append(
-                {
-                    "name": f"{size}: step part {name!r}, p50 / p99",
-                    "value": f"{p['p50'] * 1000:.1f} / {p['p99'] * 1000:.1f}",
-                    "unit": "ms",
-                    "target": "(reference)",
-                    "ok": True,
-                }
-            )
+    out += _part_rows(size, phases, ("queue", "handover", "append", "answer"))
     return out
 
 
