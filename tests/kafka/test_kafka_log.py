@@ -496,6 +496,31 @@ def test_a_session_opened_from_asyncio_that_another_instance_created_is_taken_ov
     assert b.append(sid, 0, simple_log()[:1], lease=lease) == 1
 
 
+def test_an_open_cancelled_while_its_creation_waits_leaves_creation_working(make_log: MakeLog) -> None:
+    """A caller that gives up on an open (its task cancelled while the creation waits for its transaction)
+    neither stops the partition's creations nor leaves its session half made: the next acquire of it takes
+    it over (or creates it), once."""
+    log = make_log()
+    asyncio.run(log.acquire_and_read_async(_sid()))  # the log and its writer are started
+    gone = _sid()
+    others = [_sid() for _ in range(40)]
+
+    async def go() -> list[tuple[Any, list[Envelope]]]:
+        task = asyncio.create_task(log.acquire_and_read_async(gone))
+        await asyncio.sleep(0)  # its creation is queued
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await asyncio.wait_for(asyncio.gather(*(log.acquire_and_read_async(o) for o in others)), 60)
+
+    opened = asyncio.run(go())
+    assert [lease.epoch for lease, _ in opened] == [1] * len(others)
+    lease = log.acquire(gone)
+    assert lease.epoch in (1, 2)  # created by the abandoned call (then taken over) or by this one
+    assert log.append(gone, 0, simple_log()[:1], lease=lease) == 1
+    assert make_log().read(gone) == simple_log()[:1]
+
+
 def test_creations_still_queued_when_the_log_closes_fail_with_store_unavailable(make_log: MakeLog) -> None:
     """A submitted creation no transaction took yet is answered, not left waiting, when the log closes."""
     log = make_log()

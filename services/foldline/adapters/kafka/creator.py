@@ -27,7 +27,7 @@ import random
 import threading
 import time
 import uuid
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, InvalidStateError
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
@@ -64,6 +64,18 @@ class _Partition:
         self.draining = False  # a drain job (:meth:`SessionCreator.submit`) is scheduled or running
         self.producer: Producer | None = None
         self.caught_up = False  # the index view was caught up since ``producer``'s init_transactions
+
+
+def _settle(future: Future[SessionState | None], c: _Creation) -> None:
+    """Give a submitted creation's outcome to its future, unless its caller gave up on it (cancelled: a session
+    it created anyway is this instance's; the next acquire of it takes it over at a new epoch)."""
+    try:
+        if c.error is not None:
+            future.set_exception(c.error)
+        else:
+            future.set_result(c.state)
+    except InvalidStateError:
+        pass
 
 
 class SessionCreator:
@@ -131,17 +143,22 @@ class SessionCreator:
         return mine.future
 
     def _drain(self, p: _Partition, part: int) -> None:
-        """Commit the partition's queued creations, batch after batch, until none is left (see :meth:`submit`)."""
-        while True:
+        """Commit the partition's queued creations, batch after batch, until none is left (see :meth:`submit`).
+        Whatever happens, the partition is left without a drain, so the next submission starts one."""
+        try:
+            while True:
+                with p.cond:
+                    while p.busy:  # a create() caller commits a batch: it takes what is queued, ours included
+                        p.cond.wait(timeout=0.05)
+                    if not p.queue:
+                        p.draining = False
+                        return
+                    batch, p.queue, p.busy = p.queue, [], True
+                deadline = max((c.deadline for c in batch if c.future is not None), default=self._clients.deadline())
+                self._run_batch(p, part, batch, deadline, None)
+        finally:
             with p.cond:
-                while p.busy:  # a create() caller commits a batch: it takes what is queued, ours included
-                    p.cond.wait(timeout=0.05)
-                if not p.queue:
-                    p.draining = False
-                    return
-                batch, p.queue, p.busy = p.queue, [], True
-            deadline = max((c.deadline for c in batch if c.future is not None), default=self._clients.deadline())
-            self._run_batch(p, part, batch, deadline, None)
+                p.draining = False
 
     def _run_batch(
         self, p: _Partition, part: int, batch: list[_Creation], deadline: float, mine: _Creation | None
@@ -160,10 +177,7 @@ class SessionCreator:
                 p.cond.notify_all()
             for c in batch:
                 if c.future is not None and c.done:
-                    if c.error is not None:
-                        c.future.set_exception(c.error)
-                    else:
-                        c.future.set_result(c.state)
+                    _settle(c.future, c)
 
     def close(self) -> None:
         with self._lock:
@@ -172,8 +186,9 @@ class SessionCreator:
             with p.cond:
                 queued, p.queue = p.queue, []
             for c in queued:  # submitted creations no drain will commit now: nothing of them was written
-                if c.future is not None and not c.future.done():
-                    c.future.set_exception(StoreUnavailable(f"creating session {c.session_id!r}: the log was closed"))
+                if c.future is not None:
+                    c.error = StoreUnavailable(f"creating session {c.session_id!r}: the log was closed")
+                    _settle(c.future, c)
             discard(p.producer, f"the session creator {p.transactional_id}")
 
     # ------------------------------------------------------------------ internals
@@ -217,10 +232,14 @@ class SessionCreator:
             known = self._reader.known_entries([c.session_id for c in batch], part, deadline, catch_up=not p.caught_up)
             p.caught_up = True
             fresh: list[_Creation] = []
+            named: set[str] = set()
             for c in batch:
-                if c.session_id in known:
-                    c.done = True  # exists: the caller takes it over
+                # exists, or an earlier creation of this batch makes it (one whose caller gave up, then opened
+                # it again): the caller takes it over
+                if c.session_id in known or c.session_id in named:
+                    c.done = True
                 else:
+                    named.add(c.session_id)
                     fresh.append(c)
             if not fresh:
                 return
