@@ -213,8 +213,9 @@ class KafkaClients:
             raise ConfigError(f"invalid Kafka consumer configuration: {exc}") from exc
 
     def following_consumer(self) -> Consumer:
-        """A committed-records consumer that tails partitions (assign only): the broker holds each fetch up
-        to 10 ms for new records, so following costs little when nothing is written and ~10 ms of latency."""
+        """A committed-records consumer that tails partitions (assign only): the broker holds an empty fetch up
+        to 500 ms and answers it as soon as a commit lands (its marker moves the last stable offset), so
+        following adds no latency and costs ~2 fetches per second while nothing is written."""
         try:
             return Consumer(
                 {
@@ -224,7 +225,7 @@ class KafkaClients:
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": False,
-                    "fetch.wait.max.ms": 10,
+                    "fetch.wait.max.ms": 500,
                     "auto.offset.reset": "latest",
                 }
             )
