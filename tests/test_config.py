@@ -65,6 +65,7 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_OUTAGE_SECONDS": "45",
     "FOLDLINE_PROJECTOR_RUNTIME": "faust",
     "FOLDLINE_PROJECTOR_MAX_BATCH": "100",
+    "FOLDLINE_PROJECTOR_COMMIT_INTERVAL": "0.25",
     "FOLDLINE_ANTHROPIC_URL": "https://api.anthropic.com",
     "FOLDLINE_OPENAI_URL": "https://api.openai.com",
     "FOLDLINE_EMULATOR_LATENCY": "1.5",

@@ -134,6 +134,7 @@ def test_crash_between_apply_and_commit_redelivers_only_duplicates(
             folds__prefix=prefix,
             kafka__partitions=topic.partitions,
             projector__max_batch=40,
+            projector__commit_interval_s=0.0,  # a commit after every batch: the third one is early in the run
         ),
         journal=True,
     )

@@ -199,6 +199,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("FOLDLINE_PROJECTOR_RUNTIME", "projector.runtime", _choice(RUNTIMES), "confluent or faust"),
     Setting("FOLDLINE_PROJECTOR_MAX_BATCH", "projector.max_batch", _positive_int, "records per poll and apply"),
+    Setting(
+        "FOLDLINE_PROJECTOR_COMMIT_INTERVAL",
+        "projector.commit_interval_s",
+        _seconds,
+        "seconds between a projector's offset commits (0: after every batch)",
+    ),
     Setting("FOLDLINE_ANTHROPIC_URL", "providers.anthropic_url", _text, "Anthropic base URL (unset: emulator)"),
     Setting("FOLDLINE_OPENAI_URL", "providers.openai_url", _text, "OpenAI base URL (unset: emulator)"),
     Setting(

@@ -202,6 +202,9 @@ class DispatchConfig:
 class ProjectorConfig:
     runtime: ProjectorRuntime = "confluent"
     max_batch: int = 5000  # records per poll and per apply
+    # offsets are committed after the apply, at most this often (0: after every batch); a restart or a
+    # rebalance folds again at most this much, which the store skips as duplicates
+    commit_interval_s: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +397,7 @@ _AT_LEAST_ONE = {
     "segment_events",
 }
 
-_ZERO_OR_MORE_SECONDS = {"emulator_latency_s"}  # durations where 0 means "none"
+_ZERO_OR_MORE_SECONDS = {"emulator_latency_s", "commit_interval_s"}  # durations where 0 means "none"
 
 
 def _validate(config: Config) -> None:

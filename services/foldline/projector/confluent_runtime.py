@@ -5,7 +5,9 @@ The loop, single-threaded (so no rebalance can happen between an apply and its c
     items = consumer.poll(max_batch)         # decoded + checked; dead letters already in the DLQ topic
     report = apply until done                # one batched apply; rebuilds where a delta cannot apply;
                                              # stale-epoch events the store refused are dead-lettered
-    consumer.commit()                        # offsets acknowledged ONLY now, after the apply succeeded
+    consumer.commit()                        # offsets acknowledged only after the apply succeeded: at
+                                             # most once per commit_interval_s, when partitions are
+                                             # about to be revoked (inside poll), and when stopping
 
 Delivery is at least once and the apply is idempotent (fenced by seq and epoch in the store), so a crash
 anywhere — before the apply, between apply and commit, during a rebalance — only redelivers events that
@@ -48,6 +50,7 @@ class ProjectorWorker(ProjectorRuntime):
     _consumer: SessionEventConsumer | None = None  # the group member of the current run, while open
     _ends: Watermarks | None = None  # the partitions' end offsets, for the lag
     _lag_at = 0.0  # when the lag was last published (monotonic)
+    _applied = False  # events were applied since the last offset commit
 
     def run(self) -> BatchReport:
         """Consume, fold and acknowledge until :meth:`stop`; returns the totals."""
@@ -71,24 +74,44 @@ class ProjectorWorker(ProjectorRuntime):
 
     def _consume(self, consumer: SessionEventConsumer) -> None:
         s = self.settings
+        every = s.commit_interval_s
+        due = time.monotonic() + every
         while not self.stopped:
             items = consumer.poll(s.max_batch, s.poll_timeout_s)
             # before the batch is applied and committed: a partition assigned in this poll is judged by what
             # the group committed before it
             self._check_marks()
+            report = self._apply_until_done(items) if items else None
             if items:
-                report = self._apply_until_done(items)
                 if report is None:  # stopped while the store was down: acknowledge nothing
                     return
-                try:
-                    consumer.commit()
-                except StoreUnavailable as exc:
-                    # e.g. a rebalance took the partitions meanwhile: the new owner gets these events
-                    # again from the last commit and the store skips them as duplicates
-                    _LOG.warning("offset commit failed after a successful apply (%s); they will be redelivered", exc)
-                self._observe(items, report)
+                self._applied = True
+            if self._applied and time.monotonic() >= due:
+                self._commit(consumer)
+                due = time.monotonic() + every
+            if items and report is not None:
+                self._observe(items, report)  # (with commit_interval_s 0: counted once acknowledged)
             self._maybe_announce()
             self._update_lag()
+        self._commit(consumer)  # stopping: what was applied is acknowledged before the consumer leaves
+
+    def _commit(self, consumer: SessionEventConsumer) -> None:
+        """Acknowledge everything polled so far — all of it applied — if anything was since the last commit."""
+        if not self._applied:
+            return
+        self._applied = False
+        try:
+            consumer.commit()
+        except StoreUnavailable as exc:
+            # e.g. a rebalance took the partitions meanwhile: the new owner gets these events
+            # again from the last commit and the store skips them as duplicates
+            _LOG.warning("offset commit failed after a successful apply (%s); they will be redelivered", exc)
+
+    def _revoking(self, consumer: Any, partitions: list[Any]) -> None:
+        """Partitions are about to be revoked (inside poll, so everything polled before was applied): acknowledge
+        it now, so their next owner starts after it rather than folding it again."""
+        if self._consumer is not None:
+            self._commit(self._consumer)
 
     # ---------------------------------------------------------------- consumer lifecycle
 
@@ -102,7 +125,7 @@ class ProjectorWorker(ProjectorRuntime):
             log=self.log,
             client_config=s.client_config,
             on_assigned=self._partitions_assigned,
-            # Everything polled so far was applied and committed before poll() ran again: nothing to flush.
+            on_revoke=self._revoking,
             on_revoked=self._forget_partitions,
             dead_letters=self.dead_letters,
         )

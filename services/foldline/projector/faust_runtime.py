@@ -140,7 +140,8 @@ def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = Fal
         stream_wait_empty=False,
         broker_session_timeout=6.0,  # as the confluent worker: a killed member leaves the group within 6 s
         broker_heartbeat_interval=1.0,
-        broker_commit_interval=1.0,
+        # faust commits on a timer: 0 (after every batch) becomes its shortest useful period
+        broker_commit_interval=max(0.05, settings.commit_interval_s),
         worker_redirect_stdouts=False,
     )
 

@@ -105,6 +105,10 @@ class WorkerSettings:
         return self.config.projector.max_batch  # records per poll and per apply
 
     @property
+    def commit_interval_s(self) -> float:
+        return self.config.projector.commit_interval_s  # offset commits at most this often, after the apply
+
+    @property
     def registry_url(self) -> str | None:
         return self.config.kafka.registry_url
 
