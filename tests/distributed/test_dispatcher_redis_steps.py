@@ -381,3 +381,37 @@ def test_replies_lost_with_redis_data_are_noticed_a_send_is_lost_and_a_prepare_h
             r.close()
 
     with_rig(body, serve=False, ack_timeout_s=1.0, client_timeout_s=120.0)
+
+
+def test_a_take_whose_exec_answer_was_lost_is_retried_and_sent_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis applies a send's take (its mark set, its ``accepted`` pushed) and the connection drops before the
+    answer arrives: the retried transaction finds the take's own mark, so the send goes out at once and once —
+    not after the loop's answer timeout as a lost dispatch."""
+    from foldline.dispatcher import redis_steps
+
+    real_send = redis_steps._Writes._send
+    armed: list[bool] = []
+    dropped: list[int] = []
+
+    async def drop_the_first_take_answer(self: Any, batch: list[Any]) -> list[Any]:
+        results = await real_send(self, batch)
+        if armed and not dropped and any(w.op == "take" for w in batch):
+            dropped.append(len(batch))
+            raise redis.exceptions.ConnectionError("Connection closed by server.")  # after Redis applied it
+        return results
+
+    monkeypatch.setattr(redis_steps._Writes, "_send", drop_the_first_take_answer)
+
+    async def body(rig: Rig) -> None:
+        agent = rig.agent("x-1")
+        await agent.run_turn("first")
+        handoff = StepHandoff("x-1", rig.log.head("x-1"), 1, 0, agent.lease.epoch)
+        prepared = await rig.client.prepare(handoff)
+        sent_before = rig.emulator.requests
+        armed.append(True)
+        answer = await asyncio.wait_for(rig.client.send(handoff, prepared), 5)  # the answer timeout is 10 s
+        assert answer.content
+        assert dropped, "no take's answer was dropped"
+        assert rig.emulator.requests == sent_before + 1
+
+    with_rig(body)

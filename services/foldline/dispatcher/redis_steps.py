@@ -626,6 +626,7 @@ class _Write:
     key: str  # the reply list (push, take) or the entry id (ack)
     value: bytes = b""  # the reply (push, take)
     call_id: str = ""  # the call a take marks
+    token: str = ""  # a take's mark: this consumer and a number of its own, the same when its batch is retried
 
 
 class _Writes(_Batches[_Write]):
@@ -643,14 +644,20 @@ class _Writes(_Batches[_Write]):
         self.stream = stream
         self.group = group
         self.consumer = consumer
+        self._takes = itertools.count()
 
     def push(self, reply_key: str, reply: bytes) -> asyncio.Future[bool]:
         return self._queued(_Write("push", reply_key, reply))
 
     def take(self, call_id: str, reply_key: str, accepted: bytes) -> asyncio.Future[bool]:
         """Mark the send taken (``SET NX``) and push its ``accepted`` reply in one transaction; the future is
-        whether this dispatcher set the mark — the one that may send it."""
-        return self._queued(_Write("take", reply_key, accepted, call_id))
+        whether this take set the mark — the one that may send it.
+
+        The mark is a token of this take alone, and the transaction reads the mark back: a batch retried
+        because the answer to its ``EXEC`` was lost (Redis applied it) finds its own token and knows it took
+        the send. Any other take of the call — another dispatcher's, or this one's of a re-claimed entry —
+        finds a token not its own."""
+        return self._queued(_Write("take", reply_key, accepted, call_id, f"{self.consumer} {next(self._takes)}"))
 
     def ack(self, entry_id: str) -> asyncio.Future[bool]:
         return self._queued(_Write("ack", entry_id))
@@ -669,7 +676,8 @@ class _Writes(_Batches[_Write]):
                     marks.append(w)
         async with self.r.pipeline(transaction=True) as pipe:
             for w in marks:
-                pipe.set(f"{self.stream}:taken:{w.call_id}", self.consumer, nx=True, ex=_TAKEN_TTL_S)
+                pipe.set(f"{self.stream}:taken:{w.call_id}", w.token, nx=True, ex=_TAKEN_TTL_S)
+                pipe.get(f"{self.stream}:taken:{w.call_id}")
             for key, values in pushes.items():
                 pipe.rpush(key, *values)
                 pipe.expire(key, _REPLY_TTL_S)
@@ -677,9 +685,13 @@ class _Writes(_Batches[_Write]):
                 pipe.xack(self.stream, self.group, *acks)
                 pipe.xdel(self.stream, *acks)
             answers: list[Any] = await pipe.execute(raise_on_error=False)
-        marked = {id(w): answer for w, answer in zip(marks, answers, strict=False)}
+        # a take holds the mark when it reads back its own token (set now, or by this batch's first EXEC)
+        marked: dict[int, Any] = {}
+        for k, w in enumerate(marks):
+            answer, held = answers[2 * k], answers[2 * k + 1]
+            marked[id(w)] = answer if isinstance(answer, Exception) else held in (w.token, w.token.encode())
         pushed: dict[str, Any] = {}
-        at = len(marks)
+        at = 2 * len(marks)
         for key in pushes:
             pushed[key] = next((a for a in answers[at : at + 2] if isinstance(a, Exception)), True)
             at += 2
