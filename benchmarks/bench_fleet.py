@@ -264,7 +264,47 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ok": True,
         }
     )
-    return out
+    return out + budget_rows(r)
+
+
+def budget_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the overhead target asks of the CPU, against what one step costs (measured, the median run).
+
+    In a closed loop whose provider answers at once, a step's mean wall time is sessions / (steps/s) (Little's
+    law), and a p99 is never below the mean: p99 <= 500 ms at 1,000 sessions needs >= 2,000 steps/s, so every
+    process and server together may spend at most cores x 1,000 / 2,000 ms of CPU per step."""
+    steps = max(r["steps"], 1)
+    needed = r["sessions"] / (TARGET_OVERHEAD_P99_MS / 1000)  # steps/s for a mean step of 500 ms
+    cores = os.cpu_count() or 1
+    server = r.get("server_cpu_s", {})
+    all_in = 1000 * (sum(r["cpu_s"].values()) + sum(server.values())) / steps
+    below = 1000 * (sum(server.values()) + sum(v for k, v in r["cpu_s"].items() if k.startswith("projector"))) / steps
+    budget = cores * 1000 / needed
+    return [
+        {
+            "name": f"CPU per step the overhead target leaves: p99 <= {TARGET_OVERHEAD_P99_MS:g} ms needs >= "
+            f"{needed:,.0f} steps/s at {r['sessions']:,} sessions (Little's law), which {cores} cores carry at "
+            f"<= {budget:.2f} ms per step, every process and server together",
+            "value": round(all_in, 2),
+            "unit": "ms",
+            "target": f"(reference: budget {budget:.2f} ms)",
+            "ok": True,
+        },
+        {
+            "name": "of which the Kafka broker, Redis and the two projectors alone (no loop, no dispatcher)",
+            "value": round(below, 2),
+            "unit": "ms",
+            "target": f"(reference: budget {budget:.2f} ms)",
+            "ok": True,
+        },
+        {
+            "name": f"cores the measured CPU per step needs for {needed:,.0f} steps/s, fully busy",
+            "value": round(all_in * needed / 1000, 1),
+            "unit": "cores",
+            "target": f"(reference: this machine has {cores})",
+            "ok": True,
+        },
+    ]
 
 
 def paced_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
