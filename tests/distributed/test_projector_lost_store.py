@@ -7,13 +7,18 @@ event written — every fold comes back, byte for byte the fold of the session's
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from foldline.adapters.kafka import read_partition_span
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
+from foldline.projector import WorkerSettings, start_worker
+from foldline.projector import runtime as projector_runtime
 from foldline.projector.runtime import MARK_DONE
 from tests.distributed.projector_harness import (
     Topic,
@@ -77,3 +82,65 @@ def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic
         store.close()
         log.close()
         drop_prefix(redis_url, prefix)
+
+
+def test_the_group_keeps_folding_while_a_lost_partition_is_re_read(
+    topic: Topic, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-read of a partition whose folds were lost runs beside the group's consumption: a session that
+    gets new events meanwhile is folded at once (rebuilt from the log), not after the re-read, however long
+    that takes — here it is held until the new events are folded."""
+    redis_url = env_or_fail("FOLDLINE_REDIS_URL")
+    full = {f"k{i}": session_log(i, 30) for i in range(8)}
+    heads = dict.fromkeys(full, 24)
+    log = topic.log()
+    for sid, events in full.items():
+        log.append(sid, 0, events[:24])
+    reread_started, release = threading.Event(), threading.Event()
+
+    def held_span(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        reread_started.set()
+        if not release.wait(60):
+            raise AssertionError("the re-read was never released")
+        yield from read_partition_span(*args, **kwargs)
+
+    monkeypatch.setattr(projector_runtime, "read_partition_span", held_span)
+    settings = WorkerSettings(
+        Config().overridden(
+            kafka__bootstrap=topic.bootstrap,
+            kafka__topic=topic.name,
+            kafka__projector_group=f"g-{uuid.uuid4().hex[:8]}",
+            redis__url=redis_url,
+            folds__prefix=prefix,
+            kafka__partitions=topic.partitions,
+        )
+    )
+    store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
+    worker = start_worker(settings)
+    try:
+        wait_until(lambda: all_applied(store, heads), 60, "the first folds")
+        marks = list(range(topic.partitions))
+        wait_until(
+            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
+            60,
+            "every partition marked",
+        )
+        drop_prefix(redis_url, prefix)  # folds and marks gone
+        assert reread_started.wait(30), "no partition was re-read"
+        for sid, events in full.items():  # new events for every session while the re-read is held
+            log.append(sid, 24, events[24:])
+        heads = {sid: len(events) for sid, events in full.items()}
+        wait_until(lambda: all_applied(store, heads), 30, "the new events folded while the re-read is held")
+        assert not release.is_set()
+        release.set()
+        wait_until(
+            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
+            60,
+            "every partition re-read and marked again",
+        )
+        assert fold_mismatches(log, store, heads, epoch=0) == []
+    finally:
+        release.set()
+        worker.stop()
+        store.close()
+        log.close()

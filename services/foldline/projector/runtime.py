@@ -21,9 +21,10 @@ the dead-letter writer) and owns:
   (:meth:`FoldStore.partition_marks`), checked about every second (:meth:`ProjectorRuntime._check_marks`).
   A store that lost its data (Redis flushed, or restarted without persistence) lost the marks with the
   folds; a partition the group already consumed past its start is then re-read from its start up to its
-  end, apart from the group's own consumption, and folded again (the folds apply from seq 0; a session
-  whose first events Kafka no longer holds meets a gap and is rebuilt from the log and its archive). Only
-  then is the partition marked ``done``. A partition whose mark vanished again meanwhile is re-read again.
+  end — on a thread of its own, while the group's consumption goes on — and folded again (the folds
+  apply from seq 0; a session whose first events Kafka no longer holds meets a gap and is rebuilt from
+  the log and its archive). Only then is the partition marked ``done``. A partition whose mark vanished
+  again meanwhile is re-read again.
 
 Each runtime subclasses it and feeds it from its own consumer: :mod:`.confluent_runtime` (the default)
 and :mod:`.faust_runtime`.
@@ -194,6 +195,9 @@ class ProjectorRuntime(ABC):
         self._marks_due = 0.0  # when the partition marks are checked next (monotonic)
         self.reread_partitions = 0  # partitions re-read from their start because the store lost their folds
         self._seen_done: set[int] = set()  # partitions this runtime saw marked done (a mark gone since: lost)
+        # partitions to re-read (bounds and mark as found), in order; the one under way stays until it ends
+        self._rereads: dict[int, tuple[int, int, str | None]] = {}
+        self._rereader: threading.Thread | None = None  # re-reads them one after another, beside consumption
 
     @abstractmethod
     def run(self) -> BatchReport:
@@ -332,8 +336,11 @@ class ProjectorRuntime(ABC):
         """About every second (at once after an assignment, before anything newly assigned is applied):
         re-read, from their start, the assigned partitions whose folds the store no longer vouches for — an
         unmarked partition the group committed past its start, or one this runtime saw marked before (see
-        the module docstring); an unmarked partition nothing consumed yet is only marked. Runs on the
-        caller's thread; a store or broker that does not answer defers the check to the next round."""
+        the module docstring); an unmarked partition nothing consumed yet is only marked. The check runs on
+        the caller's thread; the re-reads on a thread of their own (:meth:`_reread_queued`), so the group's
+        consumption — and every fold a dispatcher waits for — goes on while a large partition is read again
+        (a session with new events meets a gap and is rebuilt from the log at once). A store or broker that
+        does not answer defers the check to the next round."""
         now = time.monotonic()
         if now < self._marks_due:
             return
@@ -364,10 +371,45 @@ class ProjectorRuntime(ABC):
                     self._seen_done.add(part)
                     continue
                 assert p is not None
-                self._reread(part, p.low, p.high, marks.get(part))
+                self._queue_reread(part, p.low, p.high, marks.get(part))
             except StoreUnavailable as exc:
                 _LOG.warning("re-reading partition %d failed (%s); trying again in %.0fs", part, exc, _MARKS_EVERY_S)
                 return
+
+    def _queue_reread(self, part: int, low: int, high: int, mark: str | None) -> None:
+        """Have ``part`` re-read by the re-reading thread (started when none runs); once while queued or under way."""
+        with self._lock:
+            if part in self._rereads or self._stop.is_set():
+                return
+            self._rereads[part] = (low, high, mark)
+            if self._rereader is None:
+                self._rereader = threading.Thread(
+                    target=self._reread_queued, name=f"foldline-projector-reread-{self.settings.group}", daemon=True
+                )
+                self._rereader.start()
+
+    def _reread_queued(self) -> None:
+        """The re-reading thread: each queued partition in turn, until none is left or the runtime stops."""
+        while True:
+            with self._lock:
+                if not self._rereads or self._stop.is_set():
+                    self._rereads.clear()
+                    self._rereader = None
+                    return
+                part, (low, high, mark) = next(iter(self._rereads.items()))
+            try:
+                self._reread(part, low, high, mark)
+            except StoreUnavailable as exc:
+                _LOG.warning("re-reading partition %d failed (%s); trying again in %.0fs", part, exc, _MARKS_EVERY_S)
+            except Exception:  # a bug must not end re-reading for good: the next check queues it again
+                _LOG.exception("re-reading partition %d failed unexpectedly", part)
+            finally:
+                with self._lock:
+                    self._rereads.pop(part, None)
+
+    def _still_mine(self, part: int) -> bool:
+        with self._lock:
+            return not self._stop.is_set() and self._assigned is not None and part in self._assigned
 
     def _reread(self, part: int, low: int, high: int, mark: str | None) -> None:
         """Fold ``topic[part]`` again from ``low`` to ``high``; mark it done unless its mark moved meanwhile."""
@@ -388,13 +430,17 @@ class ProjectorRuntime(ABC):
         started = time.monotonic()
         report = BatchReport()
         for records in read_partition_span(self._clients, s.topic, part, start=low, end=high, chunk=s.max_batch):
+            if not self._still_mine(part):  # stopping, or revoked: its next owner re-reads it (not marked done)
+                _LOG.info("re-reading partition %d stopped: no longer assigned here", part)
+                return
             done = self._apply_until_done([checker.item(r) for r in records], reread=True)
             if done is None:  # stopped
                 return
             report.merge(done)
         if self.store.set_partition_mark(s.topic, part, MARK_DONE, expect=token):
-            self._seen_done.add(part)
-            self.reread_partitions += 1
+            with self._lock:
+                self._seen_done.add(part)
+                self.reread_partitions += 1
             _LOG.warning(
                 "partition %d re-read in %.1fs: %d events, %d newly folded, %d sessions rebuilt",
                 part,
@@ -453,6 +499,9 @@ class ProjectorRuntime(ABC):
     def _shutdown(self) -> None:
         """Stop serving, flush the dead letters, close the adapters this runtime built."""
         self._stop.set()
+        rereader = self._rereader
+        if rereader is not None:  # it stops between two chunks of its partition
+            rereader.join(timeout=30)
         if self._server is not None:
             self._server.close()
             self._server = None
