@@ -16,16 +16,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import redis
 from confluent_kafka.admin import AdminClient
 
 from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.redis_folds import RedisFoldStore
+from foldline.config import Config
 from foldline.core import Envelope
 from foldline.core.fold import FoldState, fold_state
 from foldline.core.projection import Session
+from foldline.projector import WorkerSettings
+from foldline.projector.runtime import MARK_DONE
 from tests.factories import LogBuilder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,6 +158,36 @@ def kafka_topic(bootstrap: str, partitions: int, label: str = "projector") -> It
         if doomed:
             for fut in admin.delete_topics(doomed, operation_timeout=10).values():
                 fut.result(timeout=20)
+
+
+def worker_settings(
+    topic: Topic,
+    *,
+    redis_url: str | None = None,
+    prefix: str | None = None,
+    group: str | None = None,
+    journal: bool = False,
+    **overrides: Any,
+) -> WorkerSettings:
+    """An in-process projector's settings on ``topic``: the local Redis unless ``redis_url``, the folds under
+    ``prefix``, a group of its own unless ``group``, and ``overrides`` as ``Config.overridden`` takes them
+    (e.g. ``projector__max_batch=40``)."""
+    fields: dict[str, Any] = {
+        "kafka__bootstrap": topic.bootstrap,
+        "kafka__topic": topic.name,
+        "kafka__projector_group": group or f"test-projector-{uuid.uuid4().hex[:8]}",
+        "redis__url": redis_url or env_or_fail("FOLDLINE_REDIS_URL"),
+        "kafka__partitions": topic.partitions,
+    }
+    if prefix is not None:
+        fields["folds__prefix"] = prefix
+    return WorkerSettings(Config().overridden(**fields, **overrides), journal=journal)
+
+
+def all_marked(store: RedisFoldStore, topic: Topic) -> bool:
+    """Whether the store marks every partition of ``topic`` done (it holds the folds of what was consumed)."""
+    parts = list(range(topic.partitions))
+    return store.partition_marks(topic.name, parts) == dict.fromkeys(parts, MARK_DONE)
 
 
 def drop_prefix(url: str, prefix: str) -> None:

@@ -24,6 +24,7 @@ from tests.distributed.projector_harness import (
     kafka_topic,
     session_log,
     wait_until,
+    worker_settings,
     write_sessions,
 )
 
@@ -39,17 +40,7 @@ def topic() -> Iterator[Topic]:
 
 
 def _settings(topic: Topic, prefix: str, group: str) -> WorkerSettings:
-    return WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=group,
-            redis__url=env_or_fail("FOLDLINE_REDIS_URL"),
-            folds__prefix=prefix,
-            kafka__partitions=topic.partitions,
-            projector__commit_interval_s=60.0,
-        )
-    )
+    return worker_settings(topic, prefix=prefix, group=group, projector__commit_interval_s=60.0)
 
 
 def _committed(topic: Topic, group: str) -> dict[int, int | None]:

@@ -37,7 +37,7 @@ from foldline.adapters.kafka import (
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
 from foldline.errors import FencedError
-from foldline.projector import WorkerSettings, start_worker
+from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
@@ -50,6 +50,7 @@ from tests.distributed.projector_harness import (
     session_log,
     wait_until,
     worker_env,
+    worker_settings,
     write_sessions,
 )
 
@@ -125,18 +126,13 @@ def test_crash_between_apply_and_commit_redelivers_only_duplicates(
     logs = {f"w{i}": session_log(i, 30) for i in range(8)}
     heads = {sid: len(events) for sid, events in logs.items()}
     write_sessions(topic.bootstrap, topic.name, logs, batch=30, partitions=topic.partitions, threads=2)
-    settings = WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
-            redis__url=redis_url,
-            folds__prefix=prefix,
-            kafka__partitions=topic.partitions,
-            projector__max_batch=40,
-            projector__commit_interval_s=0.0,  # a commit after every batch: the third one is early in the run
-        ),
+    settings = worker_settings(
+        topic,
+        redis_url=redis_url,
+        prefix=prefix,
         journal=True,
+        projector__max_batch=40,
+        projector__commit_interval_s=0.0,  # a commit after every batch: the third one is early in the run
     )
     commit = SessionEventConsumer.commit
     commits = [0]
@@ -233,17 +229,7 @@ def topic() -> Iterator[Topic]:
 def test_redis_restarted_mid_run_folds_are_rebuilt_from_the_log(topic: Topic, private_redis: PrivateRedis) -> None:
     logs = {f"r{i:02d}": session_log(i, 80) for i in range(40)}
     heads = {sid: len(events) for sid, events in logs.items()}
-    settings = WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
-            redis__url=private_redis.url,
-            kafka__partitions=topic.partitions,
-            projector__max_batch=200,
-        ),
-        journal=True,
-    )
+    settings = worker_settings(topic, redis_url=private_redis.url, journal=True, projector__max_batch=200)
     handle = start_worker(settings)
     handle.wait_ready(60)
     not_ready_seen = threading.Event()
@@ -301,16 +287,7 @@ def test_redis_restarted_mid_run_folds_are_rebuilt_from_the_log(topic: Topic, pr
 
 def test_a_writer_fenced_mid_run_never_reaches_the_fold(topic: Topic, prefix: str) -> None:
     redis_url = env_or_fail("FOLDLINE_REDIS_URL")
-    settings = WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
-            redis__url=redis_url,
-            folds__prefix=prefix,
-            kafka__partitions=topic.partitions,
-        )
-    )
+    settings = worker_settings(topic, redis_url=redis_url, prefix=prefix)
     handle = start_worker(settings)
     handle.wait_ready(60)
     events = session_log(1, 60)

@@ -31,7 +31,7 @@ from foldline.adapters.kafka import (
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
 from foldline.errors import FencedError
-from foldline.projector import WorkerSettings, start_worker
+from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
@@ -39,6 +39,7 @@ from tests.distributed.projector_harness import (
     kafka_topic,
     session_log,
     worker_env,
+    worker_settings,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -99,15 +100,11 @@ def test_both_runtimes_dead_letter_the_same_records_byte_for_byte(topic: Topic, 
 
     prefixes = {"confluent": prefix + "confluent:", "faust": prefix + "faust:"}
     confluent = start_worker(
-        WorkerSettings(
-            Config().overridden(
-                kafka__bootstrap=topic.bootstrap,
-                kafka__topic=topic.name,
-                kafka__projector_group=f"test-dlq-confluent-{uuid.uuid4().hex[:8]}",
-                redis__url=redis_url,
-                folds__prefix=prefixes["confluent"],
-                kafka__partitions=topic.partitions,
-            )
+        worker_settings(
+            topic,
+            redis_url=redis_url,
+            prefix=prefixes["confluent"],
+            group=f"test-dlq-confluent-{uuid.uuid4().hex[:8]}",
         )
     )
     faust_args = ["--runtime", "faust", "--group", f"test-dlq-faust-{uuid.uuid4().hex[:8]}", "--topic", topic.name]

@@ -17,13 +17,13 @@ import pytest
 from foldline.adapters.kafka import read_partition_span
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
-from foldline.projector import WorkerSettings, start_worker
 from foldline.projector import runtime as projector_runtime
-from foldline.projector.runtime import MARK_DONE
+from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
     all_applied,
+    all_marked,
     drop_prefix,
     env_or_fail,
     fold_mismatches,
@@ -31,6 +31,7 @@ from tests.distributed.projector_harness import (
     session_log,
     wait_until,
     worker_env,
+    worker_settings,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -56,13 +57,8 @@ def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the first folds")
-        marks = list(range(topic.partitions))
-        # the group's offsets are committed after each apply; the marks follow within a check round
-        wait_until(
-            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
-            60,
-            "every partition marked",
-        )
+        # the marks follow within a check round of the first assignment
+        wait_until(lambda: all_marked(store, topic), 60, "every partition marked")
         assert fold_mismatches(log, store, heads, epoch=0) == []
         assert "re-reading offsets" not in worker.stderr()  # a first start only marks its partitions
 
@@ -71,11 +67,7 @@ def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic
 
         wait_until(lambda: all_applied(store, heads), 60, "the folds refolded from the log")
         assert fold_mismatches(log, store, heads, epoch=0) == []
-        wait_until(
-            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
-            60,
-            "every partition marked again",
-        )
+        wait_until(lambda: all_marked(store, topic), 60, "every partition marked again")
         assert "re-reading offsets" in worker.stderr()
     finally:
         worker.kill()
@@ -105,26 +97,12 @@ def test_the_group_keeps_folding_while_a_lost_partition_is_re_read(
         yield from read_partition_span(*args, **kwargs)
 
     monkeypatch.setattr(projector_runtime, "read_partition_span", held_span)
-    settings = WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=f"g-{uuid.uuid4().hex[:8]}",
-            redis__url=redis_url,
-            folds__prefix=prefix,
-            kafka__partitions=topic.partitions,
-        )
-    )
+    settings = worker_settings(topic, redis_url=redis_url, prefix=prefix)
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     worker = start_worker(settings)
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the first folds")
-        marks = list(range(topic.partitions))
-        wait_until(
-            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
-            60,
-            "every partition marked",
-        )
+        wait_until(lambda: all_marked(store, topic), 60, "every partition marked")
         drop_prefix(redis_url, prefix)  # folds and marks gone
         assert reread_started.wait(30), "no partition was re-read"
         for sid, events in full.items():  # new events for every session while the re-read is held
@@ -133,11 +111,7 @@ def test_the_group_keeps_folding_while_a_lost_partition_is_re_read(
         wait_until(lambda: all_applied(store, heads), 30, "the new events folded while the re-read is held")
         assert not release.is_set()
         release.set()
-        wait_until(
-            lambda: store.partition_marks(topic.name, marks) == dict.fromkeys(marks, MARK_DONE),
-            60,
-            "every partition re-read and marked again",
-        )
+        wait_until(lambda: all_marked(store, topic), 60, "every partition re-read and marked again")
         assert fold_mismatches(log, store, heads, epoch=0) == []
     finally:
         release.set()

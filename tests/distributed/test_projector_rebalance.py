@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
-from foldline.projector import WorkerHandle, WorkerSettings, start_worker
+from foldline.projector import WorkerHandle, start_worker
 from tests.distributed.projector_harness import (
     Topic,
     all_applied,
@@ -27,6 +26,7 @@ from tests.distributed.projector_harness import (
     kafka_topic,
     session_log,
     wait_until,
+    worker_settings,
     write_sessions,
 )
 
@@ -43,17 +43,12 @@ def topic() -> Iterator[Topic]:
 
 def test_three_workers_with_rebalances_mid_stream_apply_every_event_once(topic: Topic, prefix: str) -> None:
     redis_url = env_or_fail("FOLDLINE_REDIS_URL")
-    settings = WorkerSettings(
-        Config().overridden(
-            kafka__bootstrap=topic.bootstrap,
-            kafka__topic=topic.name,
-            kafka__projector_group=f"test-projector-{uuid.uuid4().hex[:8]}",
-            redis__url=redis_url,
-            folds__prefix=prefix,
-            kafka__partitions=PARTITIONS,
-            projector__max_batch=200,  # small batches: many commits, so rebalances land between them
-        ),
+    settings = worker_settings(
+        topic,
+        redis_url=redis_url,
+        prefix=prefix,
         journal=True,
+        projector__max_batch=200,  # small batches: many rebalances land between two applies
     )
     logs = {f"r{i:03d}": session_log(i, 60) for i in range(60)}
     heads = {sid: len(events) for sid, events in logs.items()}

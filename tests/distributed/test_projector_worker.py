@@ -23,7 +23,7 @@ from foldline.config.factories import fold_store
 from foldline.core import TextBlock
 from foldline.core.events import Envelope, ReplaceOp, ToolResult
 from foldline.core.projection import Session
-from foldline.projector import WorkerHandle, WorkerSettings, start_worker
+from foldline.projector import WorkerHandle, start_worker
 from tests.distributed.projector_harness import (
     Topic,
     WorkerProcess,
@@ -35,6 +35,7 @@ from tests.distributed.projector_harness import (
     session_log,
     wait_until,
     worker_env,
+    worker_settings,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -48,18 +49,7 @@ def topic() -> Iterator[Topic]:
 
 def _start_in_process(topic: Topic, redis_url: str, prefix: str) -> WorkerHandle:
     """A projector worker thread in this process, in a group of its own."""
-    return start_worker(
-        WorkerSettings(
-            Config().overridden(
-                kafka__bootstrap=topic.bootstrap,
-                kafka__topic=topic.name,
-                kafka__projector_group=f"g-{uuid.uuid4().hex[:8]}",
-                redis__url=redis_url,
-                folds__prefix=prefix,
-                kafka__partitions=topic.partitions,
-            )
-        )
-    )
+    return start_worker(worker_settings(topic, redis_url=redis_url, prefix=prefix))
 
 
 def _get(url: str) -> tuple[int, str]:
