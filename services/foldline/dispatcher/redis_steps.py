@@ -653,7 +653,7 @@ class _Writes(_Batches[_Write]):
         """Mark the send taken (``SET NX``) and push its ``accepted`` reply in one transaction; the future is
         whether this take set the mark — the one that may send it.
 
-        The mark is a token of this take alone, and the transaction reads the mark back: a batch retried
+        The mark is a token of this take alone, and the ``SET`` answers the mark it found: a batch retried
         because the answer to its ``EXEC`` was lost (Redis applied it) finds its own token and knows it took
         the send. Any other take of the call — another dispatcher's, or this one's of a re-claimed entry —
         finds a token not its own."""
@@ -676,8 +676,8 @@ class _Writes(_Batches[_Write]):
                     marks.append(w)
         async with self.r.pipeline(transaction=True) as pipe:
             for w in marks:
-                pipe.set(f"{self.stream}:taken:{w.call_id}", w.token, nx=True, ex=_TAKEN_TTL_S)
-                pipe.get(f"{self.stream}:taken:{w.call_id}")
+                # SET NX GET (Redis 7, as BLMPOP): nothing when it set the mark, else the mark that was there
+                pipe.set(f"{self.stream}:taken:{w.call_id}", w.token, nx=True, get=True, ex=_TAKEN_TTL_S)
             for key, values in pushes.items():
                 pipe.rpush(key, *values)
                 pipe.expire(key, _REPLY_TTL_S)
@@ -685,13 +685,13 @@ class _Writes(_Batches[_Write]):
                 pipe.xack(self.stream, self.group, *acks)
                 pipe.xdel(self.stream, *acks)
             answers: list[Any] = await pipe.execute(raise_on_error=False)
-        # a take holds the mark when it reads back its own token (set now, or by this batch's first EXEC)
+        # a take holds the mark when it set it now, or when the mark there is its own token (set by this
+        # batch's first EXEC, whose answer was lost)
         marked: dict[int, Any] = {}
-        for k, w in enumerate(marks):
-            answer, held = answers[2 * k], answers[2 * k + 1]
-            marked[id(w)] = answer if isinstance(answer, Exception) else held in (w.token, w.token.encode())
+        for w, was in zip(marks, answers, strict=False):
+            marked[id(w)] = was if isinstance(was, Exception) else was is None or was in (w.token, w.token.encode())
         pushed: dict[str, Any] = {}
-        at = 2 * len(marks)
+        at = len(marks)
         for key in pushes:
             pushed[key] = next((a for a in answers[at : at + 2] if isinstance(a, Exception)), True)
             at += 2
