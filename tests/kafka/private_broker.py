@@ -102,13 +102,17 @@ class PrivateBroker:
         """Start (formatting the storage the first time); returns the seconds until metadata answered."""
         started = time.monotonic()
         if not (self.directory / "data" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self._config)),
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+            formatted = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(self._config)),
+                check=False,
+                capture_output=True,
+                text=True,
             )
+            if formatted.returncode != 0:
+                raise RuntimeError(
+                    f"formatting the private broker's storage failed (exit {formatted.returncode}): "
+                    f"{(formatted.stdout + formatted.stderr).strip()[-2000:]}"
+                )
         with self._log.open("ab") as log:
             self._proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(self._config)), stdout=log, stderr=subprocess.STDOUT
@@ -138,3 +142,12 @@ class PrivateBroker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id (a uuid, URL-safe base64) that does not start with "-": the storage tool
+    would read that as an option, as Kafka's own ``Uuid.randomUuid`` knows (it never returns one)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
