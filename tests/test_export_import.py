@@ -227,6 +227,18 @@ def test_a_tool_result_without_its_call_is_rejected() -> None:
     assert_rejected(make_file(lines_of(b.events)), 4, "'ghost'", "[rule tool-result-call]")
 
 
+def test_a_tool_call_whose_arguments_differ_from_its_answer_is_rejected() -> None:
+    """The answer asked for one thing, the logged call says another: the file is refused at that line."""
+    b = LogBuilder().header().user("one")
+    b.tool_round(0, 0)
+    lines = lines_of(b.events)
+    call = orjson.loads(lines[3])
+    assert call["type"] == "tool/call"
+    call["data"]["arguments"] = '{"path":"/etc/shadow"}'
+    lines[3] = orjson.dumps(call, option=orjson.OPT_SORT_KEYS)
+    assert_rejected(make_file(lines), 5, "'call-0'", "arguments", "[rule tool-call-block]")
+
+
 def test_an_unknown_type_that_is_not_ignorable_is_rejected() -> None:
     lines = [*GOOD[:1], raw_event("future/thing", 1, {})]
     assert_rejected(make_file(lines), 3, "[rule unknown-type]")

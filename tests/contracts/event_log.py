@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from foldline.core import AssistantMessage, TextBlock, TurnStart, Usage, UserMessage
-from foldline.core.events import MAX_INT, MAX_TIME_MS, Envelope, ReplaceOp, RequestHeader, ToolResult
+from foldline.core import AssistantMessage, TextBlock, ToolCallBlock, TurnStart, Usage, UserMessage
+from foldline.core.events import MAX_INT, MAX_TIME_MS, Envelope, ReplaceOp, RequestHeader, ToolCall, ToolResult
 from foldline.errors import ConflictError, FencedError, ValidationError
 from foldline.ports.event_log import EventLog
 from tests.factories import HEADER, LogBuilder, env, simple_log
@@ -97,6 +97,29 @@ class EventLogContract(abc.ABC):
         right = env(b.seq, ToolResult("call-0", "read", (TextBlock("short"),), False, ReplaceOp(2, 2), (b.seq - 1,)))
         assert log.append(sid, b.seq, [right]) == b.seq + 1
         assert log.read(sid)[-1] == right
+
+    def test_a_tool_call_must_repeat_the_block_of_the_answer_it_came_from(self, log: EventLog, sid: str) -> None:
+        """A tool/call carries the id, name and arguments of a tool-call block of the assistant/message just
+        before it; a call the answer does not hold, or holds otherwise, is refused and nothing is written."""
+        b = LogBuilder().header().user("go")
+        answer = AssistantMessage("a2", (ToolCallBlock("c1", "read", '{"path":"x"}'),), Usage(), "tool_use")
+        b.add(answer)
+        log.append(sid, 0, b.events)
+        for bad in (
+            ToolCall(0, 0, "c1", "read", '{"path":"/etc/shadow"}'),  # other arguments
+            ToolCall(0, 0, "c1", "write", '{"path":"x"}'),  # another tool
+            ToolCall(0, 0, "c2", "read", '{"path":"x"}'),  # a call the answer does not make
+        ):
+            with pytest.raises(ValidationError) as info:
+                log.append(sid, b.seq, [env(b.seq, bad)])
+            assert info.value.rule == "tool-call-block"
+            assert info.value.seq == b.seq
+        assert log.head(sid) == b.seq
+        later = AssistantMessage("a3", (TextBlock("no tools this time"),), Usage(), "end_turn")
+        with pytest.raises(ValidationError) as info:  # only the latest answer's calls may follow
+            log.append(sid, b.seq, [env(b.seq, later), env(b.seq + 1, ToolCall(0, 0, "c1", "read", '{"path":"x"}'))])
+        assert info.value.rule == "tool-call-block"
+        assert log.append(sid, b.seq, [env(b.seq, ToolCall(0, 0, "c1", "read", '{"path":"x"}'))]) == b.seq + 1
 
     def test_header_reason_rules(self, log: EventLog, sid: str) -> None:
         with pytest.raises(ValidationError) as info:

@@ -254,6 +254,7 @@ class LogRules:
     """Incremental validator for one session's log."""
 
     __slots__ = (
+        "_calls_of_answer",
         "_compaction_pending",
         "_results",
         "_undo",
@@ -270,6 +271,8 @@ class LogRules:
         self.surface_generation = 0
         self.call_ids: set[str] = set()
         self._results: set[str] = set()
+        # the tool-call blocks of the latest assistant/message, by id: what its tool/call events must repeat
+        self._calls_of_answer: dict[str, tuple[str, str]] = {}
         self.has_header = False
         self._compaction_pending = False
         self._undo: list[Callable[[], None]] | None = None
@@ -371,6 +374,9 @@ class LogRules:
                     self._set("_compaction_pending", False)
                 change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
             case AssistantMessage():
+                calls = {b.id: (b.name, b.arguments) for b in data.content if isinstance(b, ToolCallBlock)}
+                if calls or self._calls_of_answer:
+                    self._set("_calls_of_answer", calls)
                 change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
             case ToolResult():
                 if data.call_id not in self.call_ids:
@@ -392,6 +398,22 @@ class LogRules:
             case ToolCall():
                 if data.call_id in self.call_ids:
                     raise ValidationError("tool-call-id", f"callId {data.call_id!r} is used twice", seq=seq)
+                block = self._calls_of_answer.get(data.call_id)
+                if block is None:
+                    raise ValidationError(
+                        "tool-call-block",
+                        f"tool/call {data.call_id!r} has no tool-call block of that id in the assistant/message "
+                        "before it",
+                        seq=seq,
+                    )
+                if block != (data.name, data.arguments):
+                    what = "name" if block[0] != data.name else "arguments"
+                    raise ValidationError(
+                        "tool-call-block",
+                        f"tool/call {data.call_id!r} differs in its {what} from the tool-call block of the "
+                        "assistant/message it came from",
+                        seq=seq,
+                    )
                 self._add(self.call_ids, data.call_id)
             case RequestHeader():
                 if data.reason == "initial" and self.has_header:
