@@ -190,3 +190,31 @@ def test_a_terminal_gets_no_escape_sequence_from_the_log(tmp_path: Path) -> None
         assert printable_output(text_out), (args, text_out)
         if args[0] == "show":
             assert "clear\\x1b[2J title\\x1b]0;owned\\x07" in text_out
+
+
+def test_requests_escapes_what_a_terminal_acts_on_and_json_keeps_the_exact_body(tmp_path: Path) -> None:
+    """`requests` prints each wire body as the same JSON value with a right-to-left override (and every other
+    character a terminal acts on that JSON may leave raw) escaped, as `show` does; `--json` keeps the body's
+    value and digest exact."""
+    import asyncio
+
+    from foldline.core.codec import digest_bytes
+    from foldline.loop import Agent, AgentOptions
+    from foldline.providers.emulated import emulated_provider
+
+    text = "rtl\u202eevil del\x7f csi\x9b31m line\u2028sep"
+    with SqliteEventLog(tmp_path) as log:
+        agent = Agent(
+            "s", log, emulated_provider("anthropic"), AgentOptions(CallConfig("anthropic", "m", max_tokens=64))
+        )
+        asyncio.run(agent.run_turn(text))
+        sent = agent.provider.serializer.serialize(agent.last_request, None) if agent.last_request else b""
+    assert text.encode() in sent  # the wire body holds the characters raw: they are the model's input
+    human = invoke("requests", "s", "--data-dir", tmp_path)
+    assert human.code == 0, human.stderr
+    assert printable_output(human.stdout)
+    assert "rtl\\u202eevil" in human.stdout
+    assert [json.loads(line) for line in human.stdout.splitlines()] == [json.loads(sent)]
+    rows = [json.loads(line) for line in invoke("requests", "s", "--json", "--data-dir", tmp_path).stdout.splitlines()]
+    assert [r["body"] for r in rows] == [json.loads(sent)]
+    assert rows[0]["digest"] == rows[0]["recordedDigest"] == digest_bytes(sent)

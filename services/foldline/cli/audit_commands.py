@@ -144,7 +144,11 @@ def requests(
         ),
     ] = False,
 ) -> None:
-    """Print the exact reconstructed wire body of each loop request (one per line)."""
+    """Print the reconstructed wire body of each loop request (one per line).
+
+    Each body is the exact JSON value sent, with the characters a terminal acts on (DEL, C1 controls, bidi and
+    other format characters, line separators) written as \\uXXXX escapes; --json carries its digest and size.
+    """
     from ..providers.base import Serializer, serializer_for
     from ..providers.registry import ANTHROPIC_MESSAGES_V1, OPENAI_CHAT_V1
     from ..replay.verify import rebuild_requests
@@ -179,8 +183,8 @@ def requests(
                     "body": orjson.Fragment(body),  # the exact bytes, embedded as they are
                 }
                 out.write(json_safe(orjson.dumps(row).decode()).encode() + b"\n")
-            else:
-                out.write(body + b"\n")
+            else:  # the same JSON value, with what a terminal would act on escaped as in every human output
+                out.write(json_safe(body.decode()).encode() + b"\n")
         out.flush()
 
 
