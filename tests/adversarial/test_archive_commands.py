@@ -77,11 +77,50 @@ def test_restore_reports_as_json_and_again_is_a_no_op(archived: tuple[Path, Path
     assert out.code == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert sorted(r["session"] for r in rows[:-1]) == sorted(ids)
-    assert rows[-1] == {"restored": len(ids), "appended": sum(r["appended"] for r in rows[:-1])}
+    assert rows[-1] == {"restored": len(ids), "failed": 0, "appended": sum(r["appended"] for r in rows[:-1])}
     assert all(r["appended"] == r["archived"] > 0 for r in rows[:-1])
     assert all(r["present"] == 0 for r in rows[:-1])
     again = invoke("restore", "demo-001", "--json", "--data-dir", target, env=archive_env(archive))
-    assert [json.loads(line) for line in again.stdout.splitlines()][-1] == {"restored": 1, "appended": 0}
+    assert [json.loads(line) for line in again.stdout.splitlines()][-1] == {"restored": 1, "failed": 0, "appended": 0}
+
+
+def test_restore_restores_every_session_it_can_and_reports_each_failure(
+    archived: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A session whose segment is damaged does not stop the restore: every other session is restored, the
+    damaged one is reported by name (one line, typed), the log holds nothing of it, and the status is 1."""
+    data, archive = archived
+    damaged = tmp_path / "archive"
+    shutil.copytree(archive, damaged)
+    reader = SessionArchive(DirectoryArchiveStore(damaged))
+    ids = reader.sessions()
+    assert len(ids) >= 3
+    first = ids[0]  # the first one restored: every session after it must still be tried
+    segment = next(p for p in damaged.rglob("seg-*.avro") if p.parent.name == first)
+    segment.write_bytes(segment.read_bytes()[:-20] + b"\0" * 20)
+    with SqliteEventLog(data, read_only=True) as log:
+        heads = {sid: log.head(sid) for sid in ids}
+    target = tmp_path / "restored"
+    target.mkdir()
+    out = invoke("restore", "--data-dir", target, env=archive_env(damaged))
+    assert out.code == 1, out.stdout + out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1
+    assert errors[0].startswith(f"{first}: not restored: ArchiveCorrupt: ")
+    assert f"restored {len(ids) - 1} session(s)" in out.stdout
+    assert "1 session(s) not restored" in out.stdout
+    with SqliteEventLog(target, read_only=True) as log:
+        assert {sid: log.head(sid) for sid in ids} == {**heads, first: 0}
+
+    again = tmp_path / "again"
+    again.mkdir()
+    out = invoke("restore", "--json", "--data-dir", again, env=archive_env(damaged))
+    assert out.code == 1
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["session"] for r in rows[:-1]] == ids
+    assert rows[0]["error"].startswith("ArchiveCorrupt: ")
+    assert all("error" not in r and r["appended"] == heads[r["session"]] for r in rows[1:-1])
+    assert rows[-1] == {"restored": len(ids) - 1, "failed": 1, "appended": sum(heads.values()) - heads[first]}
 
 
 def test_restore_of_a_session_the_archive_lacks_restores_nothing(archived: tuple[Path, Path], tmp_path: Path) -> None:
@@ -126,6 +165,46 @@ def test_doctor_never_creates_a_data_dir_and_never_passes_on_one_that_is_missing
     assert [c["area"] for c in failed] == ["log"]
     assert "no data directory" in failed[0]["detail"]
     assert not missing.exists()
+
+
+def test_doctor_never_creates_the_archive_it_checks_and_fails_on_one_that_misses_the_log(
+    archived: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A mistyped FOLDLINE_ARCHIVE_DIR is a failed check, and stays missing; an archive that exists but lacks
+    sessions older than the maximum delay is a failed check naming them; the real archive passes."""
+    data, archive = archived
+    with SqliteEventLog(data, read_only=True) as log:
+        ids = log.sessions()
+    typo = tmp_path / "archvie"
+    out = invoke("doctor", "--json", "--data-dir", data, env=archive_env(typo))
+    assert out.code == 1, out.stdout
+    failed = [c for c in json.loads(out.stdout)["checks"] if c["status"] == "fail"]
+    assert [(c["area"], c["name"]) for c in failed] == [("archive", "store")]
+    assert f"archive directory {typo} does not exist" in failed[0]["detail"]
+    assert not typo.exists()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    time.sleep(0.05)
+    late = {**archive_env(empty), "FOLDLINE_ARCHIVE_MAX_DELAY": "0.01"}
+    out = invoke("doctor", "--json", "--data-dir", data, env=late)
+    assert out.code == 1, out.stdout
+    failed = [c for c in json.loads(out.stdout)["checks"] if c["status"] == "fail"]
+    assert [(c["area"], c["name"]) for c in failed] == [("archive", "sessions archived")]
+    assert f"{len(ids)} of the {len(ids)} session(s)" in failed[0]["detail"]
+    assert all(repr(sid) in failed[0]["detail"] for sid in ids[:10])
+    assert list(empty.iterdir()) == []
+    out = invoke("doctor", "--data-dir", data, env=late)
+    assert out.code == 1
+    assert f"FAIL archive  sessions archived: {len(ids)} of the {len(ids)} session(s)" in out.stdout
+
+    out = invoke(
+        "doctor", "--json", "--data-dir", data, env={**archive_env(archive), "FOLDLINE_ARCHIVE_MAX_DELAY": "0.01"}
+    )
+    assert out.code == 0, out.stdout
+    coverage = next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "sessions archived")
+    assert coverage["status"] == "ok"
+    assert f"{len(ids)} of {len(ids)} session(s) archived to their head" in coverage["detail"]
 
 
 def test_doctor_reads_a_read_only_data_dir_and_changes_nothing(archived: tuple[Path, Path], tmp_path: Path) -> None:

@@ -34,8 +34,19 @@ def _version(data: bytes) -> str:
 
 
 class DirectoryArchiveStore(ArchiveStore):
-    def __init__(self, root: str | Path) -> None:
+    """The archive under ``root``, which is created when missing — unless ``create`` is false (a check of the
+    archive, which must find it where it is configured): a missing root is then StoreUnavailable."""
+
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root)
+        if not create:
+            if not self.root.is_dir():
+                what = "is not a directory" if self.root.exists() else "does not exist"
+                raise StoreUnavailable(
+                    f"archive directory {self.root} {what}: nothing has been archived there; check "
+                    "FOLDLINE_ARCHIVE_DIR (an archiver creates it when it starts)"
+                )
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -43,6 +54,10 @@ class DirectoryArchiveStore(ArchiveStore):
 
     def where(self, key: str) -> str:
         return str(self.root.joinpath(*(part for part in key.split("/") if part)))
+
+    def ping(self) -> None:
+        if not self.root.is_dir():
+            raise StoreUnavailable(f"archive directory {self.root} is gone (unmounted, deleted or renamed)")
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")

@@ -6,20 +6,25 @@
   delete or lose events is safe (:mod:`foldline.adapters.kafka.retention`: cleanup policy, retention by
   time and size against the archive's maximum delay, replication, ``min.insync.replicas``, unclean
   leader election);
-* **archive** — the archive store answers; on Kafka, how far the archivers' consumer group got in every
-  partition, and whether Kafka deleted records the group never archived (a failure: those events are
-  neither in Kafka nor in the archive); and which build of the Avro decoder reads segments (a warning
-  when it is the interpreted one: :mod:`foldline.adapters.avro.decoding`);
+* **archive** — the archive store answers where it is configured (a check never creates it: a directory
+  that is not there is a failure, not an empty archive); on Kafka, how far the archivers' consumer group
+  got in every partition, and whether Kafka deleted records the group never archived (a failure: those
+  events are neither in Kafka nor in the archive); on the embedded log, whether every session the archive
+  takes is archived up to the events older than the maximum delay (a failure names the sessions that are
+  not); and which build of the Avro decoder reads segments (a warning when it is the interpreted one:
+  :mod:`foldline.adapters.avro.decoding`);
 * **audit** (``audit=True``) — every archive object is accounted for (no orphan, no missing or corrupt
   segment; :func:`~foldline.adapters.archive.audit_archive`), and no archived session is ahead of the log
   (a log rebuilt without ``foldline restore``).
 
-Each answer is a :class:`Check`: ``ok``, ``warn`` (works, but read it) or ``fail``.
+Each answer is a :class:`Check`: ``ok``, ``warn`` (works, but read it) or ``fail``. Nothing here writes: the
+log is opened read-only (topics that are missing are reported, never created) and so is the archive.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +60,7 @@ def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
     checks: list[Check] = []
     store: ArchiveStore | None = None
     try:
-        store = archive_store(config)
+        store = archive_store(config, create=False)  # a check never creates what it checks
     except FoldlineError as exc:
         checks.append(Check("archive", "store", "fail", f"{type(exc).__name__}: {exc}"))
     try:
@@ -65,6 +70,8 @@ def run_checks(config: Config, *, audit: bool = False) -> list[Check]:
             checks += _kafka(config, archived=store is not None)
         if store is not None:
             checks += _archive(config, store)
+            if config.backend == "embedded":
+                checks.append(_embedded_coverage(config, store))
             checks.append(_decoder())
             if audit:
                 checks += _audit(config, store)
@@ -184,6 +191,55 @@ def _archive(config: Config, store: ArchiveStore) -> list[Check]:
     ]
 
 
+def _embedded_coverage(config: Config, store: ArchiveStore, *, now_ms: int | None = None) -> Check:
+    """Is every session the archive takes archived, up to its events older than the maximum delay?
+
+    An event written more than ``FOLDLINE_ARCHIVE_MAX_DELAY`` ago and not archived means no archiver has been
+    archiving this log into this archive (or one fell behind): the promise of the archive does not hold.
+    """
+    from ..archiver.factory import archive_policy
+
+    policy = archive_policy(config)
+    archive = SessionArchive(store, cache_events=0)
+    oldest_allowed = (time.time_ns() // 1_000_000 if now_ms is None else now_ms) - int(policy.max_delay_s * 1000)
+    taken = current = 0
+    late: list[tuple[str, int, int]] = []
+    try:
+        with _log_of(config) as log:
+            for sid in log.sessions():
+                if not policy.archives(sid):
+                    continue
+                taken += 1
+                head, mark = log.head(sid), archive.watermark(sid)
+                if mark >= head:
+                    current += 1
+                    continue
+                first = log.read(sid, mark, mark + 1)
+                if first and first[0].time < oldest_allowed:
+                    late.append((sid, mark, head))
+    except FoldlineError as exc:
+        return Check("archive", "sessions archived", "fail", f"{type(exc).__name__}: {exc}")
+    if late:
+        listed = ", ".join(f"{sid!r} (archived {mark} of {head})" for sid, mark, head in late[:_LISTED])
+        more = f" and {len(late) - _LISTED} more" if len(late) > _LISTED else ""
+        return Check(
+            "archive",
+            "sessions archived",
+            "fail",
+            f"{len(late)} of the {taken} session(s) the archive takes hold events older than "
+            f"{policy.max_delay_s:g}s that {store.where(SESSIONS_PREFIX)} lacks: {listed}{more}",
+            "run `foldline archiver` on this log with this archive (is FOLDLINE_ARCHIVE_DIR the one it writes?)",
+        )
+    if not taken:
+        return Check("archive", "sessions archived", "ok", "the log holds no session the archive takes yet")
+    return Check(
+        "archive",
+        "sessions archived",
+        "ok",
+        f"{current} of {taken} session(s) archived to their head, the others within {policy.max_delay_s:g}s",
+    )
+
+
 def _log_of(config: Config) -> EventLog:
     from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
     from ..config.factories import kafka_log
@@ -191,7 +247,7 @@ def _log_of(config: Config) -> EventLog:
     if config.backend == "embedded":
         check_data_dir(config, read_only=True)
         return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=True)
-    return kafka_log(config, archive=False)
+    return kafka_log(config, archive=False, create_topics=False)  # an audit never creates the topics
 
 
 def _audit(config: Config, store: ArchiveStore) -> list[Check]:

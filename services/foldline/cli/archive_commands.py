@@ -2,7 +2,8 @@
 
 * ``archiver`` runs an archiver (a member of the archivers' consumer group on Kafka, a poller of the
   embedded log) until SIGTERM;
-* ``restore`` puts archived sessions back into the log (a cluster rebuilt from the archive);
+* ``restore`` puts archived sessions back into the log (a cluster rebuilt from the archive): every session
+  it can, each one that fails reported, exit status 1 if one did;
 * ``doctor`` prints every check that says whether this deployment can lose the log, and exits 1 when one
   fails (and never 0 without having checked something).
 
@@ -19,9 +20,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import ConfigError, SessionNotFound
+from ..errors import ConfigError, FoldlineError, SessionNotFound
 from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for, session_ids
-from .output import console, err_console, fail_on_errors, line, literal, write_json
+from .output import console, err_console, fail_on_errors, line, literal, one_line, write_json
 
 if TYPE_CHECKING:
     from ..archiver.worker import ArchiverWorker
@@ -118,7 +119,9 @@ def restore(
 
     Each session gets a new writer lease and the events the log lacks, appended after the prefix the log
     already holds (which must equal the archive's). Restoring again is a no-op. A session named that the
-    archive does not hold, or an archive without sessions, is an error (nothing is restored).
+    archive does not hold, or an archive without sessions, is an error (nothing is restored). A session that
+    cannot be restored (a corrupt or missing segment, another history in the log) is reported and the others
+    are still restored; the exit status is then 1.
     """
     from ..archiver.factory import open_archive, restore_target
     from ..archiver.restore import restore_session
@@ -139,9 +142,18 @@ def restore(
         ids = list(dict.fromkeys(sessions)) if sessions else archived
         log = restore_target(config)
         try:
-            appended = 0
+            appended, failed = 0, 0
             for sid in ids:
-                result = restore_session(archive, log, sid)
+                try:
+                    result = restore_session(archive, log, sid)
+                except FoldlineError as exc:  # this session stays as it was; the others are still restored
+                    failed += 1
+                    if json:
+                        write_json({"session": sid, "error": f"{type(exc).__name__}: {exc}"})
+                    else:
+                        why = f" {type(exc).__name__}: {one_line(str(exc))}"
+                        err_console.print(line(literal(sid, "bold"), ": ", ("not restored:", "bold red"), why))
+                    continue
                 appended += result.appended
                 if json:
                     write_json(
@@ -163,10 +175,16 @@ def restore(
             log.close()
     finally:
         archive.close()
+    restored = len(ids) - failed
     if json:
-        write_json({"restored": len(ids), "appended": appended})
+        write_json({"restored": restored, "failed": failed, "appended": appended})
     else:
-        console.print(line(f"restored {len(ids)} session(s), {appended} event(s) appended"))
+        summary = f"restored {restored} session(s), {appended} event(s) appended"
+        console.print(
+            line((summary + f"; {failed} session(s) not restored" if failed else summary, "red" if failed else ""))
+        )
+    if failed:
+        raise typer.Exit(1)
 
 
 _MARK = {"ok": ("OK  ", "green"), "warn": ("WARN", "yellow"), "fail": ("FAIL", "bold red")}

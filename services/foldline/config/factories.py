@@ -112,15 +112,16 @@ def topic_policy(config: Config) -> TopicPolicy:
     )
 
 
-def archive_store(config: Config) -> ArchiveStore | None:
-    """The store of the session archive ``config.archive`` names (``None`` when it is off)."""
+def archive_store(config: Config, *, create: bool = True) -> ArchiveStore | None:
+    """The store of the session archive ``config.archive`` names (``None`` when it is off). ``create=False``
+    (a check): a directory archive that does not exist is StoreUnavailable instead of being created."""
     a = config.archive
     if a.store == "off":
         return None
     if a.store == "dir":
         from ..adapters.dir_archive import DirectoryArchiveStore
 
-        return DirectoryArchiveStore(a.directory(config.data_dir))
+        return DirectoryArchiveStore(a.directory(config.data_dir), create=create)
     from ..adapters.s3_archive import S3ArchiveStore
 
     return S3ArchiveStore(a.bucket, client=s3(config), prefix=a.prefix, max_attempts=config.s3.max_attempts)
