@@ -2,14 +2,15 @@
 
 ``serve(port, registry, ready=..., live=...)`` starts a small threaded HTTP server on a daemon thread:
 ``/metrics`` is the Prometheus exposition of ``registry`` (:mod:`foldline.metrics`), ``/healthz`` answers
-200 while ``live()`` holds and ``/readyz`` while ``ready()`` holds. A port that is taken is a typed
-:class:`~foldline.errors.MetricsServerError`.
+200 while ``live()`` holds and ``/readyz`` while ``ready`` holds — one check, or one per dependency by name
+(``{"redis": ..., "s3": ...}``), and then a 503 names each one that is not ready, one per line. A port that
+is taken is a typed :class:`~foldline.errors.MetricsServerError`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
@@ -17,9 +18,21 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from .errors import MetricsServerError
 
-__all__ = ["HealthServer", "ReadyCheck", "serve"]
+__all__ = ["HealthServer", "Readiness", "ReadyCheck", "serve"]
 
+#: A probe's check: true when ready; an exception counts as not ready and its message is the reason.
 ReadyCheck = Callable[[], bool]
+#: One check, or one per dependency by name (each is run; the answer names those that are not ready).
+Readiness = ReadyCheck | Mapping[str, ReadyCheck]
+
+
+def _probe(fn: ReadyCheck) -> str | None:
+    """``None`` when ``fn`` says ready, else why not (one line)."""
+    try:
+        ok = fn()
+    except Exception as exc:  # a failing probe must answer, not crash the server thread
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return None if ok else "not ready"
 
 
 class HealthServer:
@@ -55,25 +68,26 @@ def serve(
     port: int,
     registry: CollectorRegistry,
     *,
-    ready: ReadyCheck | None = None,
+    ready: Readiness | None = None,
     live: ReadyCheck | None = None,
     host: str = "0.0.0.0",
 ) -> HealthServer:
     """Serve ``registry`` on ``http://host:port/metrics``; ``port=0`` picks a free port.
 
     ``/healthz`` answers 200 while ``live()`` (default: always) is true — the process is not wedged;
-    ``/readyz`` answers 200 while ``ready()`` (default: always) is true — e.g. the projector holds its
-    partitions and reaches Redis. A check that raises counts as false and its message is returned.
+    ``/readyz`` answers 200 while ``ready`` (default: always) holds — e.g. the projector holds its
+    partitions and reaches Redis. A check that raises counts as false and its message is returned. With one
+    check per dependency (a mapping), every check runs and a 503 lists each failing one as ``name: reason``.
     """
 
-    def check(fn: ReadyCheck | None) -> tuple[int, bytes]:
+    def check(fn: Readiness | None) -> tuple[int, bytes]:
         if fn is None:
             return 200, b"ok\n"
-        try:
-            ok = fn()
-        except Exception as exc:  # a failing probe must answer, not crash the server thread
-            return 503, f"{type(exc).__name__}: {exc}\n".encode()
-        return (200, b"ok\n") if ok else (503, b"not ready\n")
+        if isinstance(fn, Mapping):
+            failing = [f"{name}: {why}" for name, c in fn.items() if (why := _probe(c)) is not None]
+        else:
+            failing = [why] if (why := _probe(fn)) is not None else []
+        return (503, "".join(f"{f}\n" for f in failing).encode()) if failing else (200, b"ok\n")
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -58,6 +58,30 @@ def test_probes_follow_their_checks() -> None:
         assert "process_resident_memory_bytes" in body
 
 
+def test_readyz_names_each_dependency_that_is_not_ready() -> None:
+    up = {"redis": True, "s3": True}
+
+    def s3() -> bool:
+        if not up["s3"]:
+            raise ConnectionError("S3 endpoint http://127.0.0.1:1 did not answer\n(connection refused)")
+        return True
+
+    checks = {"worker": lambda: True, "redis": lambda: up["redis"], "s3": s3}
+    with serve(0, new_registry(process=False), ready=checks, host="127.0.0.1") as server:
+        assert get(server.url + "/readyz") == (200, "ok\n")
+        up["s3"] = False
+        assert get(server.url + "/readyz") == (
+            503,
+            "s3: ConnectionError: S3 endpoint http://127.0.0.1:1 did not answer (connection refused)\n",
+        )
+        up["redis"] = False
+        assert get(server.url + "/readyz") == (
+            503,
+            "redis: not ready\ns3: ConnectionError: S3 endpoint "
+            "http://127.0.0.1:1 did not answer (connection refused)\n",
+        )
+
+
 def test_a_taken_port_is_a_clear_error() -> None:
     server = serve(0, new_registry(process=False), host="127.0.0.1")
     try:

@@ -139,3 +139,24 @@ def test_fetch_from_an_endpoint_that_does_not_answer_is_store_unavailable() -> N
             store.fetch("sessions/a/s1")
     finally:
         store.close()
+
+
+def test_the_archive_store_answers_a_readiness_probe_or_says_why_not(s3_endpoint: str, s3_bucket: str) -> None:
+    """`ping` is what the archiver's /readyz asks: one HeadBucket without retries, a typed reason when S3 does
+    not answer or the bucket is not there."""
+    import socket
+
+    store = S3ArchiveStore(s3_bucket, client=_client(s3_endpoint))
+    store.ping()
+    store.close()
+    missing = S3ArchiveStore(s3_bucket + "-absent", client=_client(s3_endpoint))
+    with pytest.raises(StoreUnavailable, match="HTTP 404"):
+        missing.ping()
+    missing.close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    gone = S3ArchiveStore(s3_bucket, client=_client(f"http://127.0.0.1:{closed}"))
+    with pytest.raises(StoreUnavailable, match="did not answer"):
+        gone.ping()
+    gone.close()

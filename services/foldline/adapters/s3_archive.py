@@ -30,6 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import ArchiveConflict, ArchiveCorrupt, ArchiveError, ConfigError, FoldlineError, StoreUnavailable
 from ..ports.archive import ArchiveStore, StoredObject
+from .s3_attachments import BucketProbe
 from .s3_errors import classify, describe_endpoint, status_code
 
 if TYPE_CHECKING:
@@ -57,11 +58,16 @@ class S3ArchiveStore(ArchiveStore):
         self.prefix = prefix
         self.client = client
         self.max_attempts = max(1, max_attempts)
+        self._probe = BucketProbe(client, bucket)
 
     def where(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
+    def ping(self) -> None:
+        self._probe()
+
     def close(self) -> None:
+        self._probe.close()
         self.client.close()
 
     def ensure_bucket(self) -> None:

@@ -32,6 +32,7 @@ import functools
 import hashlib
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
-__all__ = ["MIB", "S3AttachmentStore", "meta_from_s3", "meta_to_s3", "s3_client"]
+__all__ = ["MIB", "BucketProbe", "S3AttachmentStore", "meta_from_s3", "meta_to_s3", "s3_client"]
 
 MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB  # S3's minimum size of every part but the last
@@ -148,6 +149,49 @@ def s3_client(
         ) from exc
 
 
+#: How long a readiness probe waits for S3 (to connect, then for the answer); it makes one attempt.
+PROBE_TIMEOUT_S = 2.0
+
+
+class BucketProbe:
+    """``HeadBucket`` of one bucket for readiness probes: through a client of its own with the store client's
+    endpoint and region but one attempt and :data:`PROBE_TIMEOUT_S` (a probe answers quickly; it does not wait
+    out an outage as the store's requests do). Made on the first probe, then kept."""
+
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self._of = client
+        self.bucket = bucket
+        self._lock = threading.Lock()
+        self._client: S3Client | None = None
+
+    def __call__(self) -> None:
+        """Return if S3 answered that the bucket is there; else StoreUnavailable (ConfigError for missing
+        credentials or denied access)."""
+        meta = self._of.meta
+        with self._lock:
+            if self._client is None:
+                self._client = s3_client(
+                    endpoint_url=meta.endpoint_url,
+                    region=meta.region_name,
+                    max_attempts=1,
+                    connect_timeout_s=PROBE_TIMEOUT_S,
+                    read_timeout_s=PROBE_TIMEOUT_S,
+                    max_connections=2,
+                )
+            client = self._client
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except (ClientError, BotoCoreError) as exc:
+            where = describe_endpoint(meta.endpoint_url)
+            raise _translate_bucket(exc, "HeadBucket", f"s3://{self.bucket}", where) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
 class S3AttachmentStore(AttachmentStore):
     """Content-addressed attachments in one S3 bucket (any S3-compatible server), through ``client``
     (:func:`s3_client`; its retry, timeout and endpoint settings are the bounds of every request).
@@ -179,6 +223,7 @@ class S3AttachmentStore(AttachmentStore):
         self.spool_dir = spool_dir
         self.client: S3Client = client
         self._where = describe_endpoint(self.client.meta.endpoint_url)
+        self._probe = BucketProbe(client, bucket)
 
     def ensure_bucket(self) -> bool:
         """Create the bucket when it does not exist (nothing else creates buckets); True if it was created.
@@ -205,7 +250,11 @@ class S3AttachmentStore(AttachmentStore):
             raise _translate_bucket(exc, "CreateBucket", where, self._where) from exc
         return True
 
+    def ping(self) -> None:
+        self._probe()
+
     def close(self) -> None:
+        self._probe.close()
         self.client.close()
 
     # -- keys ---------------------------------------------------------------------------------------------

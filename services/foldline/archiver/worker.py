@@ -75,6 +75,16 @@ class ArchiverWorker(ABC):
     def ready(self) -> bool:
         return self._ready and not self._stop.is_set()
 
+    def readiness(self) -> dict[str, Callable[[], bool]]:
+        """What ``/readyz`` checks, by name: the archiver runs, and its archive store answers."""
+        store = self.archiver.appender.store
+
+        def archive_answers() -> bool:
+            store.ping()  # one quick request; StoreUnavailable says why not
+            return True
+
+        return {"archiver": self.ready, "archive": archive_answers}
+
     @abstractmethod
     def run(self) -> None:
         """Archive until :meth:`stop`; then finish the segments in flight."""
@@ -94,7 +104,7 @@ class ArchiverWorker(ABC):
 
         if self.metrics is None:
             self.metrics = self.archiver.metrics = ArchiverMetrics(new_registry())
-        self._server = serve(self._metrics_port, self.metrics.registry, ready=self.ready, host=self._metrics_host)
+        self._server = serve(self._metrics_port, self.metrics.registry, ready=self.readiness(), host=self._metrics_host)
 
     def _close_server(self) -> None:
         if self._server is not None:

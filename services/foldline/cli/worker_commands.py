@@ -23,7 +23,7 @@ from .output import console, err_console, fail_on_errors, literal, write_json
 
 if TYPE_CHECKING:
     from ..metrics import DispatcherMetrics
-    from ..metrics_server import HealthServer
+    from ..metrics_server import HealthServer, ReadyCheck
     from ..projector import BatchReport, ProjectorWorker
     from ..projector.factory import ProjectorParts
     from ..projector.faust_runtime import FaustProjector
@@ -334,12 +334,17 @@ def dispatcher(
         if config.metrics.port is not None:
             registry = new_registry()
             metrics = DispatcherMetrics(registry)
-            folds = stores.folds
-            ping = getattr(folds, "ping", None)  # the Redis fold store answers a PING; ready = serving and reachable
+            ping = getattr(stores.folds, "ping", None)  # the Redis fold store answers a PING
+            attachments = stores.attachments
 
-            def ready() -> bool:
-                return not stop.is_set() and (ping is None or bool(ping()))
+            def s3_answers() -> bool:
+                attachments.ping()  # one HeadBucket; StoreUnavailable says why not
+                return True
 
+            # ready = serving, and every dependency answers; a 503 names each one that does not
+            ready: dict[str, ReadyCheck] = {"dispatcher": lambda: not stop.is_set(), "s3": s3_answers}
+            if ping is not None:
+                ready["redis"] = lambda: bool(ping())
             server = serve(config.metrics.port, registry, host=config.metrics.host, ready=ready)
             if not json:
                 err_console.print(literal(f"metrics: {server.url}/metrics"))

@@ -81,6 +81,10 @@ class ArchiveStore(abc.ABC):
     def where(self, key: str) -> str:
         """How messages name the object at ``key`` (``s3://bucket/prefix/key``, a path)."""
 
+    def ping(self) -> None:  # noqa: B027 - optional hook
+        """Return if the store answers now (a readiness probe: one quick request, no retries); else raise
+        :class:`~foldline.errors.StoreUnavailable` saying why. Default: a store that is always there."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 

@@ -84,6 +84,10 @@ class AttachmentStore(abc.ABC):
         out.write(data)
         return len(data)
 
+    def ping(self) -> None:  # noqa: B027 - optional hook
+        """Return if the store answers now (a readiness probe: one quick request, no retries); else raise
+        :class:`~foldline.errors.StoreUnavailable` saying why. Default: a store that is always there."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 
