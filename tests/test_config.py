@@ -68,6 +68,9 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_PROJECTOR_COMMIT_INTERVAL": "0.25",
     "FOLDLINE_ANTHROPIC_URL": "https://api.anthropic.com",
     "FOLDLINE_OPENAI_URL": "https://api.openai.com",
+    "FOLDLINE_ANTHROPIC_COMPATIBLE": "gateway=https://llm.example.com/anthropic",
+    "FOLDLINE_OPENAI_COMPATIBLE": "vllm=http://gpu-1:8000/v1,gateway-openai=https://llm.example.com/openai/v1",
+    "FOLDLINE_DEEPSEEK_COMPATIBLE": "deepseek=https://api.deepseek.com",
     "FOLDLINE_EMULATOR_LATENCY": "1.5",
     "FOLDLINE_EMULATOR_LATENCY_SPREAD": "0.25",
     "ANTHROPIC_API_KEY": "sk-ant-secret-value",
@@ -105,7 +108,15 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_ARCHIVE_GROUP": "prod-archivers",
     "FOLDLINE_ARCHIVE_CONCURRENCY": "8",
 }
-SECRETS = ("hunter2", "sk-ant-secret-value", "sk-openai-secret-value", "kafka-secret-pw", "key-secret-pw")
+SECRETS = (
+    "hunter2",
+    "sk-ant-secret-value",
+    "sk-openai-secret-value",
+    "kafka-secret-pw",
+    "key-secret-pw",
+    "vllm-secret-key",
+)
+SERVER_KEYS = {"VLLM_API_KEY": "vllm-secret-key"}  # the key of the server named vllm
 SASL = {
     "FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
     "FOLDLINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
@@ -130,7 +141,7 @@ def test_every_field_has_exactly_one_variable() -> None:
     paths = [s.path for s in SETTINGS]
     assert len(paths) == len(set(paths))
     assert len({s.env for s in SETTINGS}) == len(SETTINGS)
-    assert set(paths) | {"kafka.client_properties"} == set(_fields(Config()))
+    assert set(paths) | {"kafka.client_properties", "providers.server_api_keys"} == set(_fields(Config()))
     assert set(SAMPLES) == {s.env for s in SETTINGS}
 
 
@@ -211,10 +222,11 @@ def test_properties_foldline_sets_itself_are_refused(key: str) -> None:
 
 
 def test_secrets_are_never_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {**SAMPLES, **SASL, "FOLDLINE_KAFKA_SSL_KEY_PASSWORD": "key-secret-pw"}
+    env = {**SAMPLES, **SASL, **SERVER_KEYS, "FOLDLINE_KAFKA_SSL_KEY_PASSWORD": "key-secret-pw"}
     config = Config.from_env(env)
     assert config.kafka.librdkafka()["sasl.password"] == "kafka-secret-pw"
     assert config.providers.anthropic_api_key == "sk-ant-secret-value"
+    assert config.providers.api_key("vllm") == "vllm-secret-key"
     shown = repr(config) + str(config) + repr(config.describe())
     for secret in SECRETS:
         assert secret not in shown
@@ -230,7 +242,51 @@ def test_secrets_are_never_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     described = json.loads(runner.invoke(app, ["config", "--json"]).stdout)
     assert described["kafka.partitions"] == {"env": "FOLDLINE_KAFKA_PARTITIONS", "value": "6"}
     assert described["providers.anthropic_api_key"]["value"] == "***"
+    assert described["providers.server_api_keys[vllm]"] == {"env": "VLLM_API_KEY", "value": "***"}
+    assert described["providers.server_api_keys[gateway]"] == {"env": "GATEWAY_API_KEY", "value": ""}
     assert "sasl.password=***" in described["kafka.client_properties"]["value"]
+
+
+def test_servers_under_names_of_their_own_get_an_adapter_of_their_kind_and_their_key() -> None:
+    """One setting per kind of API lists servers by name; each becomes an adapter of that name (what a
+    CallConfig's provider names), posting to its base URL with the key from <NAME>_API_KEY."""
+    from foldline.config.factories import providers
+    from foldline.providers import AnthropicProvider, OpenAIProvider
+    from foldline.providers.reasoning_chat import ReasoningChatProvider
+
+    config = Config.from_env({**SAMPLES, **SERVER_KEYS, "DEEPSEEK_API_KEY": "ds-key"})
+    assert config.providers.servers() == [
+        ("anthropic", "gateway", "https://llm.example.com/anthropic"),
+        ("openai", "vllm", "http://gpu-1:8000/v1"),
+        ("openai", "gateway-openai", "https://llm.example.com/openai/v1"),
+        ("deepseek", "deepseek", "https://api.deepseek.com"),
+    ]
+    assert Config.from_env(config.to_env()) == config  # the keys travel to a child process too
+    built = providers(config)
+    assert {n: (type(p), p.name) for n, p in built.items()} == {
+        "anthropic": (AnthropicProvider, "anthropic"),
+        "openai": (OpenAIProvider, "openai"),
+        "gateway": (AnthropicProvider, "gateway"),
+        "vllm": (OpenAIProvider, "vllm"),
+        "gateway-openai": (OpenAIProvider, "gateway-openai"),
+        "deepseek": (ReasoningChatProvider, "deepseek"),
+    }
+    assert built["vllm"].secrets == ("vllm-secret-key",)
+    assert built["deepseek"].secrets == ("ds-key",)
+    assert built["gateway"].secrets == ()
+    for bad, message in (
+        ({"FOLDLINE_OPENAI_COMPATIBLE": "vllm"}, "is not name=base-url"),
+        ({"FOLDLINE_OPENAI_COMPATIBLE": "v llm=http://x"}, "is not name=base-url"),
+        ({"FOLDLINE_OPENAI_COMPATIBLE": "vllm=gpu-1:8000"}, "must start with http:// or https://"),
+        ({"FOLDLINE_OPENAI_COMPATIBLE": "openai=http://x/v1"}, "is set by FOLDLINE_OPENAI_URL"),
+        ({"FOLDLINE_OPENAI_COMPATIBLE": "a/b=http://x/v1"}, "letters, digits"),
+        (
+            {"FOLDLINE_OPENAI_COMPATIBLE": "ds=http://x/v1", "FOLDLINE_DEEPSEEK_COMPATIBLE": "ds=http://y"},
+            "the provider name 'ds' is given twice",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            Config.from_env(bad)
 
 
 def test_options_override_single_fields_and_none_keeps_them() -> None:

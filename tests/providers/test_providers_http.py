@@ -4,6 +4,7 @@ error mapping."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from foldline.core import ReasoningBlock, TextBlock, ToolCallBlock, Usage
 from foldline.core.codec import canonical_json
-from foldline.errors import ProviderError, ProviderStatusError
+from foldline.errors import ConfigError, ProviderError, ProviderStatusError
 from foldline.providers import AnthropicMessagesSerializer, AnthropicProvider, OpenAIProvider, ProviderResponse
 from foldline.providers.anthropic import parse_response as parse_anthropic
 from foldline.providers.base import Body, BodyParts, Provider
@@ -199,6 +200,10 @@ def test_openai_send_posts_the_exact_bytes_with_a_bearer_key_and_no_key_means_no
         ("https://example.test/", "https://example.test/v1/chat/completions"),
         ("https://example.test/proxy", "https://example.test/proxy/v1/chat/completions"),
         ("http://127.0.0.1:8080/a/b/", "http://127.0.0.1:8080/a/b/v1/chat/completions"),
+        # the OpenAI SDK's form: the version in the base URL (it used to post to /v1/v1/chat/completions)
+        ("https://api.openai.com/v1", "https://api.openai.com/v1/chat/completions"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1/chat/completions"),
+        ("https://gw.example.test/openai/v1", "https://gw.example.test/openai/v1/chat/completions"),
     ],
 )
 def test_the_path_is_posted_under_the_base_url_keeping_its_own_path(base_url: str, url: str) -> None:
@@ -207,6 +212,39 @@ def test_the_path_is_posted_under_the_base_url_keeping_its_own_path(base_url: st
         _send(OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, base_url), b"{}")
     assert [str(r.url) for r in seen] == [url, url]
     assert seen[0].headers["host"] == httpx.URL(url).netloc.decode()
+
+
+@pytest.mark.parametrize(
+    ("adapter", "base_url", "url"),
+    [
+        (AnthropicProvider, "https://api.anthropic.com", "https://api.anthropic.com/v1/messages"),
+        (AnthropicProvider, "https://api.anthropic.com/v1", "https://api.anthropic.com/v1/messages"),
+        (AnthropicProvider, "https://gw.example.test/anthropic/v1/", "https://gw.example.test/anthropic/v1/messages"),
+        (OpenAIResponsesProvider, "https://api.openai.com/v1", "https://api.openai.com/v1/responses"),
+        (OpenAIResponsesProvider, "https://api.openai.com", "https://api.openai.com/v1/responses"),
+        (ReasoningChatProvider, "https://api.deepseek.com", "https://api.deepseek.com/chat/completions"),
+        (ReasoningChatProvider, "http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions"),
+    ],
+)
+def test_every_adapter_takes_its_base_url_with_or_without_the_version(
+    adapter: Callable[..., JsonHttpProvider], base_url: str, url: str
+) -> None:
+    """The SDKs' two conventions (OpenAI's base URL holds /v1, Anthropic's does not) both work everywhere."""
+    seen: list[httpx.Request] = []
+    answer = ANTHROPIC_ANSWER if adapter is AnthropicProvider else {}
+    provider = adapter(_capture(answer, seen), KEY, base_url)
+    with contextlib.suppress(ProviderError):  # only the URL matters here, not whether the answer parses
+        _send(provider, b"{}")
+    assert [str(r.url) for r in seen] == [url]
+
+
+def test_an_adapter_serves_a_server_of_its_api_under_another_name() -> None:
+    assert OpenAIProvider(None, KEY, "http://127.0.0.1:8000/v1", name="vllm").name == "vllm"
+    assert AnthropicProvider(None, KEY, name="gateway").name == "gateway"
+    assert ReasoningChatProvider(None, KEY).name == "deepseek"
+    assert OpenAIProvider(None, KEY).name == "openai"
+    with pytest.raises(ConfigError, match="non-empty"):
+        OpenAIProvider(None, KEY, name="")
 
 
 def test_the_openai_adapters_send_the_organization_and_their_own_default_serializers() -> None:
@@ -453,3 +491,64 @@ def test_a_body_in_parts_is_the_same_request_over_http2_as_the_body_in_one_bytes
     assert whole[1] == parted[1] == body
     assert whole[0] == parted[0]
     assert (b"content-length", str(len(body)).encode()) in whole[0]
+
+
+def test_a_configured_server_under_its_own_name_gets_the_loop_requests_that_name_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FOLDLINE_OPENAI_COMPATIBLE=vllm=<url>/v1 and VLLM_API_KEY: a loop whose CallConfig names provider vllm
+    posts to <url>/v1/chat/completions with that key, over the network, and logs what it sent."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from foldline.adapters.memory_log import MemoryEventLog
+    from foldline.config import Config
+    from foldline.config.factories import providers
+    from foldline.core import CallConfig
+    from foldline.core.events import RequestDispatch
+    from foldline.loop import Agent, AgentOptions
+
+    seen: list[tuple[str, str | None, dict[str, Any]]] = []
+    answer = canonical_json(
+        {
+            **OPENAI_ANSWER,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}],
+        }
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            seen.append((self.path, self.headers.get("authorization"), json.loads(body)))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        config = Config.from_env(
+            {"FOLDLINE_OPENAI_COMPATIBLE": f"vllm={url}", "VLLM_API_KEY": KEY, "FOLDLINE_PROVIDER_HTTP2": "false"}
+        )
+        provider = providers(config)["vllm"]
+        log = MemoryEventLog()
+        agent = Agent("s", log, provider, AgentOptions(CallConfig("vllm", "llama-3", max_tokens=64)))
+        result = asyncio.run(agent.run_turn("hello"))
+        asyncio.run(provider.aclose())
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert result.text == "hi"
+    assert [(path, auth, body["model"]) for path, auth, body in seen] == [
+        ("/v1/chat/completions", f"Bearer {KEY}", "llama-3")
+    ]
+    dispatch = next(e.data for e in log.read("s") if isinstance(e.data, RequestDispatch))
+    assert dispatch.serializer == "openai-chat"

@@ -9,6 +9,7 @@ dedicated security variables. The values a choice may take (:data:`BACKENDS`, :d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,9 @@ from ..errors import ConfigError
 __all__ = [
     "ARCHIVE_STORES",
     "BACKENDS",
+    "BUILT_IN_PROVIDERS",
     "KAFKA_SECURITY_VARIABLES",
+    "PROVIDER_KINDS",
     "RUNTIMES",
     "SETTINGS",
     "ArchiveStoreKind",
@@ -27,7 +30,9 @@ __all__ = [
     "ProjectorRuntime",
     "Setting",
     "kafka_properties",
+    "key_variable",
     "read_client_properties",
+    "servers",
 ]
 
 Backend = Literal["embedded", "kafka", "distributed"]
@@ -99,6 +104,49 @@ def _bool(raw: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError("use true or false")
+
+
+#: The kinds of provider API a server under a name of its own may speak, and the variable listing them.
+PROVIDER_KINDS: dict[str, str] = {
+    "anthropic": "FOLDLINE_ANTHROPIC_COMPATIBLE",  # Anthropic Messages (a gateway, a proxy)
+    "openai": "FOLDLINE_OPENAI_COMPATIBLE",  # OpenAI Chat Completions (vLLM, SGLang, a gateway, DeepSeek)
+    "deepseek": "FOLDLINE_DEEPSEEK_COMPATIBLE",  # Chat Completions with DeepSeek's reasoning_content
+}
+#: A provider name given to a server: it is also the prefix of its key's variable (``<NAME>_API_KEY``).
+PROVIDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+BUILT_IN_PROVIDERS = ("anthropic", "openai")  # FOLDLINE_ANTHROPIC_URL, FOLDLINE_OPENAI_URL
+
+
+def key_variable(provider: str) -> str:
+    """The variable holding the API key of the server named ``provider``: ``<NAME>_API_KEY`` (``-`` and ``.``
+    become ``_``), as ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY`` and ``DEEPSEEK_API_KEY`` already are."""
+    return re.sub(r"[^A-Z0-9]", "_", provider.upper()) + "_API_KEY"
+
+
+def servers(raw: str) -> list[tuple[str, str]]:
+    """``name=base-url`` entries, separated by commas or whitespace, as ``(name, url)`` pairs."""
+    out: list[tuple[str, str]] = []
+    for entry in re.split(r"[,\s]+", raw.strip()):
+        if not entry:
+            continue
+        name, sep, url = entry.partition("=")
+        if not sep or not url:
+            raise ValueError(f"{entry!r} is not name=base-url (e.g. vllm=http://gpu-1:8000/v1)")
+        if not PROVIDER_NAME_RE.fullmatch(name):
+            raise ValueError(f"the provider name {name!r} must be letters, digits, '.', '_' or '-' (at most 64)")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"the base URL of {name!r} must start with http:// or https://, not {url!r}")
+        if name in BUILT_IN_PROVIDERS:
+            raise ValueError(f"{name!r} is set by FOLDLINE_{name.upper()}_URL; give this server another name")
+        out.append((name, url))
+    if not out:
+        raise ValueError("it names no server")
+    return out
+
+
+def _servers(raw: str) -> str:
+    """The list checked and written back in one form (``name=url,name=url``)."""
+    return ",".join(f"{n}={u}" for n, u in servers(raw))
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -218,6 +266,24 @@ SETTINGS: tuple[Setting, ...] = (
         "providers.emulator_latency_spread",
         _fraction,
         "each emulated answer takes (1 ± this) x the latency, evenly spread",
+    ),
+    Setting(
+        "FOLDLINE_ANTHROPIC_COMPATIBLE",
+        "providers.anthropic_compatible",
+        _servers,
+        "other servers of the Anthropic Messages API as name=base-URL, comma-separated (key: <NAME>_API_KEY)",
+    ),
+    Setting(
+        "FOLDLINE_OPENAI_COMPATIBLE",
+        "providers.openai_compatible",
+        _servers,
+        "other servers of the OpenAI Chat Completions API (vLLM, a gateway) as name=base-URL (key: <NAME>_API_KEY)",
+    ),
+    Setting(
+        "FOLDLINE_DEEPSEEK_COMPATIBLE",
+        "providers.deepseek_compatible",
+        _servers,
+        "servers of DeepSeek's reasoning_content chat as name=base-URL (key: <NAME>_API_KEY)",
     ),
     Setting("ANTHROPIC_API_KEY", "providers.anthropic_api_key", _text, "Anthropic API key", secret=True),
     Setting("OPENAI_API_KEY", "providers.openai_api_key", _text, "OpenAI API key", secret=True),

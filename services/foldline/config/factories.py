@@ -197,16 +197,29 @@ def emulated_providers(latency_s: float = 0.0, latency_spread: float = 0.0) -> d
 
 def providers(config: Config) -> dict[str, Provider]:
     """Real adapters for the providers with a base URL (keys from the configuration; pools, timeouts and
-    HTTP/2 from ``config.transport``), the in-process emulator for the others (one shared prompt cache)."""
+    HTTP/2 from ``config.transport``), the in-process emulator for the others (one shared prompt cache); and
+    an adapter of its kind for each server under a name of its own (``FOLDLINE_*_COMPATIBLE``), by that name."""
     from ..providers.anthropic import AnthropicProvider
+    from ..providers.http import JsonHttpProvider
     from ..providers.openai import OpenAIProvider
+    from ..providers.reasoning_chat import ReasoningChatProvider
 
-    p = config.providers
+    p, transport = config.providers, config.transport
     chosen = emulated_providers(p.emulator_latency_s, p.emulator_latency_spread)
     if p.anthropic_url:
-        chosen["anthropic"] = AnthropicProvider(None, p.anthropic_api_key, p.anthropic_url, settings=config.transport)
+        chosen["anthropic"] = AnthropicProvider(None, p.anthropic_api_key, p.anthropic_url, settings=transport)
     if p.openai_url:
-        chosen["openai"] = OpenAIProvider(None, p.openai_api_key, p.openai_url, settings=config.transport)
+        chosen["openai"] = OpenAIProvider(None, p.openai_api_key, p.openai_url, settings=transport)
+    for kind, name, url in p.servers():
+        key = p.api_key(name)
+        server: JsonHttpProvider
+        if kind == "anthropic":
+            server = AnthropicProvider(None, key, url, settings=transport, name=name)
+        elif kind == "deepseek":
+            server = ReasoningChatProvider(None, key, url, settings=transport, name=name)
+        else:
+            server = OpenAIProvider(None, key, url, settings=transport, name=name)
+        chosen[name] = server
     return chosen
 
 

@@ -34,6 +34,7 @@ from .environment import (
     ARCHIVE_STORES,
     BACKENDS,
     KAFKA_SECURITY_VARIABLES,
+    PROVIDER_KINDS,
     RUNTIMES,
     SETTINGS,
     ArchiveStoreKind,
@@ -41,7 +42,9 @@ from .environment import (
     ProjectorRuntime,
     Setting,
     kafka_properties,
+    key_variable,
     read_client_properties,
+    servers,
 )
 
 __all__ = [
@@ -211,7 +214,11 @@ class ProjectorConfig:
 class ProvidersConfig:
     """Model providers of the dispatcher. A provider without a base URL is answered by the emulator, which
     holds each answer ``emulator_latency_s`` before its first byte (a model's time; 0: at once), within
-    ``± emulator_latency_spread`` of it (a model's time varies with what it writes)."""
+    ``± emulator_latency_spread`` of it (a model's time varies with what it writes).
+
+    ``*_compatible``: other servers of each kind of API under names of their own (``name=url,...``: a
+    CallConfig naming ``name`` is sent there), each with its key from ``<NAME>_API_KEY`` (``server_api_keys``).
+    """
 
     anthropic_url: str | None = None
     openai_url: str | None = None
@@ -219,16 +226,41 @@ class ProvidersConfig:
     emulator_latency_spread: float = 0.5
     anthropic_api_key: str | None = field(default=None, repr=False)
     openai_api_key: str | None = field(default=None, repr=False)
+    anthropic_compatible: str | None = None
+    openai_compatible: str | None = None
+    deepseek_compatible: str | None = None
+    server_api_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (name, key) of those servers
+
+    def servers(self) -> list[tuple[str, str, str]]:
+        """Every server under a name of its own, as ``(kind, name, base URL)``; kind: anthropic | openai | deepseek."""
+        lists = {"anthropic": self.anthropic_compatible, "openai": self.openai_compatible}
+        lists["deepseek"] = self.deepseek_compatible
+        return [(kind, n, u) for kind, raw in lists.items() if raw for n, u in servers(raw)]
+
+    def api_key(self, name: str) -> str | None:
+        """The API key of the server named ``name`` (``<NAME>_API_KEY``), if one is set."""
+        return dict(self.server_api_keys).get(name)
+
+    def configured_variables(self) -> list[str]:
+        """The variables that send some provider's requests to a server rather than the emulator."""
+        chosen = [("FOLDLINE_ANTHROPIC_URL", self.anthropic_url), ("FOLDLINE_OPENAI_URL", self.openai_url)]
+        chosen += [(PROVIDER_KINDS["anthropic"], self.anthropic_compatible)]
+        chosen += [(PROVIDER_KINDS["openai"], self.openai_compatible)]
+        chosen += [(PROVIDER_KINDS["deepseek"], self.deepseek_compatible)]
+        return [name for name, value in chosen if value]
 
     def __repr__(self) -> str:
         def key(value: str | None) -> str | None:
             return MASK if value else None
 
+        keys = {name: MASK for name, _ in self.server_api_keys}
         return (
             f"ProvidersConfig(anthropic_url={self.anthropic_url!r}, openai_url={self.openai_url!r}, "
             f"emulator_latency_s={self.emulator_latency_s!r}, "
             f"emulator_latency_spread={self.emulator_latency_spread!r}, "
-            f"anthropic_api_key={key(self.anthropic_api_key)!r}, openai_api_key={key(self.openai_api_key)!r})"
+            f"anthropic_api_key={key(self.anthropic_api_key)!r}, openai_api_key={key(self.openai_api_key)!r}, "
+            f"anthropic_compatible={self.anthropic_compatible!r}, openai_compatible={self.openai_compatible!r}, "
+            f"deepseek_compatible={self.deepseek_compatible!r}, server_api_keys={keys!r})"
         )
 
 
@@ -323,7 +355,10 @@ class Config:
             except ValueError as exc:
                 raise ConfigError(f"{name}={raw!r} is not valid: {exc}") from exc
         changes["kafka.client_properties"] = kafka_properties(env)
-        return Config()._replaced(changes)
+        config = Config()._replaced(changes)
+        # each server under a name of its own has its key in <NAME>_API_KEY
+        named = [(name, env.get(key_variable(name), "").strip()) for _, name, _ in config.providers.servers()]
+        return config._replaced({"providers.server_api_keys": tuple((n, k) for n, k in named if k)})
 
     def overridden(self, **changes: Any) -> Config:
         """A copy with fields replaced; ``None`` means "not given" and keeps the field. A section's field is
@@ -358,6 +393,8 @@ class Config:
             if value is None:
                 continue
             out[s.env] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        for name, key in self.providers.server_api_keys:
+            out[key_variable(name)] = key
         return out
 
     def describe(self) -> list[tuple[str, str, str]]:
@@ -369,6 +406,9 @@ class Config:
             if s.secret and value:
                 shown = masked_url(shown) if s.path == "redis.url" else MASK
             rows.append((s.env, s.path, shown))
+        for _, name, _ in self.providers.servers():
+            key = self.providers.api_key(name)
+            rows.append((key_variable(name), f"providers.server_api_keys[{name}]", MASK if key else ""))
         props = masked(self.kafka.client_properties)
         rows.append(("FOLDLINE_KAFKA_CLIENT_PROPERTIES", "kafka.client_properties", _format_properties(props)))
         return rows
@@ -436,6 +476,22 @@ def _validate(config: Config) -> None:
             f"FOLDLINE_KAFKA_REPLICATION_FACTOR ({config.kafka.replication_factor}): every append would be refused"
         )
     _validate_kafka_properties(config.kafka.client_properties)
+    _validate_servers(config.providers)
+
+
+def _validate_servers(p: ProvidersConfig) -> None:
+    try:
+        named = p.servers()
+    except ValueError as exc:
+        raise ConfigError(f"a list of provider servers is not valid: {exc}") from exc
+    seen: dict[str, str] = {}
+    for kind, name, _ in named:
+        if name in seen:
+            raise ConfigError(
+                f"the provider name {name!r} is given twice ({PROVIDER_KINDS[seen[name]]} and {PROVIDER_KINDS[kind]}); "
+                "each server needs a name of its own"
+            )
+        seen[name] = kind
 
 
 def _validate_kafka_properties(props: Mapping[str, str]) -> None:

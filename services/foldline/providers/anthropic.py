@@ -382,8 +382,10 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
 
 
 class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
-    """Posts serialized bodies to ``{base_url}/v1/messages`` over the given httpx transport (``None``: the
-    network, with the pool and HTTP/2 of ``settings``). Streamed answers are assembled by
+    """Posts serialized bodies to ``{base_url}/v1/messages`` (``base_url`` may end in ``/v1`` or not:
+    :func:`~foldline.providers.http.post_url`) over the given httpx transport (``None``: the network, with the
+    pool and HTTP/2 of ``settings``). ``name``: the provider name of another server of the Messages API
+    (a gateway), as its CallConfig gives it; default ``anthropic``. Streamed answers are assembled by
     :class:`~foldline.providers.streaming.AnthropicMessagesStream`; the request id is the ``request-id`` header.
 
     ``x-api-key`` is sent only when ``api_key`` is given (the emulator needs none).
@@ -401,6 +403,7 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         serializer: AnthropicMessagesSerializer | None = None,  # default: v3 (v2 and streaming)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
+        name: str | None = None,  # another server of this API: the provider name its CallConfig gives
     ) -> None:
         from . import registry
 
@@ -408,7 +411,7 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

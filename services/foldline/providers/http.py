@@ -38,6 +38,7 @@ import httpx
 from ..core.codec import loads
 from ..errors import (
     AnswerTooLarge,
+    ConfigError,
     ContextOverflow,
     ProviderError,
     ProviderStatusError,
@@ -49,7 +50,7 @@ from .settings import TransportSettings
 from .sse import SSEDecoder
 from .streaming import AnswerProgress, StreamAssembler
 
-__all__ = ["EXCERPT_CHARS", "JsonHttpProvider", "redact", "scrubbed", "status_error"]
+__all__ = ["EXCERPT_CHARS", "JsonHttpProvider", "post_url", "redact", "scrubbed", "status_error"]
 
 EXCERPT_CHARS = 300
 _REDACTED = "[redacted]"
@@ -175,6 +176,22 @@ def status_error(
     return ProviderStatusError(provider, status, excerpt, final=final, **fields)
 
 
+def post_url(base_url: httpx.URL | str, path: str) -> httpx.URL:
+    """Where an adapter posts ``path`` (e.g. ``/v1/chat/completions``) under ``base_url``, its path kept.
+
+    The official SDKs differ on the API version: OpenAI's takes it in the base URL
+    (``https://api.openai.com/v1``), Anthropic's adds it to each path (``https://api.anthropic.com``). Both
+    forms are accepted for every adapter: a base URL ending in ``/v1`` is not given a second one.
+    ``https://host/sub`` and ``https://host/sub/v1`` both post to ``https://host/sub/v1/chat/completions``.
+    """
+    base = httpx.URL(base_url)
+    prefix = base.raw_path.rstrip(b"/") + b"/"  # the client's base URL always ends with a slash
+    wanted = path.encode("ascii")
+    if prefix.endswith(b"/v1/") and wanted.startswith(b"/v1/"):
+        wanted = wanted[len(b"/v1") :]
+    return base.copy_with(raw_path=prefix + wanted.lstrip(b"/"))
+
+
 class JsonHttpProvider(Provider):
     """Posts serialized bodies to ``{base_url}{path}`` over an httpx transport and parses the JSON answer.
 
@@ -209,7 +226,12 @@ class JsonHttpProvider(Provider):
         headers: Mapping[str, str],
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
+        name: str | None = None,
     ) -> None:
+        if name is not None:
+            if not name:
+                raise ConfigError("a provider's name must be non-empty (it is what CallConfig.provider names)")
+            self.name = name  # a server of this API under another name (a gateway, vLLM, DeepSeek, ...)
         self.settings = settings if settings is not None else TransportSettings()
         self._api_key = api_key
         self._headers = {"content-type": "application/json", **headers}
@@ -219,10 +241,7 @@ class JsonHttpProvider(Provider):
             timeout=timeout if timeout is not None else self.settings.timeout(),
             trust_env=False,
         )
-        # the absolute URL once, as the client would merge ``path`` onto its base URL on every request
-        # (base path kept: ``https://host/sub`` + ``/v1/messages`` is ``https://host/sub/v1/messages``)
-        base = self._client.base_url
-        self._url = base.copy_with(raw_path=base.raw_path + self.path.encode("ascii").lstrip(b"/"))
+        self._url = post_url(self._client.base_url, self.path)
 
     @abc.abstractmethod
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:

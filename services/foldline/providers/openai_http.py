@@ -19,7 +19,7 @@ from .settings import TransportSettings
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIHttpProvider", "bearer_headers"]
 
-OPENAI_BASE_URL = "https://api.openai.com"
+OPENAI_BASE_URL = "https://api.openai.com/v1"  # as the OpenAI SDK takes it
 
 S = TypeVar("S", bound=JsonBodySerializer)
 
@@ -36,8 +36,10 @@ def bearer_headers(api_key: str | None, organization: str | None = None) -> dict
 
 class OpenAIHttpProvider(JsonHttpProvider, Generic[S]):
     """Posts serialized bodies to ``{base_url}{path}`` of an OpenAI API with the headers of
-    :func:`bearer_headers`. An adapter names its provider and path, and the serializer it sends with when given
-    none (:meth:`default_serializer`)."""
+    :func:`bearer_headers`; ``base_url`` as the OpenAI SDK takes it (``https://api.openai.com/v1``) or without
+    the ``/v1`` (:func:`~foldline.providers.http.post_url`). An adapter names its provider and path, and the
+    serializer it sends with when given none (:meth:`default_serializer`). ``name``: the provider name of
+    another server of the API (vLLM, a gateway), as its CallConfig gives it."""
 
     request_id_headers: ClassVar[tuple[str, ...]] = ("x-request-id", "request-id")
 
@@ -51,10 +53,11 @@ class OpenAIHttpProvider(JsonHttpProvider, Generic[S]):
         serializer: S | None = None,  # default: the adapter's default_serializer()
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
+        name: str | None = None,
     ) -> None:
         self.serializer: S = serializer or self.default_serializer()
         headers = bearer_headers(api_key, organization)
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 
     @abc.abstractmethod
     def default_serializer(self) -> S:

@@ -77,12 +77,13 @@ class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT
         serializer: ReasoningChatSerializer | None = None,  # default: v2 (v1 and streaming)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
+        name: str | None = None,  # another server of this dialect: the provider name its CallConfig gives
     ) -> None:
         from . import registry
 
         self.serializer = serializer or registry.REASONING_CHAT_V2
         headers = bearer_headers(api_key)
-        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings)
+        super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload, PROVIDER)
