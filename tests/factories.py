@@ -80,6 +80,16 @@ class LogBuilder:
         return self
 
 
+def event_of_size(seq: int, size: int) -> Envelope:
+    """A user/message whose canonical encoding is exactly ``size`` bytes."""
+    from foldline.core.wire import encode_event
+
+    empty = len(encode_event(env(seq, UserMessage(f"u{seq}", (TextBlock(""),)))))
+    event = env(seq, UserMessage(f"u{seq}", (TextBlock("x" * (size - empty)),)))
+    assert len(encode_event(event)) == size
+    return event
+
+
 def simple_log(turns: int = 2, steps: int = 2) -> list[Envelope]:
     b = LogBuilder().header()
     for t in range(turns):

@@ -35,11 +35,12 @@ from foldline.core import (
     make_header,
 )
 from foldline.core.frozen import FrozenDict
+from foldline.core.limits import MAX_EVENT_BYTES
 from foldline.core.validation import LogRules
 from foldline.errors import ImportFailed, SessionExists, SessionNotFound
 from foldline.export import export_session, import_session
 from foldline.ports.event_log import EventLog
-from tests.factories import LogBuilder, simple_log
+from tests.factories import LogBuilder, event_of_size, simple_log
 
 IMAGE = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 64, 48)
 
@@ -336,3 +337,36 @@ def test_nothing_is_written_to_sqlite_on_failure(tmp_path: Path) -> None:
             import_session(log, io.BytesIO(make_file([*GOOD[:-1], b"{"])))
         assert log.sessions() == []
         assert log.read("s") == []
+
+
+class _Counting:
+    """A file that counts the bytes it hands out."""
+
+    def __init__(self, data: bytes) -> None:
+        self._fp = io.BytesIO(data)
+        self.read = 0
+
+    def readline(self, size: int = -1, /) -> bytes:
+        raw = self._fp.readline(size)
+        self.read += len(raw)
+        return raw
+
+
+def test_a_line_over_the_event_size_limit_is_refused_before_it_is_read_whole() -> None:
+    """A 40 MB event line is refused at its line having read little more than the limit (it used to be read,
+    decoded and imported whole); an event of exactly the limit imports; one byte more is refused by size."""
+    b = LogBuilder().header()
+    huge = event_of_size(b.seq, 10 * MAX_EVENT_BYTES)
+    data = make_file([*lines_of(b.events), encode_event(huge)])
+    reader = _Counting(data)
+    log = MemoryEventLog()
+    with pytest.raises(ImportFailed) as info:
+        import_session(log, reader)
+    assert info.value.line == 3
+    assert f"longer than the {MAX_EVENT_BYTES:,} bytes one event may take" in info.value.reason
+    assert reader.read < MAX_EVENT_BYTES + 4096
+    assert log.sessions() == []
+    at_limit = make_file([*lines_of(b.events), encode_event(event_of_size(b.seq, MAX_EVENT_BYTES))])
+    assert import_session(MemoryEventLog(), io.BytesIO(at_limit)).events == 2
+    over = make_file([*lines_of(b.events), encode_event(event_of_size(b.seq, MAX_EVENT_BYTES + 1))])
+    assert_rejected(over, 3, f"over the {MAX_EVENT_BYTES:,}-byte limit of one event", "[rule event-size]")

@@ -7,9 +7,10 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
 
     FoldlineError
     ├── ValidationError                 an event or batch breaks a log rule (names seq and rule)
-    │   └── FormatError                 bytes/JSON/Avro that do not decode into an event
-    │       ├── AvroDecodeError         bytes that are not a well-formed foldline Avro record
-    │       └── UnknownSchemaError      a record names a writer schema this process does not know
+    │   ├── FormatError                 bytes/JSON/Avro that do not decode into an event
+    │   │   ├── AvroDecodeError         bytes that are not a well-formed foldline Avro record
+    │   │   └── UnknownSchemaError      a record names a writer schema this process does not know
+    │   └── EventTooLarge               an event over the size every backend holds (core/limits.py)
     ├── ConflictError                   append with a stale expected_seq; nothing was written
     ├── FencedError                     append by a writer whose epoch was superseded; nothing written
     ├── SessionNotFound                 no such session in the log
@@ -23,6 +24,7 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── FoldTimeout                     a fold did not reach the awaited seq within the bounded wait
     ├── ImportFailed                    an export file has a bad line (names the line)
     ├── InvariantViolation              a request differs from its rebuild from the log; not sent
+    ├── RequestTooLarge                 a request body over the size limit (core/limits.py); not logged, not sent
     ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
     │   ├── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
     │   └── DispatchLost                the dispatcher holding a send died: it may or may not have been sent
@@ -70,6 +72,7 @@ __all__ = [
     "DispatchFailed",
     "DispatchLost",
     "DispatchTimeout",
+    "EventTooLarge",
     "EventsExpired",
     "FencedError",
     "FoldTimeout",
@@ -86,6 +89,7 @@ __all__ = [
     "ProviderStreamError",
     "ProviderTransportError",
     "ReconstructionError",
+    "RequestTooLarge",
     "RetriesExhausted",
     "SessionExists",
     "SessionNotFound",
@@ -131,6 +135,20 @@ class UnknownSchemaError(FormatError):
 
     def __init__(self, message: str) -> None:
         super().__init__("avro-unknown-schema", message)
+
+
+class EventTooLarge(ValidationError):
+    """An event whose canonical encoding is larger than every backend is set to hold (rule ``event-size``)."""
+
+    def __init__(self, size: int, limit: int, what: str, *, seq: int | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            "event-size",
+            f"{what} is {size:,} bytes, over the {limit:,}-byte limit of one event; keep large content in the "
+            "attachment store (tool results over the loop's limit are cut and kept there whole)",
+            seq=seq,
+        )
 
 
 class ConflictError(FoldlineError):
@@ -214,6 +232,19 @@ class InvariantViolation(FoldlineError):
     def __init__(self, message: str, diff: str) -> None:
         self.diff = diff
         super().__init__(f"{message}\n{diff}")
+
+
+class RequestTooLarge(FoldlineError):
+    """A request body larger than the limit (:data:`~foldline.core.limits.MAX_REQUEST_BODY_BYTES`): nothing was
+    logged for it or sent. Trimming or compacting the session (a PressurePolicy) brings it back under."""
+
+    def __init__(self, size: int, limit: int, what: str = "the request body") -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{what} is {size:,} bytes, over the {limit:,}-byte limit of one request; trim or compact the "
+            "session (AgentOptions.pressure) or keep large content out of it — nothing was sent"
+        )
 
 
 class DispatchFailed(FoldlineError):

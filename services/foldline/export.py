@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Protocol
 from .core import codec
 from .core.content import ContentBlock, ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
 from .core.events import SESSION_FORMAT_VERSION, AssistantMessage, Envelope, ToolResult, UserMessage
+from .core.limits import MAX_EVENT_BYTES
 from .core.validation import check_session_id
 from .core.wire import decode_canonical, encode_event
 from .errors import (
@@ -59,12 +60,14 @@ EXPORT_KIND = "session-export"
 
 
 class LineReader(Protocol):
-    """What an import reads from: a binary file, or anything with its ``readline``."""
+    """What an import reads from: a binary file, or anything with its ``readline`` (at most ``size`` bytes)."""
 
-    def readline(self) -> bytes: ...
+    def readline(self, size: int = -1, /) -> bytes: ...
 
 
 _HEADER_KEYS = frozenset({"digest", "events", "foldline", "formatVersion", "sessionId"})
+_LINE_READ = MAX_EVENT_BYTES + 2  # an event line and its newline, plus one byte that tells a longer line
+_HEADER_READ = 64 * 1024  # a header line is a few hundred bytes
 _READ_PAGE = 1000
 
 
@@ -274,10 +277,16 @@ class _Lines:
         announced = header.events
         readline, on_line, add_images, update = self.fp.readline, self.on_line, self.images.add, hasher.update
         events = 0
-        while raw := readline():
+        while raw := readline(_LINE_READ):  # never more than one event's limit in memory
             line = self.line = events + 2  # the header is line 1
             if on_line is not None:
                 on_line(len(raw))
+            if len(raw) == _LINE_READ and not raw.endswith(b"\n"):
+                raise ImportFailed(
+                    line,
+                    f"the line is longer than the {MAX_EVENT_BYTES:,} bytes one event may take (docs/FORMAT.md, "
+                    "'Size limits'); it was not read further",
+                )
             if not raw.endswith(b"\n"):
                 raise ImportFailed(line, "the line does not end with a newline (truncated file?)")
             body = raw[:-1]
@@ -336,7 +345,9 @@ def import_session(
     absent one is listed as missing. With ``attachments`` alone, the objects it lacks are listed as missing.
     ``on_line(n)`` hears of each line read (``n`` bytes), for a progress display.
     """
-    first = fp.readline()
+    first = fp.readline(_HEADER_READ)
+    if len(first) == _HEADER_READ and not first.endswith(b"\n"):
+        raise ImportFailed(1, f"bad export header: the first line is longer than {_HEADER_READ:,} bytes")
     header = _header_from_line(first)
     if as_id is not None and not as_id:
         raise ImportFailed(1, "the new session id (--as) must be non-empty")

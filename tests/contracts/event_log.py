@@ -13,9 +13,10 @@ import pytest
 
 from foldline.core import AssistantMessage, TextBlock, ToolCallBlock, TurnStart, Usage, UserMessage
 from foldline.core.events import MAX_INT, MAX_TIME_MS, Envelope, ReplaceOp, RequestHeader, ToolCall, ToolResult
-from foldline.errors import ConflictError, FencedError, ValidationError
+from foldline.core.limits import MAX_EVENT_BYTES
+from foldline.errors import ConflictError, EventTooLarge, FencedError, ValidationError
 from foldline.ports.event_log import EventLog
-from tests.factories import HEADER, LogBuilder, env, simple_log
+from tests.factories import HEADER, LogBuilder, env, event_of_size, simple_log
 
 
 class EventLogContract(abc.ABC):
@@ -120,6 +121,22 @@ class EventLogContract(abc.ABC):
             log.append(sid, b.seq, [env(b.seq, later), env(b.seq + 1, ToolCall(0, 0, "c1", "read", '{"path":"x"}'))])
         assert info.value.rule == "tool-call-block"
         assert log.append(sid, b.seq, [env(b.seq, ToolCall(0, 0, "c1", "read", '{"path":"x"}'))]) == b.seq + 1
+
+    def test_an_event_over_the_size_limit_is_refused_and_one_at_it_is_kept(self, log: EventLog, sid: str) -> None:
+        """Every log holds an event of MAX_EVENT_BYTES (canonical JSON) and refuses a byte more, typed, with
+        nothing of the batch written — the same limit in memory, SQLite and Kafka (records, fetches)."""
+        head = [env(0, RequestHeader(HEADER, "initial"))]
+        log.append(sid, 0, head)
+        with pytest.raises(EventTooLarge) as info:
+            log.append(sid, 1, [env(1, TurnStart(0)), event_of_size(2, MAX_EVENT_BYTES + 1)])
+        assert (info.value.rule, info.value.seq, info.value.size) == ("event-size", 2, MAX_EVENT_BYTES + 1)
+        assert log.read(sid) == head
+        with pytest.raises(EventTooLarge):
+            log.create(sid + "-new", iter([*head, event_of_size(1, MAX_EVENT_BYTES + 1)]))
+        assert log.head(sid + "-new") == 0
+        largest = event_of_size(1, MAX_EVENT_BYTES)
+        assert log.append(sid, 1, [largest]) == 2
+        assert log.read(sid, 1) == [largest]
 
     def test_header_reason_rules(self, log: EventLog, sid: str) -> None:
         with pytest.raises(ValidationError) as info:

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from foldline.adapters.archive import audit_archive
 from foldline.adapters.kafka import partition_for
+from foldline.adapters.kafka.records import MAX_MESSAGE_BYTES
 from foldline.archiver.factory import open_archive, open_archiver
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
@@ -53,6 +54,7 @@ def short_retention(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, tmp_p
             "retention.bytes": "-1",
             "segment.ms": "250",
             "cleanup.policy": "delete",
+            "max.message.bytes": str(MAX_MESSAGE_BYTES),
         },
         f"{topic}.index": {"cleanup.policy": "compact"},
         f"{topic}.dlq": {"retention.ms": "-1"},

@@ -21,6 +21,7 @@ from confluent_kafka.cimpl import NewTopic
 from typer.testing import CliRunner
 
 from foldline.adapters.kafka import KafkaEventLog, TopicPolicy
+from foldline.adapters.kafka.records import MAX_MESSAGE_BYTES
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
 from foldline.errors import UnsafeRetention
@@ -47,7 +48,7 @@ def make_topic(admin: AdminClient) -> Iterator[MakeTopic]:
     def create(events: Mapping[str, str], index: Mapping[str, str] | None = None, partitions: int = 2) -> str:
         topic = f"test.retention.{uuid.uuid4().hex[:10]}"
         wanted = {
-            topic: dict(events),
+            topic: {"max.message.bytes": str(MAX_MESSAGE_BYTES), **events},  # what the log creates; the broker: ~1 MiB
             f"{topic}.index": dict(index or {"cleanup.policy": "compact"}),
             f"{topic}.dlq": dict(SAFE),
         }
@@ -110,6 +111,7 @@ def test_created_topics_carry_an_explicit_policy(kafka_bootstrap: str, admin: Ad
         assert events["unclean.leader.election.enable"] == "false"
         assert _configs(admin, topic + ".index")["cleanup.policy"] == "compact"
         assert _configs(admin, topic + ".dlq")["retention.ms"] == "-1"
+        assert events["max.message.bytes"] == str(MAX_MESSAGE_BYTES)
         archived.check_topics()  # an archive is configured: the created topic expires after an hour
         assert _configs(admin, topic + "-a")["retention.ms"] == "3600000"
     finally:
@@ -148,6 +150,14 @@ def test_created_topics_carry_an_explicit_policy(kafka_bootstrap: str, admin: Ad
             "cleanup.policy=compact",
         ),
         ({**SAFE, "min.insync.replicas": "2"}, None, TopicPolicy(), "min.insync.replicas", "min.insync.replicas=1"),
+        # the broker's default (Kafka 3.9: 1,048,588) would refuse events every other backend holds
+        (
+            {**SAFE, "max.message.bytes": "1048588"},
+            None,
+            TopicPolicy(),
+            "max.message.bytes",
+            f"--add-config max.message.bytes={MAX_MESSAGE_BYTES}",
+        ),
     ],
 )
 def test_a_setting_that_could_lose_events_is_refused_before_anything_is_written(

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from ..core.events import Envelope
+from ..core.limits import check_event_size
 from ..core.validation import check_session_id
 from ..core.wire import decode_event, encode_event
 from ..errors import ConflictError, FencedError
@@ -39,6 +40,8 @@ class MemoryEventLog(EventLog):
             if expected_seq != head:
                 raise ConflictError(session_id, expected_seq, head)
             bodies = [encode_event(e) for e in events]
+            for e, body in zip(events, bodies, strict=True):
+                check_event_size(len(body), e.seq)
             self._rules.get(session_id, head).check_batch(events)
             self._events.setdefault(session_id, []).extend(bodies)
             return head + len(events)

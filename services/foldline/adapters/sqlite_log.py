@@ -43,6 +43,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from ..core.events import SESSION_FORMAT_VERSION, Envelope
+from ..core.limits import check_event_size
 from ..core.validation import LogRules, check_session_id
 from ..core.wire import decode_event, encode_event
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
@@ -223,6 +224,8 @@ class SqliteEventLog(EventLog):
             return self.head(session_id)
         self._writable(f"appending to session {session_id!r}")
         bodies = [(session_id, e.seq, encode_event(e)) for e in events]
+        for _, seq, body in bodies:
+            check_event_size(len(body), seq)
         with self._lock:
             db = self._db
             try:
@@ -278,6 +281,7 @@ class SqliteEventLog(EventLog):
                 else:
                     e, body = item, encode_event(item)
                 rules.advance(e)  # a failure rolls the whole session back, and these rules are dropped
+                check_event_size(len(body), e.seq)
                 yield session_id, e.seq, body
 
         with self._lock:

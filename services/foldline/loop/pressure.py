@@ -41,6 +41,7 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.header import CallConfig
+from ..core.limits import check_request_size
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ConfigError
@@ -176,6 +177,7 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
     try:
         serializer = agent.provider.serializer
         body = serializer.serialize(request, agent.attachments)
+        check_request_size(len(body))
         response = await agent.provider.send(body)
     except AttachmentError as exc:
         await agent._append(quarantine_record(exc), CompactionEnd())

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..core.events import RequestDispatch
+from ..core.limits import check_request_size
 from ..errors import AttachmentError, DispatchFailed, DispatchLost, ProviderTransportError
 from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
 from ..providers.base import Body, Provider, ProviderResponse, Serializer, serializer_for
@@ -66,6 +67,7 @@ async def dispatch_remote(
         await agent.invariant.check(agent.session_id, boundary, request)
         agent.invariant.check_body(agent.session_id, boundary, prepared.digest, serializer)
     timings["check"] = time.monotonic() - prepared_at
+    check_request_size(prepared.bytes)  # nothing logged for a body over the limit, nothing sent
     await agent._append(
         RequestDispatch(turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes)
     )

@@ -17,10 +17,70 @@ from typing import Any, Literal, Union, get_args, get_origin
 from ..core import codec
 from ..core.content import ImageBlock, TextBlock, ToolResultPart
 from ..core.header import ToolSpec
+from ..ports.attachments import AttachmentStore
 
-__all__ = ["ToolOutput", "Toolset", "schema_for"]
+__all__ = ["MAX_TOOL_RESULT_BYTES", "ToolOutput", "Toolset", "fit_result", "schema_for"]
 
 ToolFn = Callable[..., Any]
+
+
+#: A tool result's text above this many bytes (as escaped in the logged JSON) is cut: see :func:`fit_result`.
+MAX_TOOL_RESULT_BYTES = 1024 * 1024
+
+
+def fit_result(
+    parts: tuple[ToolResultPart, ...], limit: int, attachments: AttachmentStore | None
+) -> tuple[ToolResultPart, ...]:
+    """``parts`` when their text fits ``limit`` bytes (escaped as in the logged JSON), else a result that does.
+
+    A larger output would make an event over the size every backend holds (core/limits.py). Its text is cut
+    to the limit, and a last part says so; with an attachment store the whole text is kept there
+    (``text/plain``) and the last part names its digest, so what the model did not see stays retrievable.
+    Images are references and stay as they are.
+    """
+    texts = [p.text for p in parts if isinstance(p, TextBlock)]
+    sizes = [len(codec.canonical_json(t)) - 2 for t in texts]
+    total = sum(sizes)
+    if total <= limit:
+        return parts
+    whole = "".join(texts)
+    full = len(whole.encode("utf-8"))
+    kept: list[ToolResultPart] = []
+    room = limit - _NOTE_ROOM
+    for part in parts:
+        if not isinstance(part, TextBlock):
+            kept.append(part)
+            continue
+        size = len(codec.canonical_json(part.text)) - 2
+        if size <= room:
+            kept.append(part)
+            room -= size
+        elif room > 0:
+            kept.append(TextBlock(_head(part.text, room)))
+            room = 0
+    shown = sum(len(p.text.encode("utf-8")) for p in kept if isinstance(p, TextBlock))
+    note = f"[output cut: the tool returned {full:,} bytes of text; the first {shown:,} are above."
+    if attachments is not None:
+        meta = attachments.put(whole.encode("utf-8"), "text/plain")
+        note += f" The whole output is attachment {meta.attachment_id} (text/plain, {meta.bytes:,} bytes).]"
+    else:
+        note += " The rest was not kept.]"
+    return (*kept, TextBlock(note))
+
+
+_NOTE_ROOM = 512  # bytes kept free for the note that ends a cut result
+
+
+def _head(text: str, limit: int) -> str:
+    """The longest start of ``text`` whose escaped JSON form is at most ``limit`` bytes."""
+    lo, hi = 0, min(len(text), limit)
+    while lo < hi:  # escaped size grows with length: the longest prefix that fits, by bisection
+        mid = (lo + hi + 1) // 2
+        if len(codec.canonical_json(text[:mid])) - 2 <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..adapters.kafka import RecordChecker, consumed_record
+from ..adapters.kafka.records import MAX_MESSAGE_BYTES
 from ..config.factories import aiokafka_credentials
 from ..errors import ConfigError, FoldlineError, StoreUnavailable
 from .fold_apply import BatchReport
@@ -133,6 +134,9 @@ def projector_app(settings: WorkerSettings, datadir: str, *, vanilla: bool = Fal
         table_standby_replicas=0,
         topic_partitions=settings.partitions,
         consumer_auto_offset_reset="earliest",
+        # a whole record of the largest size the topics take, per partition (faust's default: 1 MiB)
+        consumer_max_fetch_size=MAX_MESSAGE_BYTES,
+        producer_max_request_size=MAX_MESSAGE_BYTES,
         broker_max_poll_records=settings.max_batch,
         stream_buffer_maxsize=max(4096, 2 * settings.max_batch),
         # Do not wait at a rebalance or at shutdown for every delivered event to be acked: events are

@@ -30,7 +30,7 @@ from ..archive.segments import SegmentEncoder, event_head
 from ..avro import SINGLE_OBJECT_MAGIC, AvroCodec
 from .clients import KafkaClients, client_settings
 from .reader import SessionReader, Watermarks
-from .records import Record, index_topic
+from .records import CONSUMER_FETCH_SIZES, Record, index_topic
 from .retention import TopicCheck, TopicPolicy, enforce
 from .topics import inspect_topics, wait_for_topic
 
@@ -78,6 +78,7 @@ class ArchiveFeed:
                     client_config,
                     {
                         "group.id": group,
+                        **CONSUMER_FETCH_SIZES,
                         "isolation.level": "read_committed",
                         "enable.auto.commit": False,
                         "enable.auto.offset.store": False,

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ...errors import ConfigError, StoreUnavailable
-from .records import MAX_MESSAGE_BYTES
+from .records import CONSUMER_FETCH_SIZES, MAX_MESSAGE_BYTES
 
 __all__ = [
     "FENCED_CODES",
@@ -199,6 +199,7 @@ class KafkaClients:
                 {
                     **self.base,
                     "group.id": f"foldline-reader-{uuid.uuid4().hex}",
+                    **CONSUMER_FETCH_SIZES,
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed" if committed_only else "read_uncommitted",
@@ -221,6 +222,7 @@ class KafkaClients:
                 {
                     **self.base,
                     "group.id": f"foldline-follower-{uuid.uuid4().hex}",
+                    **CONSUMER_FETCH_SIZES,
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed",

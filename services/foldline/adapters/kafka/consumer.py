@@ -26,7 +26,7 @@ from ...ports.event_log import EventLog
 from ..avro import AvroCodec
 from .clients import client_settings
 from .dead_letters import DeadLetterWriter, RecordChecker
-from .records import ConsumedItem, dlq_topic
+from .records import CONSUMER_FETCH_SIZES, ConsumedItem, dlq_topic
 
 __all__ = ["SessionEventConsumer"]
 
@@ -75,6 +75,7 @@ class SessionEventConsumer:
                     client_config,
                     {
                         "group.id": group_id,
+                        **CONSUMER_FETCH_SIZES,
                         "isolation.level": "read_committed",
                         "enable.auto.commit": False,
                         "auto.offset.reset": "earliest",

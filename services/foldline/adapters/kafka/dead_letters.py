@@ -37,6 +37,7 @@ from .records import (
     HEADER_KIND,
     KIND_EVENT,
     KIND_LEASE,
+    MAX_MESSAGE_BYTES,
     ConsumedEvent,
     ConsumedItem,
     ConsumedLease,
@@ -85,7 +86,12 @@ class DeadLetterWriter:
                 client_settings(
                     bootstrap,
                     client_config,
-                    {"enable.idempotence": True, "acks": "all", "message.timeout.ms": max(1000, int(timeout_s * 1000))},
+                    {
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "message.timeout.ms": max(1000, int(timeout_s * 1000)),
+                        "message.max.bytes": MAX_MESSAGE_BYTES,  # a dead letter carries a whole record
+                    },
                 )
             )
         except KafkaException as exc:

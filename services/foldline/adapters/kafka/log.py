@@ -55,7 +55,9 @@ from typing import Any, NoReturn, TypeVar
 from confluent_kafka import KafkaException
 
 from ...core.events import Envelope
+from ...core.limits import check_event_size
 from ...core.validation import LogRules, check_session_id
+from ...core.wire import encode_event
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
 from ...ports.archive import ArchiveReader
 from ...ports.event_log import EventLog, WriterLease
@@ -727,6 +729,7 @@ class KafkaEventLog(EventLog):
         encode = self.codec.encode
         values = []
         for e in events:
+            check_event_size(len(encode_event(e)), e.seq)  # the limit is on the canonical form, as every log's
             value = encode(e)
             if len(value) > MAX_RECORD_BYTES:
                 raise ValidationError(

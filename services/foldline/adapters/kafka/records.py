@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_KIND",
     "KIND_EVENT",
     "KIND_LEASE",
+    "CONSUMER_FETCH_SIZES",
     "MAX_MESSAGE_BYTES",
     "MAX_RECORD_BYTES",
     "ConsumedEvent",
@@ -41,8 +42,20 @@ HEADER_EPOCH = "fl-epoch"
 HEADER_BATCH = "fl-batch"
 KIND_EVENT = b"event"
 KIND_LEASE = b"lease"
+#: The largest record batch the log's topics take (``max.message.bytes``, set when they are created and checked
+#: at start-up) and its producers send (``message.max.bytes``). The broker's own default (Kafka 3.9:
+#: ``message.max.bytes`` 1,048,588) applies only to topics without the setting; librdkafka's producer default
+#: is 1,000,000. An event is at most 4 MiB of canonical JSON (core/limits.py), less as an Avro record.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_RECORD_BYTES = MAX_MESSAGE_BYTES - 64 * 1024  # room for key, headers and batch overhead
+#: What every librdkafka consumer of the log's topics fetches, set rather than left to librdkafka's defaults
+#: (2.x: 1 MiB per partition, growing on a larger record; 50 MiB per fetch; 100 MB per response): a whole
+#: record of the largest size per partition, and a fetch that holds several.
+CONSUMER_FETCH_SIZES: Mapping[str, int] = {
+    "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
+    "fetch.max.bytes": 8 * MAX_MESSAGE_BYTES,
+    "receive.message.max.bytes": 8 * MAX_MESSAGE_BYTES + 1024 * 1024,  # librdkafka: >= fetch.max.bytes + 512
+}
 
 Record: TypeAlias = Message
 """A record as consumed from Kafka (confluent-kafka's ``Message``; :func:`consumed_record` makes one)."""

@@ -218,6 +218,23 @@ def _event_topic(topic: str, cfg: Mapping[str, str], policy: TopicPolicy) -> lis
     return out
 
 
+def _message_size(topic: str, cfg: Mapping[str, str]) -> TopicCheck:
+    """The topic takes a record of the largest size the log writes (the broker's default, ~1 MiB, does not)."""
+    raw = cfg.get("max.message.bytes", "")
+    ok = _int(raw) >= MAX_MESSAGE_BYTES
+    return TopicCheck(
+        topic,
+        "max.message.bytes",
+        raw,
+        ok,
+        f"takes records up to {_int(raw):,} bytes: every event the log accepts fits"
+        if ok
+        else f"refuses records over {_int(raw):,} bytes: events the log accepts (up to {MAX_MESSAGE_BYTES:,} bytes "
+        "as records) would be refused",
+        "" if ok else _alter(topic, "max.message.bytes", str(MAX_MESSAGE_BYTES)),
+    )
+
+
 def _index_topic(topic: str, cfg: Mapping[str, str]) -> list[TopicCheck]:
     cleanup = cfg.get("cleanup.policy", "delete")
     policies = cleanup.split(",")
@@ -315,6 +332,7 @@ def check_topics(
     names = [topic, index_topic(topic), dlq_topic(topic)]
     configs = describe(clients, names)
     out = _event_topic(topic, configs[topic], policy)
+    out.append(_message_size(topic, configs[topic]))
     out += _index_topic(index_topic(topic), configs[index_topic(topic)])
     for name in names[:2]:
         out += _replication(name, configs[name], replicas.get(name, 0), policy)
