@@ -7,6 +7,7 @@ file all ended in tracebacks with exit 1.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import sqlite3
@@ -258,3 +259,28 @@ def test_the_log_copies_nothing_of_a_failed_import(tmp_path: Path) -> None:
     with SqliteEventLog(tmp_path) as log:
         log.append("s", 0, simple_log(1, 1))
         assert log.sessions() == ["s"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"FOLDLINE_ANTHROPIC_URL": "http://127.0.0.1:8089"},
+        {"FOLDLINE_OPENAI_URL": "https://api.openai.com/v1"},
+        {"FOLDLINE_DEEPSEEK_COMPATIBLE": "deepseek=https://api.deepseek.com"},
+    ],
+)
+def test_demo_and_resume_refuse_a_provider_server_they_would_not_use(env: dict[str, str], tmp_path: Path) -> None:
+    """`foldline config` shows the server as the provider's; the demo (and resume) answer through the built-in
+    emulator, so they refuse to run rather than ignore it — one typed line, nothing written."""
+    (variable,) = env
+    shown = json.loads(invoke("config", "--json", env=env).stdout)
+    assert any(row["env"] == variable and row["value"] == env[variable] for row in shown.values())
+    data = tmp_path / "data"
+    out = invoke("demo", "--sessions", "1", "--steps", "1", "--data-dir", data, env=env)
+    assert_one_line_error(
+        out, "ConfigError", "foldline demo answers every request with the built-in emulator", variable
+    )
+    assert not data.exists()
+    assert demo(data, sessions=1, steps=1).code == 0
+    out = invoke("resume", "demo-000", "--steps", "1", "--data-dir", data, env=env)
+    assert_one_line_error(out, "ConfigError", "foldline resume", variable)

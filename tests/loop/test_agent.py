@@ -19,7 +19,8 @@ from foldline.core.codec import digest_bytes
 from foldline.core.events import Envelope, StepStart, UserMessage
 from foldline.core.header import EpochHeader
 from foldline.core.request import GenerateOptions
-from foldline.errors import InvariantViolation, ProviderError
+from foldline.core.wire import encode_event
+from foldline.errors import ConfigError, InvariantViolation, ProviderError, RequestTooLarge
 from foldline.loop import Agent, AgentOptions, Enter, PreStepContext, Reject, ToolOutput, Toolset
 from foldline.ports.event_log import EventLog
 from foldline.providers.base import Body, Provider, ProviderResponse
@@ -186,6 +187,59 @@ def test_request_hook_changes_only_config_and_inject_joins_next_request() -> Non
     assert [u.source for u in users] == ["user", "inject", "user"]
     reasons = [r for r, _ in headers(log)]
     assert reasons == ["initial"]  # the hook's config is folded; the same config next time is no change
+
+
+def test_a_config_assigned_on_the_options_takes_effect_as_a_logged_change() -> None:
+    """`agent.options.config = ...` after the first request is no longer ignored: the next request starts
+    from it, and the log holds a `change` snapshot that explains the new model; the one after is unchanged."""
+    log = MemoryEventLog()
+    agent, provider = make_agent(log, tool_steps=0)
+    asyncio.run(agent.run_turn("one"))
+    agent.options.config = CONFIG.with_overrides(model="claude-other", max_tokens=128)
+    asyncio.run(agent.run_turn("two"))
+    asyncio.run(agent.run_turn("three"))
+    assert [(r, h.config.model, h.config.max_tokens) for r, h in headers(log)] == [
+        ("initial", "claude-emulated", 256),
+        ("change", "claude-other", 128),
+    ]
+    assert [b'"model":"claude-other"' in b for b in provider.bodies] == [False, True, True]
+    assert verify_events("s", log.read("s")).ok
+
+
+def test_options_read_once_refuse_a_later_assignment_and_so_does_a_new_options_object() -> None:
+    log = MemoryEventLog()
+    agent, _ = make_agent(log, tool_steps=0)
+    for name, value in (("invariant", False), ("sender", None), ("invariant_full_check_every", 0)):
+        with pytest.raises(ConfigError, match=f"AgentOptions.{name} is read when the Agent is built"):
+            setattr(agent.options, name, value)
+    assert agent.options.invariant is True
+    with pytest.raises(ConfigError, match="keeps the AgentOptions it was built with"):
+        agent.options = AgentOptions(CONFIG)  # type: ignore[misc]
+    agent.options.max_steps_per_turn = 3  # read at every step: assigning it is fine
+    fresh = AgentOptions(CONFIG)
+    fresh.invariant = False  # options no Agent has read yet are plain values
+    assert fresh.invariant is False
+
+
+def test_a_config_naming_another_provider_than_the_adapter_is_refused() -> None:
+    """An OpenAI call config on the Anthropic adapter was accepted: the Anthropic body went out and the log
+    said openai. It is refused, at construction or when a hook proposes it, and nothing is sent."""
+    log = MemoryEventLog()
+    anthropic = emulated_provider("anthropic")
+    with pytest.raises(ConfigError, match="names provider 'openai', but this loop sends through the 'anthropic'"):
+        Agent("s", log, anthropic, AgentOptions(CallConfig("openai", "gpt-emulated")))
+    agent, provider = make_agent(log, "t", tool_steps=0)
+    agent.on_request(lambda seed: seed.with_overrides(provider="openai"))
+    with pytest.raises(ConfigError, match="names provider 'openai'"):
+        asyncio.run(agent.run_turn("hi"))
+    assert provider.bodies == []
+    assert not any(isinstance(e.data, RequestDispatch) for e in log.read("t"))
+    agent, provider = make_agent(log, "u", tool_steps=0)
+    asyncio.run(agent.run_turn("hi"))
+    agent.options.config = CallConfig("openai", "gpt-emulated")
+    with pytest.raises(ConfigError, match="names provider 'openai'"):
+        asyncio.run(agent.run_turn("again"))
+    assert len(provider.bodies) == 1
 
 
 def test_pre_step_reject_opens_no_step_and_enter_adds_messages() -> None:
@@ -372,3 +426,59 @@ def test_archived_bodies_give_the_first_differing_offset(tmp_path: Path) -> None
     assert first.first_diff_offset is not None
     original = store.get(first.recorded)
     assert original[first.first_diff_offset : first.first_diff_offset + 2] == b"hi"
+
+
+def test_a_request_body_over_the_limit_is_neither_logged_nor_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The body the loop would send is checked against MAX_REQUEST_BODY_BYTES (32 MiB; lowered here so the
+    test needs no 32 MiB session): over it, RequestTooLarge, no request/dispatch, nothing sent, the turn ends
+    with an error and the log still verifies."""
+    from foldline.core import limits
+
+    log = MemoryEventLog()
+    agent, provider = make_agent(log, tool_steps=0)
+    asyncio.run(agent.run_turn("a first, small turn"))
+    monkeypatch.setattr(limits, "MAX_REQUEST_BODY_BYTES", len(provider.bodies[0]) + 1000)
+    with pytest.raises(RequestTooLarge, match=r"over the [0-9,]+-byte limit of one request"):
+        asyncio.run(agent.run_turn("x" * 2000))
+    assert len(provider.bodies) == 1
+    events = log.read("s")
+    assert sum(isinstance(e.data, RequestDispatch) for e in events) == 1
+    assert [e.data.reason for e in events if isinstance(e.data, TurnEnd)] == ["completed", "error"]
+    assert verify_events("s", events).ok
+
+
+def test_a_tool_result_over_the_limit_is_cut_and_kept_whole_in_the_attachment_store(tmp_path: Path) -> None:
+    """A tool returning 6 MB of text (quotes and control characters included, which JSON escapes) does not
+    make an event over the limit: the result is cut to AgentOptions.max_tool_result_bytes, the whole output
+    is in the attachment store under the digest the result names, and every request verifies."""
+    big = ('"quoted"\x01\n' * 600_000)[:6_000_000]
+    tools = Toolset()
+
+    @tools.tool
+    def dump(path: str) -> str:
+        """Return a very large file."""
+        return big
+
+    store = FilesystemAttachmentStore(tmp_path / "attachments")
+    script = ToolLoopScript(tool_steps=1)  # the only tool is called once
+    provider = emulated_provider(emulator=Emulator(script))
+    with SqliteEventLog(tmp_path) as log:
+        agent = Agent("s", log, provider, AgentOptions(CONFIG, tools=tools), attachments=store)
+        asyncio.run(agent.run_turn("read it"))
+        events = log.read("s")
+        (result,) = [e for e in events if isinstance(e.data, ToolResult)]
+        assert len(encode_event(result)) <= agent.options.max_tool_result_bytes + 4096
+        *shown, note = result.data.content
+        assert isinstance(note, TextBlock)
+        digest = digest_bytes(big.encode())
+        assert f"the tool returned {len(big.encode()):,} bytes of text" in note.text
+        assert f"The whole output is attachment {digest} (text/plain" in note.text
+        assert store.get(digest) == big.encode()
+        assert "".join(p.text for p in shown if isinstance(p, TextBlock)) == big[: len(shown[0].text)]
+        assert verify_events("s", events, store).ok
+    agent = Agent(
+        "t", MemoryEventLog(), emulated_provider(emulator=Emulator(script)), AgentOptions(CONFIG, tools=tools)
+    )
+    asyncio.run(agent.run_turn("read it"))
+    (result,) = [e for e in agent.log.read("t") if isinstance(e.data, ToolResult)]
+    assert result.data.content[-1].text.endswith("The rest was not kept.]")  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..config import MetricsConfig
+from ..config import Config, MetricsConfig
 from ..errors import ConfigError
 from .options import BackendOpt, DataDirOpt, JsonOpt, MetricsHostOpt, MetricsPortOpt, config_for
 from .output import console, err_console, fail_on_errors, literal, write_json
@@ -19,7 +19,7 @@ from .output import console, err_console, fail_on_errors, literal, write_json
 if TYPE_CHECKING:
     from ..metrics import LoopMetrics
 
-__all__ = ["metrics_endpoint", "register"]
+__all__ = ["emulator_only", "metrics_endpoint", "register"]
 
 MetricsLingerOpt = Annotated[
     float,
@@ -58,6 +58,20 @@ def metrics_endpoint(metrics: MetricsConfig, linger: float = 0.0) -> Iterator[Lo
         server.close()
 
 
+def emulator_only(config: Config, command: str) -> None:
+    """Refuse to run ``command`` — whose requests the built-in emulator answers — while the configuration
+    sends some provider's requests to a server: the setting would look active (``foldline config``) and do
+    nothing."""
+    chosen = config.providers.configured_variables()
+    if chosen:
+        one = len(chosen) == 1
+        raise ConfigError(
+            f"{command} answers every request with the built-in emulator, but {', '.join(chosen)} "
+            f"{'is' if one else 'are'} set and would not be used; unset {'it' if one else 'them'} for this command "
+            "(servers are reached by `foldline dispatcher` and by the library's provider adapters)"
+        )
+
+
 def demo(
     sessions: Annotated[int, typer.Option("--sessions", min=1, help="Concurrent agent sessions.")] = 4,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Loop steps (model requests) per session.")] = 24,
@@ -87,6 +101,7 @@ def demo(
     from ..demo import print_demo, run_demo_cli
 
     config = config_for(data_dir, backend, metrics__port=metrics_port, metrics__host=metrics_host)
+    emulator_only(config, "foldline demo")
     with metrics_endpoint(config.metrics, metrics_linger) as metrics:
         result = run_demo_cli(
             config,

@@ -374,8 +374,8 @@ class _CountingReader:
         self._fp, self._advance = fp, advance
         self._pending = 0
 
-    def readline(self) -> bytes:
-        raw = self._fp.readline()
+    def readline(self, size: int = -1, /) -> bytes:
+        raw = self._fp.readline(size)
         self._pending += len(raw)
         if self._pending >= self._EVERY or not raw:
             self._advance(self._pending)
@@ -530,10 +530,12 @@ def resume(
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
     from ..replay.verify import verify_events
+    from .demo_commands import emulator_only
 
     session_ids(session)
     _model_option(model)
     settings = config_for(data_dir, backend)
+    emulator_only(settings, "foldline resume")
     with stores_for(settings) as stores:
         events = read_session(stores.log, session)
         folded = fold_request_header(events)

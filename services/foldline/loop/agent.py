@@ -63,12 +63,14 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.header import CallConfig, EpochHeader
+from ..core.limits import check_request_size
 from ..core.projection import Session
 from ..core.repair import closing_events
 from ..core.request import GenerateOptions
 from ..core.validation import check_session_id
 from ..errors import (
     AttachmentError,
+    ConfigError,
     ContextOverflow,
     FoldlineError,
 )
@@ -90,8 +92,20 @@ from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult,
 from .pressure import relieve_pressure
 from .refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
 from .remote import dispatch_remote
+from .tools import fit_result
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
+
+
+def check_provider(provider: Provider, config: CallConfig) -> None:
+    """A request goes through ``provider``: its config must name that provider (an adapter sends its own API's
+    body to its own server; a config naming another provider would be logged as sent there), else ConfigError."""
+    if config.provider != provider.name:
+        raise ConfigError(
+            f"the call config names provider {config.provider!r}, but this loop sends through the {provider.name!r} "
+            f"adapter ({type(provider).__name__}); give the Agent a {config.provider!r} adapter (another server of "
+            f"an API takes name={config.provider!r}) or a config with provider={provider.name!r}"
+        )
 
 
 class Agent:
@@ -110,9 +124,11 @@ class Agent:
     ) -> None:
         """Become the session's writer and load it (``opened``: what :meth:`open` already acquired)."""
         self.session_id = check_session_id(session_id)
+        check_provider(provider, options.config)
         self.log = log
         self.provider = provider
-        self.options = options
+        self._options = options
+        self._seeded_with = options.config  # the config value this instance last took from its options
         self.attachments = attachments
         self.clock = clock
         self.inbox = Inbox()
@@ -128,6 +144,7 @@ class Agent:
             log.append(session_id, start, events, lease=self.lease)  # once per load, before any step: no wait
             self.session.extend(events, values_checked=True)
         self._first_request = True
+        options.bind()  # what is read here is read once: assigning it later is refused, not ignored
         self.invariant = (
             InvariantCompanion(
                 log,
@@ -165,6 +182,18 @@ class Agent:
         return cls(session_id, log, provider, options, attachments=attachments, clock=clock, opened=opened)
 
     # -------------------------------------------------------------- public API
+
+    @property
+    def options(self) -> AgentOptions:
+        """This instance's options; assign their fields (``agent.options.config = ...``), not a new object."""
+        return self._options
+
+    @options.setter
+    def options(self, value: AgentOptions) -> None:
+        raise ConfigError(
+            "an Agent keeps the AgentOptions it was built with; assign their fields (agent.options.config = ...) "
+            "or build a new Agent on the session"
+        )
 
     def inject(self, text: str | Sequence[ContentBlock], source: str = "inject") -> None:
         """Queue a message for the next step's claim."""
@@ -367,7 +396,8 @@ class Agent:
         closing = pending
         for call in (b for b in response.content if isinstance(b, ToolCallBlock)):
             output = await self.options.tools.call(call.name, call.arguments)
-            closing.append(ToolResult(call.id, call.name, output.parts(), output.is_error))
+            parts = fit_result(output.parts(), self.options.max_tool_result_bytes, self.attachments)
+            closing.append(ToolResult(call.id, call.name, parts, output.is_error))
             if output.additional_context:
                 self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
         closing.append(StepEnd(turn, step))
@@ -405,6 +435,7 @@ class Agent:
             except AttachmentError as exc:
                 await self._write(opening, Envelope(boundary, self.clock(), quarantine_record(exc)))
                 raise
+            check_request_size(len(body))  # over the limit: nothing of the step is logged, nothing sent
             if self.invariant is not None:
                 self.invariant.check_body(self.session_id, boundary, digest, serializer)
             if self.options.archive_requests and self.attachments is not None:
@@ -425,11 +456,17 @@ class Agent:
 
     def _render_header(self) -> tuple[EpochHeader, Literal["initial", "resume", "change"] | None]:
         folded = self.session.header()
-        seed = self.options.config if (self._first_request or folded is None) else folded.config
+        assigned = self.options.config
+        # the first request starts from the options; later ones from the folded header, unless the options'
+        # config was given a new value since this instance last took it (it takes effect: a change snapshot)
+        taken = self._first_request or assigned != self._seeded_with
+        seed = assigned if taken or folded is None else folded.config
+        self._seeded_with = assigned
         for hook in self._request_hooks:
             seed = hook(seed)
             if not isinstance(seed, CallConfig):
                 raise TypeError("an agent/request hook must return a CallConfig")
+        check_provider(self.provider, seed)
         seed = header_config(self.provider.serializer, self.session_id, seed)
         system = self.options.system() if callable(self.options.system) else self.options.system
         header = EpochHeader(seed, system or None, self.options.tools.specs() or None)

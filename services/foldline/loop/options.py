@@ -9,13 +9,22 @@ from dataclasses import dataclass, field
 from ..core.content import Usage
 from ..core.events import TurnEndReason
 from ..core.header import CallConfig
+from ..errors import ConfigError
 from ..ports.step_dispatch import StepDispatcher
 from ..providers.retry import RetryingSender
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
 from .pressure import PressurePolicy
-from .tools import Toolset
+from .tools import MAX_TOOL_RESULT_BYTES, Toolset
 
-__all__ = ["CONTEXT_OVERFLOW_FIX", "AgentOptions", "StepRecord", "SystemSource", "TurnResult", "wall_clock_ms"]
+__all__ = [
+    "CONTEXT_OVERFLOW_FIX",
+    "READ_AT_CONSTRUCTION",
+    "AgentOptions",
+    "StepRecord",
+    "SystemSource",
+    "TurnResult",
+    "wall_clock_ms",
+]
 
 SystemSource = str | Callable[[], str] | None
 
@@ -27,12 +36,22 @@ CONTEXT_OVERFLOW_FIX = (
 )
 
 
+#: Options an Agent reads once, when it is built: assigning them on its options afterwards is refused.
+READ_AT_CONSTRUCTION = frozenset(
+    {"invariant", "invariant_full_check_every", "invariant_fresh_growth", "on_invariant_violation", "sender"}
+)
+
+
 @dataclass
 class AgentOptions:
     """Explicit options of one loop instance.
 
     ``config`` seeds the first request of this instance (fork overrides and resume reconfiguration
-    arrive here); later requests start from the folded header.
+    arrive here); later requests start from the folded header — unless ``config`` is assigned a new value
+    while the agent runs: the next request then starts from it (a ``change`` snapshot when it differs from
+    the header in force). The other options are read at each step, except those in
+    :data:`READ_AT_CONSTRUCTION`, which the Agent reads once: once an Agent was built with these options,
+    assigning one of them raises :class:`~foldline.errors.ConfigError` rather than being ignored.
     """
 
     config: CallConfig
@@ -50,7 +69,21 @@ class AgentOptions:
     # sender of this instance's own, with the provider's transport settings)
     sender: RetryingSender | None = None
     reset_after_refusal: bool = True  # remove a refused turn before the next one where the provider asks for it
+    # a tool result's text above this many bytes is cut, the whole kept in the attachment store (loop/tools.py)
+    max_tool_result_bytes: int = MAX_TOOL_RESULT_BYTES
     outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in READ_AT_CONSTRUCTION and self.__dict__.get("_bound"):
+            raise ConfigError(
+                f"AgentOptions.{name} is read when the Agent is built and cannot change afterwards; build a new "
+                "Agent (Agent.open on the same session resumes it) with the options you want"
+            )
+        object.__setattr__(self, name, value)
+
+    def bind(self) -> None:
+        """Mark these options as read by an Agent (see the class docstring)."""
+        self.__dict__["_bound"] = True
 
 
 @dataclass(frozen=True, slots=True)
