@@ -3,10 +3,11 @@
 # One process per container; configuration comes from the environment (see helm/foldline/values.yaml).
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY services ./services
 COPY schemas ./schemas
-RUN pip install --no-cache-dir --prefix=/install .
+# the workers' image: every server backend and both projector runtimes
+RUN pip install --no-cache-dir --prefix=/install '.[distributed,faust]'
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local

@@ -39,6 +39,7 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     │   └── MissingHeader               a request boundary with no request/header before it
     ├── ConfigError                     configuration names something that does not exist
     │   ├── AuthenticationFailed        a server refused the configured credentials or TLS handshake
+    │   ├── MissingExtra                the configuration needs an optional part of foldline that is not installed
     │   └── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
     ├── ArchiveError                    the session archive cannot be used (names the object)
     │   ├── ArchiveObjectMissing        a manifest names a segment that is not there
@@ -83,6 +84,7 @@ __all__ = [
     "InputError",
     "InvariantViolation",
     "MetricsServerError",
+    "MissingExtra",
     "MissingHeader",
     "ProviderError",
     "ProviderStatusError",
@@ -380,6 +382,19 @@ class ConfigError(FoldlineError):
 
 class AuthenticationFailed(ConfigError):
     """A server refused the configured credentials (e.g. a Kafka SASL login) or the TLS handshake failed."""
+
+
+class MissingExtra(ConfigError):
+    """A backend or command needs an extra of the package (``pip install 'foldline[<extra>]'``) that is not
+    installed: ``extra`` names it, ``module`` the Python module that was missing."""
+
+    def __init__(self, extra: str, module: str, what: str = "this") -> None:
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{what} needs foldline's {extra!r} extra, which is not installed (no module {module!r}): "
+            f"pip install 'foldline[{extra}]' (or foldline[distributed] for every server backend)"
+        )
 
 
 class UnsafeRetention(ConfigError):

@@ -26,16 +26,16 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ..adapters.archive import audit_archive
-from ..adapters.archive.layout import SESSIONS_PREFIX
-from ..adapters.archive.reader import SessionArchive
 from ..config import Config
 from ..config.factories import archive_store, check_data_dir, check_kafka, topic_policy
 from ..errors import FoldlineError
 from ..ports.archive import ArchiveStore
 from ..ports.event_log import EventLog
+
+if TYPE_CHECKING:
+    from ..adapters.archive.reader import SessionArchive
 
 __all__ = ["Check", "Status", "run_checks"]
 
@@ -175,6 +175,8 @@ def _kafka(config: Config, *, archived: bool) -> list[Check]:
 
 
 def _archive(config: Config, store: ArchiveStore) -> list[Check]:
+    from ..adapters.archive.layout import SESSIONS_PREFIX
+
     where = store.where(SESSIONS_PREFIX)
     try:
         list(itertools.islice(store.keys(SESSIONS_PREFIX), 1))
@@ -197,10 +199,12 @@ def _embedded_coverage(config: Config, store: ArchiveStore, *, now_ms: int | Non
     An event written more than ``FOLDLINE_ARCHIVE_MAX_DELAY`` ago and not archived means no archiver has been
     archiving this log into this archive (or one fell behind): the promise of the archive does not hold.
     """
+    from ..adapters.archive.layout import SESSIONS_PREFIX
+    from ..adapters.archive.reader import SessionArchive
     from ..archiver.factory import archive_policy
 
     policy = archive_policy(config)
-    archive = SessionArchive(store, cache_events=0)
+    archive: SessionArchive = SessionArchive(store, cache_events=0)
     oldest_allowed = (time.time_ns() // 1_000_000 if now_ms is None else now_ms) - int(policy.max_delay_s * 1000)
     taken = current = 0
     late: list[tuple[str, int, int]] = []
@@ -251,6 +255,8 @@ def _log_of(config: Config) -> EventLog:
 
 
 def _audit(config: Config, store: ArchiveStore) -> list[Check]:
+    from ..adapters.archive import SessionArchive, audit_archive
+
     try:
         report = audit_archive(store, verify=True)
     except FoldlineError as exc:

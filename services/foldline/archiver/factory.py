@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..adapters.archive import ArchiveAppender, SessionArchive
-from ..adapters.s3_archive import S3ArchiveStore
 from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 from ..config import Config
 from ..config.factories import archive_store, check_data_dir, check_kafka, kafka_log, topic_policy
@@ -43,7 +42,10 @@ def open_archive(config: Config) -> SessionArchive:
             "no session archive is configured: set FOLDLINE_ARCHIVE=s3 (FOLDLINE_ARCHIVE_BUCKET) or "
             "FOLDLINE_ARCHIVE=dir (FOLDLINE_ARCHIVE_DIR)"
         )
-    if isinstance(store, S3ArchiveStore):
+    if config.archive.store == "s3":
+        from ..adapters.s3_archive import S3ArchiveStore  # archive_store checked the s3 extra
+
+        assert isinstance(store, S3ArchiveStore)
         store.ensure_bucket()
     return SessionArchive(store)
 

@@ -8,7 +8,8 @@
 * **Pipes.** On a terminal the consoles draw tables at the terminal's width; into a pipe or a file they
   never wrap or cut a line (``foldline verify | tail -1`` is the whole summary line).
 * **Failures.** :func:`fail_on_errors` turns a :class:`~foldline.errors.FoldlineError` (and the file and
-  encoding errors of a command's own inputs) into one line on stderr and exit status 2, never a traceback.
+  encoding errors of a command's own inputs, and a module of an extra that is not installed) into one line on
+  stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -179,6 +180,13 @@ def fail_on_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except FoldlineError as exc:
             fail(str(exc), type(exc).__name__)
+        except ModuleNotFoundError as exc:  # an optional part of foldline that is not installed: say which
+            from ..config.extras import missing_extra
+
+            missing = missing_extra(exc)
+            if missing is None:
+                raise
+            fail(str(missing), type(missing).__name__)
         except UnicodeError as exc:
             fail(f"input is not UTF-8 text: {exc}", type(exc).__name__)
         except BrokenPipeError:

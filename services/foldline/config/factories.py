@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .extras import require
 from .settings import Config, KafkaConfig
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEv
     """The Kafka event log of ``config.kafka``, reading the configured archive below each session's archive
     watermark (``archive=False``: Kafka only, as ``foldline restore`` writes and compares); ``tuning``: the
     adapter's own knobs, e.g. ``max_writers``. Its topics are checked on first use (:meth:`check_topics`)."""
+    require("kafka", what="the Kafka log")
     from ..adapters.kafka import KafkaEventLog
 
     k = config.kafka
@@ -118,6 +120,7 @@ def archive_store(config: Config, *, create: bool = True) -> ArchiveStore | None
     a = config.archive
     if a.store == "off":
         return None
+    require("archive", *(("s3",) if a.store == "s3" else ()), what=f"the session archive (FOLDLINE_ARCHIVE={a.store})")
     if a.store == "dir":
         from ..adapters.dir_archive import DirectoryArchiveStore
 
@@ -139,6 +142,7 @@ def check_kafka(kafka: KafkaConfig) -> None:
     """Fail now, with a typed error, if a secured Kafka connection would be refused (a no-op on PLAINTEXT)."""
     if kafka.security_protocol == "PLAINTEXT":
         return
+    require("kafka", what="a Kafka connection")
     from ..adapters.kafka import check_kafka_access
 
     check_kafka_access(kafka.bootstrap, kafka.librdkafka(), kafka.timeout_s)
@@ -146,6 +150,7 @@ def check_kafka(kafka: KafkaConfig) -> None:
 
 def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
     """The Redis fold store (``journal``: keep its per-session change journal, for audits and tests)."""
+    require("redis", what="the Redis fold store")
     from ..adapters.redis_folds import RedisFoldStore
 
     r = config.redis
@@ -161,6 +166,7 @@ def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
 
 def attachment_store(config: Config, **tuning: Any) -> S3AttachmentStore:
     """The S3 attachment store of ``config.s3`` (``tuning``: ``multipart_threshold``, ``spool_dir``)."""
+    require("s3", what="the S3 attachment store")
     from ..adapters.s3_attachments import S3AttachmentStore
 
     s = config.s3
@@ -169,6 +175,7 @@ def attachment_store(config: Config, **tuning: Any) -> S3AttachmentStore:
 
 def s3(config: Config) -> S3Client:
     """A boto3 S3 client with the ``config.s3`` endpoint, region, retries, timeouts and pool."""
+    require("s3", what="an S3 client")
     from ..adapters.s3_attachments import s3_client
 
     s = config.s3
@@ -267,6 +274,8 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
             sqlite.close()
             raise
     if config.backend in ("kafka", "distributed"):
+        needed = ("kafka", "redis", "s3") if config.backend == "distributed" else ("kafka",)
+        require(*needed, what=f"the {config.backend} backend")
         if config.backend == "kafka":
             check_data_dir(config)
         log = kafka_log(config, follow=writer)
@@ -303,6 +312,7 @@ _AIOKAFKA_TRANSLATED = frozenset(
 def aiokafka_credentials(kafka: KafkaConfig) -> Any:
     """faust's (aiokafka's) credentials for the security settings of ``kafka.client_properties`` (``None``
     on PLAINTEXT). Other librdkafka properties have no aiokafka equivalent here: ConfigError."""
+    require("faust", what="the faust projector runtime")
     from faust.auth import SASLCredentials, SSLCredentials
 
     props = dict(kafka.client_properties)
