@@ -461,12 +461,12 @@ class Agent:
         # config was given a new value since this instance last took it (it takes effect: a change snapshot)
         taken = self._first_request or assigned != self._seeded_with
         seed = assigned if taken or folded is None else folded.config
-        self._seeded_with = assigned
         for hook in self._request_hooks:
             seed = hook(seed)
             if not isinstance(seed, CallConfig):
                 raise TypeError("an agent/request hook must return a CallConfig")
         check_provider(self.provider, seed)
+        self._seeded_with = assigned  # taken (a refused one is proposed again at the next request)
         seed = header_config(self.provider.serializer, self.session_id, seed)
         system = self.options.system() if callable(self.options.system) else self.options.system
         header = EpochHeader(seed, system or None, self.options.tools.specs() or None)
