@@ -210,6 +210,23 @@ class ProjectorRuntime(ABC):
         with self._lock:
             return self._ready()
 
+    def readiness(self) -> dict[str, Callable[[], bool]]:
+        """What ``/readyz`` checks, by name: Kafka (the partitions are assigned), Redis (the fold store
+        applies) and the projector itself (running, not failed)."""
+
+        def kafka() -> bool:
+            with self._lock:
+                return self._assigned is not None
+
+        def redis() -> bool:
+            with self._lock:
+                return self._store_ok
+
+        def projector() -> bool:
+            return not self._stop.is_set() and self.failure is None
+
+        return {"projector": projector, "kafka": kafka, "redis": redis}
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -483,7 +500,7 @@ class ProjectorRuntime(ABC):
         if self.metrics is None:
             self.metrics = ProjectorMetrics(new_registry())
             self.projector.metrics = self.metrics
-        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.ready, host=s.metrics_host)
+        self._server = serve(s.metrics_port, self.metrics.registry, ready=self.readiness(), host=s.metrics_host)
         _LOG.info("metrics on %s/metrics", self._server.url)
 
     def _wait_for_topic(self) -> None:
