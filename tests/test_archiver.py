@@ -218,3 +218,37 @@ def test_a_segment_whose_records_skip_a_seq_is_corrupt_and_the_record_named() ->
     skipping = build_segment("s", 0, [*bodies[:2], *bodies[3:6]], encoder.fingerprint)
     with pytest.raises(ArchiveCorrupt, match="record 2 has seq 3, expected 2"):
         read_segment(skipping, "s", 0, 5, "the-key")
+
+
+def test_the_archivers_readiness_names_its_archive_store(tmp_path: Path) -> None:
+    """/readyz of an archiver: it runs, and its archive store answers — a directory that is gone is named."""
+    import urllib.error
+    import urllib.request
+
+    from foldline.archiver.worker import LogArchiverWorker
+    from foldline.errors import StoreUnavailable
+    from foldline.metrics import new_registry
+    from foldline.metrics_server import serve
+
+    archive = tmp_path / "archive"
+    (tmp_path / "data").mkdir()
+    config = Config(data_dir=tmp_path / "data").overridden(archive__store="dir", archive__dir=str(archive))
+    worker = open_archiver(config)
+    assert isinstance(worker, LogArchiverWorker)
+    try:
+        checks = worker.readiness()
+        assert set(checks) == {"archiver", "archive"}
+        assert checks["archive"]()
+        shutil.rmtree(archive)
+        with pytest.raises(StoreUnavailable, match="is gone"):
+            checks["archive"]()
+        with serve(0, new_registry(process=False), ready=checks, host="127.0.0.1") as server:
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(server.url + "/readyz", timeout=10)
+            body = info.value.read().decode()
+            info.value.close()
+        gone = f"archive: StoreUnavailable: archive directory {archive} is gone (unmounted, deleted or renamed)"
+        assert body.splitlines() == ["archiver: not ready", gone]  # not running yet, and its store is gone
+    finally:
+        worker.archiver.close()
+        worker.feed.close()
