@@ -200,7 +200,7 @@ def test_openai_send_posts_the_exact_bytes_with_a_bearer_key_and_no_key_means_no
         ("https://example.test/", "https://example.test/v1/chat/completions"),
         ("https://example.test/proxy", "https://example.test/proxy/v1/chat/completions"),
         ("http://127.0.0.1:8080/a/b/", "http://127.0.0.1:8080/a/b/v1/chat/completions"),
-        # the OpenAI SDK's form: the version in the base URL (it used to post to /v1/v1/chat/completions)
+        # the OpenAI SDK's form: the version in the base URL, never doubled (/v1/v1/...)
         ("https://api.openai.com/v1", "https://api.openai.com/v1/chat/completions"),
         ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1/chat/completions"),
         ("https://gw.example.test/openai/v1", "https://gw.example.test/openai/v1/chat/completions"),
