@@ -359,7 +359,7 @@ def test_handing_a_session_back_and_forth_fences_only_that_session(make_log: Mak
 
 
 def test_refused_batches_in_a_busy_group_send_nothing_and_spare_the_others(make_log: MakeLog) -> None:
-    """The group writer encodes and checks every queued append; one it refuses (a seq gap, a record over
+    """The group writer encodes and checks every queued append; one it refuses (a seq gap, an event over
     the size limit) fails alone with its typed error, while the appends committed beside it land whole."""
     log = make_log()
     events = simple_log(turns=3)
@@ -389,7 +389,7 @@ def test_refused_batches_in_a_busy_group_send_nothing_and_spare_the_others(make_
         t.start()
     for t in threads:
         t.join()
-    assert {sid: e.rule for sid, e in errors.items()} == {gap: "seq-gapless", huge: "record-size"}
+    assert {sid: e.rule for sid, e in errors.items()} == {gap: "seq-gapless", huge: "event-size"}
     # nothing of a refused batch was written, and its session's rules did not count it
     assert log.head(gap) == 0
     assert log.head(huge) == 0
