@@ -18,6 +18,7 @@ from foldline.adapters.avro import (
     AvroCodec,
     avro_to_envelope,
     crc64_avro,
+    decoding,
     envelope_to_avro,
     load_schema_json,
 )
@@ -55,7 +56,7 @@ from foldline.core.events import (
 )
 from foldline.core.frozen import FrozenDict, freeze_json
 from foldline.core.header import ToolSpec
-from foldline.core.wire import KNOWN_TYPES, encode_event
+from foldline.core.wire import KNOWN_TYPES, decode_event, encode_event
 from foldline.errors import AvroDecodeError, FormatError, UnknownSchemaError, ValidationError
 from tests.factories import simple_log
 from tests.strategies import logs
@@ -150,8 +151,29 @@ def test_datum_is_plain_avro_readable_without_foldline(codec: AvroCodec) -> None
     )
     assert datum["type"] == "assistant/message"
     assert datum["data"][0] == "foldline.AssistantMessage"
-    assert datum["data"][1]["usage"] == {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7}
+    usage = {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7, "reasoningTokens": None}
+    assert datum["data"][1]["usage"] == usage
     assert avro_to_envelope(envelope_to_avro(event) | {"data": datum["data"]}) == event
+
+
+def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) -> None:
+    """``usage.reasoningTokens`` and an image's ``name`` (each one line in its definition): written when set,
+    omitted when not, and read back from the logged JSON, through fastavro and through the generated decoder."""
+    image = ImageRef("sha256:" + "ab" * 32, "image/png", 3, 1, 1, name="chart.png")
+    events = [
+        Envelope(0, 1, UserMessage("u", (ImageBlock(image), TextBlock("what is it?")))),
+        Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4, reasoning_tokens=12))),
+    ]
+    lines = [encode_event(e) for e in events]
+    assert b'"name":"chart.png"' in lines[0]
+    assert b'"reasoningTokens":12' in lines[1]
+    plain = Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4)))
+    assert b"reasoningTokens" not in encode_event(plain)
+    for event, line in zip(events, lines, strict=True):
+        assert decode_event(line) == event
+        data = codec.encode(event)
+        assert codec.decode(data) == event
+        assert decoding.direct_envelope(data[10:]) == event
 
 
 @settings(max_examples=60, deadline=None)

@@ -39,6 +39,7 @@ class ImageRef(Record, frozen=True):
     bytes: Nat
     width: Pos
     height: Pos
+    name: str | None = None  # the file name the image came with, when it had one; not model-visible
 
     def __post_init__(self) -> None:
         if not ATTACHMENT_ID_RE.match(self.attachment_id):
@@ -128,12 +129,16 @@ ContentBlock: TypeAlias = (
 
 
 class Usage(Record, frozen=True):
-    """Token usage of one provider call, normalized: ``input`` counts uncached input tokens only."""
+    """Token usage of one provider call, normalized: ``input`` counts uncached input tokens only.
+
+    ``reasoning_tokens``: how many of the ``output`` tokens the model spent reasoning, when the provider says
+    (OpenAI ``completion_tokens_details.reasoning_tokens``, DeepSeek, Gemini ``thoughtsTokenCount``)."""
 
     input: Nat = 0
     output: Nat = 0
     cache_read: Nat = 0
     cache_write: Nat = 0
+    reasoning_tokens: Nat | None = None
 
     @property
     def prompt_tokens(self) -> int:

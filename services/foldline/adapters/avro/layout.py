@@ -453,4 +453,3 @@ def write_schema(directory: Path) -> list[Path]:
         path.write_text(schema_text(), encoding="utf-8")
         written.append(path)
     return written
-
