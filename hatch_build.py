@@ -12,7 +12,7 @@ definitions give at run time, so a changed definition is never read by a stale b
   of the repository).
 
 Without a C compiler, or with ``FOLDLINE_PURE_PYTHON=1``, the build goes on without them and says so:
-reads then use ``direct.py`` itself (the same results, slower); ``foldline doctor`` shows which decoder
+reads then run the generated text itself (the same results, slower); ``foldline doctor`` shows which decoder
 reads.
 """
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
@@ -186,7 +186,7 @@ def test_a_refused_batch_leaves_the_rules_as_they_were_and_the_same_events_are_a
     rules = LogRules()
     rules.check_batch(events[:3])
     surface, calls = list(rules.surface), set(rules.call_ids)
-    bad = dataclasses.replace(events[-1], seq=len(events) + 5)  # a gap: refused
+    bad = msgspec.structs.replace(events[-1], seq=len(events) + 5)  # a gap: refused
     with pytest.raises(ValidationError, match="seq"):
         rules.check_batch([*events[3:], bad])
     assert (rules.next_seq, list(rules.surface), set(rules.call_ids)) == (3, surface, calls)
