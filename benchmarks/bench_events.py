@@ -6,8 +6,12 @@ canonical JSON lines (``decode_event``, ``decode_canonical``, ``encode_event``),
 Times are the best of several rounds of this process's CPU time.
 
 The A/B against the code before a change is ``python -m benchmarks.ab --base <checkout>`` (same minute,
-alternating, each checkout's own interpreter; ``benchmarks/ab.py``); with ``FOLDLINE_BENCH_BASE`` set to such a
-checkout, this module adds its ``wire`` figure as rows beside its own.
+alternating, each checkout's own interpreter; ``benchmarks/ab.py``). With ``FOLDLINE_BENCH_BASE`` set to such a
+checkout this module adds A/B rows beside its own: the figures ``FOLDLINE_BENCH_AB`` names (default ``wire``;
+``wire,archive,projector,loop`` for all four, which need the local servers and take several minutes):
+
+    git worktree add ../before <commit> && (cd ../before && make .venv/.installed)
+    FOLDLINE_BENCH_BASE=../before FOLDLINE_BENCH_AB=wire,archive,projector,loop make bench
 
     python -m benchmarks.bench_events
 """
@@ -88,11 +92,22 @@ def run() -> list[dict[str, Any]]:
     ]
     base = os.environ.get("FOLDLINE_BENCH_BASE")
     if base:
-        [result] = ab(Path(base).resolve(), ["wire"], rounds=3)
-        rows.append(_row(f"A/B, same minute: {result.name}, this checkout (median of 3)", result.this, "ms"))
-        rows.append(_row(f"A/B, same minute: the same, {base} (median of 3)", result.base, "ms"))
-        ok = result.ratio <= 1.1
-        rows.append(_row("A/B: this / base (not slower beyond noise: <= 1.1)", result.ratio, "x", "<= 1.1", ok))
+        figures = [f for f in os.environ.get("FOLDLINE_BENCH_AB", "wire").split(",") if f]
+        for result in ab(Path(base).resolve(), figures, rounds=3):
+            unit = result.unit.split(" (")[0]
+            rows.append(_row(f"A/B, same minute: {result.name}, this checkout (median of 3)", result.this, unit))
+            rows.append(_row(f"A/B, same minute: the same, {base} (median of 3)", result.base, unit))
+            slower = result.ratio if "lower is better" in result.unit else 1 / result.ratio
+            rows.append(
+                _row(
+                    f"A/B: {result.figure}, how much slower this checkout is (runs: this {result.this_runs}, base "
+                    f"{result.base_runs})",
+                    slower,
+                    "x",
+                    "<= 1.1 (noise)",
+                    slower <= 1.1,
+                )
+            )
     return rows
 
 

@@ -27,7 +27,8 @@ Conventions the definitions follow (docs/ARCHITECTURE.md, "Defining a record"):
 * Content blocks and the replace op are tagged (``tag_field``/``tag``): the tag is their ``type`` (``op``)
   key in JSON and their ``kind`` attribute in Python.
 * A class may name constant JSON keys that are not attributes (``JSON_CONSTANTS``, e.g. a message's
-  ``role``) and Avro hints (``Meta(extra={"avro": {...}})``, read only by ``adapters/avro/``).
+  ``role``) and the rule a wrong tag breaks (``TAG_RULE``, the replace op's ``surface-op``); a field may carry
+  Avro hints (``Meta(extra={"avro": {...}})``, read only by ``adapters/avro/``).
 """
 
 from __future__ import annotations
@@ -291,7 +292,7 @@ def record_spec(cls: type) -> RecordSpec:
     keys = frozenset({f.json for f in fields} | set(constants) | ({info.tag_field} if info.tag_field else set()))
     return RecordSpec(
         cls,
-        getattr(cls, "AVRO_NAME", cls.__name__),
+        cls.__name__,
         tuple(fields),
         info.tag_field,
         info.tag if isinstance(info.tag, str) else None,
