@@ -174,6 +174,18 @@ def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) 
         data = codec.encode(event)
         assert codec.decode(data) == event
         assert decoding.direct_envelope(data[10:]) == event
+    # the bytes of the schema that added them (1ee11c1993a58747): the name after the height, the reasoning
+    # tokens after cacheWrite, each a ["null", T] union (branch 1 = 02)
+    assert codec.encode(events[0]).hex() == (
+        "c3011ee11c1993a5874718757365722f6d65737361676500020000027504028e01"
+        + "7368613235363a"
+        + "6162" * 32
+        + "12696d6167652f706e67060202021263686172742e706e670016776861742069732069743f00087573657200000000"
+    )
+    assert codec.encode(events[1]).hex() == (
+        "c3011ee11c1993a5874722617373697374616e742f6d65737361676502040002026102000e6120636861727400020228060802180000"
+        "0000000000"
+    )
 
 
 @settings(max_examples=60, deadline=None)
