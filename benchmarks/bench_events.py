@@ -19,6 +19,7 @@ checkout this module adds A/B rows beside its own: the figures ``FOLDLINE_BENCH_
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,13 @@ def _best_ms(fn: Callable[[], object]) -> float:
         fn()
         best = min(best, time.process_time() - t0)
     return best * 1000
+
+
+def _commit(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() or "the other checkout"
 
 
 def _row(name: str, value: float, unit: str, target: str = "(reference)", ok: bool = True) -> dict[str, Any]:
@@ -93,10 +101,11 @@ def run() -> list[dict[str, Any]]:
     base = os.environ.get("FOLDLINE_BENCH_BASE")
     if base:
         figures = [f for f in os.environ.get("FOLDLINE_BENCH_AB", "wire").split(",") if f]
+        other = _commit(Path(base).resolve())
         for result in ab(Path(base).resolve(), figures, rounds=3):
             unit = result.unit.split(" (")[0]
             rows.append(_row(f"A/B, same minute: {result.name}, this checkout (median of 3)", result.this, unit))
-            rows.append(_row(f"A/B, same minute: the same, {base} (median of 3)", result.base, unit))
+            rows.append(_row(f"A/B, same minute: the same, the code at {other} (median of 3)", result.base, unit))
             slower = result.ratio if "lower is better" in result.unit else 1 / result.ratio
             rows.append(
                 _row(
