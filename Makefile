@@ -1,5 +1,6 @@
 # foldline — the two commands that must always work on a fresh machine: `make demo` and `make test`.
-# (.venv is reinstalled when the archive decoder's source changes: the install compiles it, hatch_build.py)
+# (.venv is reinstalled when a record definition or the decoder's generator changes: the install compiles the
+# archive decoder generated from them, hatch_build.py)
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -8,7 +9,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test tools-prefetch lint typecheck unit bench servers-up servers-down clean
 
-$(STAMP): pyproject.toml hatch_build.py services/foldline/adapters/avro/direct.py
+$(STAMP): pyproject.toml hatch_build.py services/foldline/adapters/avro/direct.py services/foldline/adapters/avro/layout.py \
+	services/foldline/core/records.py services/foldline/core/events.py services/foldline/core/content.py \
+	services/foldline/core/header.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -1,17 +1,18 @@
-"""Build hook: the archive's Avro decoder (``foldline/adapters/avro/direct.py``) compiled with mypyc.
+"""Build hook: the archive's Avro decoder, generated from the record definitions, compiled with mypyc.
 
 Reading a 10,000-event session from the archive is mostly decoding, and the compiled decoder does it in
-about half the instructions of the interpreted one. The hook compiles a copy of ``direct.py`` as
-``foldline.adapters.avro._direct_native`` with the sha256 of the source it came from written into it;
-:mod:`foldline.adapters.avro.decoding` uses that module only when the digest matches the ``direct.py``
-beside it, so an edited source is never read by a stale build.
+about half the instructions of the interpreted one. ``foldline.adapters.avro.direct.decoder_source()`` writes
+the decoder's text from the event definitions; the hook compiles that text as
+``foldline.adapters.avro._direct_native`` with its sha256 written into it, and
+:mod:`foldline.adapters.avro.decoding` uses that module only when the digest matches the text the
+definitions give at run time, so a changed definition is never read by a stale build.
 
 * a wheel gets the two extension files (the module and mypyc's runtime library) and a platform tag;
 * an editable install gets them next to ``direct.py`` in the source tree (``.gitignore`` keeps them out
   of the repository).
 
 Without a C compiler, or with ``FOLDLINE_PURE_PYTHON=1``, the build goes on without them and says so:
-reads then use ``direct.py`` itself (the same results, slower); ``foldline doctor`` shows which decoder
+reads then run the generated text itself (the same results, slower); ``foldline doctor`` shows which decoder
 reads.
 """
 
@@ -30,8 +31,11 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PACKAGE_DIR = Path("services/foldline/adapters/avro")
-SOURCE = PACKAGE_DIR / "direct.py"
 NATIVE = "_direct_native"
+_GENERATE = (
+    "import sys; sys.path.insert(0, 'services'); "
+    "from foldline.adapters.avro.direct import decoder_source; sys.stdout.write(decoder_source())"
+)
 
 
 class CustomBuildHook(BuildHookInterface):
@@ -62,7 +66,13 @@ class CustomBuildHook(BuildHookInterface):
         build_data["infer_tag"] = True
 
     def _compile(self, root: Path) -> list[Path]:
-        source = (root / SOURCE).read_bytes()
+        generated = subprocess.run([sys.executable, "-c", _GENERATE], cwd=root, capture_output=True, check=False)
+        if generated.returncode != 0:
+            raise RuntimeError(
+                "writing the archive decoder from the record definitions failed (set FOLDLINE_PURE_PYTHON=1 to "
+                f"build without it):\n{generated.stderr.decode(errors='replace')[-4000:]}"
+            )
+        source = generated.stdout
         digest = hashlib.sha256(source).hexdigest()
         tag = sysconfig.get_config_var("EXT_SUFFIX") or ""
         cache = root / "build" / f"mypyc-{digest[:16]}{tag.replace('.so', '')}"  # build/ is not in git

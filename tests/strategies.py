@@ -42,7 +42,14 @@ def build_log(actions: list[tuple[str, int]]) -> list[Envelope]:
     for action, arg in actions:
         surface = rules.surface
         if action == "assistant":
-            add(AssistantMessage(f"a{len(events)}", (TextBlock(f"reply {arg}"),), Usage(1, 1, 0, 0), "end_turn"))
+            add(
+                AssistantMessage(
+                    f"a{len(events)}",
+                    (TextBlock(f"reply {arg}"),),
+                    Usage(1, 1, 0, 0, arg if arg % 2 else None),
+                    "end_turn",
+                )
+            )
         elif action == "tool":
             cid = f"c{calls}"
             calls += 1

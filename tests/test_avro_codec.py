@@ -18,6 +18,7 @@ from foldline.adapters.avro import (
     AvroCodec,
     avro_to_envelope,
     crc64_avro,
+    decoding,
     envelope_to_avro,
     load_schema_json,
 )
@@ -55,9 +56,9 @@ from foldline.core.events import (
 )
 from foldline.core.frozen import FrozenDict, freeze_json
 from foldline.core.header import ToolSpec
-from foldline.core.wire import KNOWN_TYPES, encode_event
+from foldline.core.wire import KNOWN_TYPES, decode_event, encode_event
 from foldline.errors import AvroDecodeError, FormatError, UnknownSchemaError, ValidationError
-from tests.factories import env, simple_log
+from tests.factories import simple_log
 from tests.strategies import logs
 
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480)
@@ -150,8 +151,41 @@ def test_datum_is_plain_avro_readable_without_foldline(codec: AvroCodec) -> None
     )
     assert datum["type"] == "assistant/message"
     assert datum["data"][0] == "foldline.AssistantMessage"
-    assert datum["data"][1]["usage"] == {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7}
+    usage = {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7, "reasoningTokens": None}
+    assert datum["data"][1]["usage"] == usage
     assert avro_to_envelope(envelope_to_avro(event) | {"data": datum["data"]}) == event
+
+
+def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) -> None:
+    """``usage.reasoningTokens`` and an image's ``name`` (each one line in its definition): written when set,
+    omitted when not, and read back from the logged JSON, through fastavro and through the generated decoder."""
+    image = ImageRef("sha256:" + "ab" * 32, "image/png", 3, 1, 1, name="chart.png")
+    events = [
+        Envelope(0, 1, UserMessage("u", (ImageBlock(image), TextBlock("what is it?")))),
+        Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4, reasoning_tokens=12))),
+    ]
+    lines = [encode_event(e) for e in events]
+    assert b'"name":"chart.png"' in lines[0]
+    assert b'"reasoningTokens":12' in lines[1]
+    plain = Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4)))
+    assert b"reasoningTokens" not in encode_event(plain)
+    for event, line in zip(events, lines, strict=True):
+        assert decode_event(line) == event
+        data = codec.encode(event)
+        assert codec.decode(data) == event
+        assert decoding.direct_envelope(data[10:]) == event
+    # the bytes of the schema that added them (1ee11c1993a58747): the name after the height, the reasoning
+    # tokens after cacheWrite, each a ["null", T] union (branch 1 = 02)
+    assert codec.encode(events[0]).hex() == (
+        "c3011ee11c1993a5874718757365722f6d65737361676500020000027504028e01"
+        + "7368613235363a"
+        + "6162" * 32
+        + "12696d6167652f706e67060202021263686172742e706e670016776861742069732069743f00087573657200000000"
+    )
+    assert codec.encode(events[1]).hex() == (
+        "c3011ee11c1993a5874722617373697374616e742f6d65737361676502040002026102000e6120636861727400020228060802180000"
+        "0000000000"
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -177,28 +211,23 @@ def _datum(event: Envelope) -> dict[str, object]:
 
 @settings(max_examples=60, deadline=None)
 @given(logs)
-def test_the_direct_datum_path_agrees_with_the_checked_one(log: list[Envelope]) -> None:
-    """Common shapes are built straight from the datum; anything the direct path answers, the checked path
-    (the logged JSON form, the core's validating reader) answers equally — and both give the event back."""
+def test_every_datum_reads_back_to_its_event(log: list[Envelope]) -> None:
+    """The datum of an event (the Avro layout derived from its definition) reads back, through the logged JSON
+    form and the core's decoders, to the same event."""
     for event in log:
-        datum = _datum(event)
-        fast = avro_module._fast_envelope(datum)
-        assert avro_module._checked_envelope(datum) == event
-        assert fast is None or fast == event
+        assert avro_module.avro_to_envelope(_datum(event)) == event
 
 
-def test_the_direct_datum_path_takes_the_plain_shapes_and_leaves_the_rest() -> None:
-    """The loop's everyday events take the direct path; a surface replace and an ignorable event do not."""
-    plain = simple_log(turns=2)
-    assert all(avro_module._fast_envelope(_datum(e)) == e for e in plain if e.type != "request/header")
-    replace = env(len(plain), UserMessage("s", (TextBlock("summary"),), "compaction", ReplaceOp(1, 2), (1, 2)))
-    assert avro_module._fast_envelope(_datum(replace)) is None
-    assert avro_module._checked_envelope(_datum(replace)) == replace
-    # a record with a field the direct path does not know (a newer schema) is left to the checked path
+def test_a_datum_with_a_field_this_schema_does_not_know_is_still_read() -> None:
+    """A record of a newer schema, resolved against this one, has no unknown field: the layout reads the fields
+    it knows (fastavro drops the rest), and a datum missing one of them is a typed error."""
+    plain = simple_log(turns=1)
     datum: dict[str, Any] = _datum(plain[2])
     name, fields = datum["data"]
-    assert avro_module._fast_envelope(datum) == plain[2]
-    assert avro_module._fast_envelope({**datum, "data": (name, {**fields, "futureField": 1})}) is None
+    assert avro_module.avro_to_envelope({**datum, "data": (name, {**fields, "futureField": 1})}) == plain[2]
+    missing = dict(list(fields.items())[1:])
+    with pytest.raises(AvroDecodeError):
+        avro_module.avro_to_envelope({**datum, "data": (name, missing)})
 
 
 def _public_writer_bytes(codec: AvroCodec, event: Envelope) -> bytes:

@@ -1,4 +1,5 @@
-"""Avro bodies decoded straight into envelopes agree with fastavro + the datum mapping on every record."""
+"""Avro bodies decoded straight into envelopes (the decoder generated from the record definitions) agree with
+fastavro + the datum mapping on every record."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 
 from foldline.adapters.avro import AvroCodec, avro_to_envelope, decoding, envelope_to_avro, writer_schemas
-from foldline.adapters.avro import direct as direct_module
-from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, decode_bodies, reads_directly
+from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, reads_directly
 from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
 from foldline.core.events import MAX_TIME_MS
 from foldline.errors import FormatError
@@ -27,6 +27,8 @@ from tests.test_avro_codec import EVERY_TYPE
 
 CODEC = AvroCodec()
 SCHEMA = writer_schemas()[CODEC.fingerprint]
+direct_module: Any = decoding.interpreted_module()
+decode_bodies = direct_module.decode_bodies
 _INTERPRETED = (decode_bodies, direct_module)
 
 
@@ -36,8 +38,8 @@ def _compiler() -> bool:
 
 @pytest.fixture(autouse=True, scope="module", params=["interpreted", "compiled"])
 def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test here runs on ``direct.py`` as interpreted and on its mypyc build (``hatch_build.py``); where a C
-    compiler is found the build must be there and be of this ``direct.py``."""
+    """Every test here runs on the generated decoder as interpreted and on its mypyc build (``hatch_build.py``);
+    where a C compiler is found the build must be there and be of the current definitions."""
     global decode_bodies, direct_module
     if request.param == "compiled":
         native, why = decoding.native_module()
@@ -54,7 +56,7 @@ def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_the_reading_build_is_the_compiled_one_where_it_can_be() -> None:
-    """The archive and the codec decode through the compiled build when it was built from this source."""
+    """The archive and the codec decode through the compiled build when it was built from the current text."""
     native, why = decoding.native_module()
     if native is None and not _compiler():
         pytest.skip(f"no C compiler here: {why}")
@@ -85,7 +87,7 @@ def _through_fastavro(body: bytes) -> Envelope:
 
 
 def test_the_direct_reading_is_for_the_current_schema() -> None:
-    """The schema changed: update ``adapters/avro/direct.py`` to its layout, then DIRECT_FINGERPRINT."""
+    """The decoder is generated for the schema the definitions give, which is the committed one."""
     assert CODEC.fingerprint == DIRECT_FINGERPRINT
     assert reads_directly(CODEC.fingerprint)
     assert not any(reads_directly(fp) for fp in writer_schemas() if fp != CODEC.fingerprint)
@@ -111,16 +113,17 @@ def test_the_golden_reasoning_logs_decode_as_fastavro_decodes_them(session: str)
     assert decode_bodies(b"".join(bodies), len(bodies), SCHEMA) == log
 
 
-def test_the_loop_s_everyday_events_are_read_directly() -> None:
-    """Everything but the header of a plain session is built without fastavro; the rest is left to it."""
+def test_the_loop_s_events_are_read_directly_and_ignorable_ones_through_fastavro() -> None:
+    """Every event of a plain session is built without fastavro; an event that travels as UnknownEvent (every
+    ignorable type) is left to it."""
     log = simple_log(turns=3)
     for event in log:
         body = _body(event)
-        if event.type == "request/header":
-            with pytest.raises(direct_module._Other):
-                direct_module._record(body, 0)
-        else:
-            assert direct_module._record(body, 0) == (event, len(body))
+        assert direct_module._record(body, 0) == (event, len(body))
+    unknown = next(e for e in EVERY_TYPE if e.ignorable)
+    with pytest.raises(direct_module._Other):
+        direct_module._record(_body(unknown), 0)
+    assert decode_bodies(_body(unknown), 1, SCHEMA) == [unknown]
     calls = UserMessage("u", (TextBlock("a"), ToolCallBlock("c", "n", "{}")), "user")
     assert direct_module._record(_body(Envelope(3, 4, calls)), 0)[0].data == calls
 

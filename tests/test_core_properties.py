@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import Envelope, ReplaceOp, Session, TextBlock, UnknownEvent, UserMessage, fold_messages

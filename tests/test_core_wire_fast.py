@@ -1,10 +1,11 @@
-"""The fast decoding path of the common event shapes equals the validating reader on every input.
+"""The decoders generated from the record definitions equal the interpreter of the same definitions.
 
-``envelope_from_json`` answers the plain shapes through ``fast_envelope`` and everything else through the validating
-reader; for every input, ``fast_envelope`` either defers (``None``) or returns exactly what the validating reader
-returns — never accepts what it would refuse. And what it accepts is exactly what the encoder writes
-(``encode_event`` of the result is the canonical JSON of the input): ``decode_canonical`` relies on that
-to check an imported line is canonical without encoding the event again.
+``envelope_from_json`` answers what the encoder writes through the generated decoders (``fast_envelope``) and
+everything else through the validating reader (the interpreter); for every input, ``fast_envelope`` either
+defers (``None``) or returns exactly what the validating reader returns — never accepts what it would refuse.
+And what it accepts is exactly what the encoder writes (``encode_event`` of the result is the canonical JSON
+of the input): ``decode_canonical`` relies on that to check an imported line is canonical without encoding
+the event again.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foldline.core import codec
-from foldline.core.wire import decode_canonical, decode_event, encode_event
-from foldline.core.wire_fast import fast_envelope
-from foldline.core.wire_read import read_envelope
+from foldline.core.wire import _fast_envelope as fast_envelope
+from foldline.core.wire import decode_canonical, decode_event, encode_event, read_envelope
 from foldline.errors import ValidationError
 from tests.strategies import logs
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -215,7 +215,7 @@ def test_verify_proves_the_summarize_body_by_its_logged_digest() -> None:
     target = summaries[0].seq
     other = "sha256:" + "0" * 64
     forged = [
-        Envelope(e.seq, e.time, dataclasses.replace(e.data, input_digest=other))
+        Envelope(e.seq, e.time, msgspec.structs.replace(e.data, input_digest=other))
         if e.seq == target and isinstance(e.data, CompactionSummary)
         else e
         for e in events

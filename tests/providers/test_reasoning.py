@@ -20,6 +20,7 @@ from foldline.core import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    ToolSpec,
     Usage,
     UserMessage,
 )
@@ -123,6 +124,17 @@ def test_v2_puts_the_logged_ttl_on_every_cache_marker_and_refuses_reasoning_from
         body(ANTHROPIC_MESSAGES_V2, [Message("user", (SIGNED, TextBlock("hi")))])
 
 
+@pytest.mark.parametrize("block", [SIGNED, UNSIGNED, REDACTED, ITEM], ids=lambda b: b.kind)
+def test_reasoning_of_every_kind_in_a_user_message_is_refused_by_v2_and_dropped_by_v1(block: Any) -> None:
+    """docs/FORMAT.md §9.2: the encrypted kind too (the table's "dropped" is for assistant messages)."""
+    messages = [Message("user", (block, TextBlock("hi")))]
+    with pytest.raises(ProviderError, match="cannot carry a"):
+        body(ANTHROPIC_MESSAGES_V2, messages)
+    assert body(ANTHROPIC_MESSAGES_V1, messages)["messages"] == [
+        {"content": [{"text": "hi", "type": "text"}], "role": "user"}
+    ]
+
+
 def test_the_anthropic_parser_keeps_thinking_and_redacted_thinking_in_order() -> None:
     answer = {
         "content": [
@@ -222,6 +234,29 @@ def test_reasoning_chat_passes_every_reasoning_text_back_concatenated() -> None:
     assert "max_completion_tokens" not in sent
     assert "reasoning_content" not in body(OPENAI_CHAT_V1, messages)["messages"][2]
     assert body(OPENAI_CHAT_V1, messages, reasoning_effort="off")["reasoning_effort"] == "none"
+
+
+def test_reasoning_chat_sends_no_reasoning_content_for_redacted_or_encrypted_reasoning_alone() -> None:
+    """docs/FORMAT.md §9.5: only plain reasoning blocks give ``reasoning_content``; an empty one gives ``""``."""
+    opaque = [user("hi"), Message("assistant", (REDACTED, ITEM, TextBlock("Hello.")))]
+    sent = body(REASONING_CHAT_V1, opaque)["messages"][2]
+    assert sent["role"] == "assistant"
+    assert "reasoning_content" not in sent
+    empty = [user("hi"), Message("assistant", (ReasoningBlock(""), TextBlock("Hello.")))]
+    assert body(REASONING_CHAT_V1, empty)["messages"][2]["reasoning_content"] == ""
+
+
+def test_responses_sends_no_error_flag_and_no_empty_description() -> None:
+    """docs/FORMAT.md §9.4: a tool result's isError is not sent; an empty description is left out."""
+    messages = [
+        user("go"),
+        Message("assistant", (ToolCallBlock("c1", "list_dir", "{}"),)),
+        Message("tool", (ToolResultBlock("c1", (TextBlock("denied"),), is_error=True),)),
+    ]
+    tools = (ToolSpec("list_dir", ""), ToolSpec("read_file", "Reads a file."))
+    sent = json.loads(OPENAI_RESPONSES_V1.serialize(request(messages, tools=tools, max_tokens=1000), None))
+    assert sent["input"][-1] == {"call_id": "c1", "output": "denied", "type": "function_call_output"}
+    assert [t.get("description") for t in sent["tools"]] == [None, "Reads a file."]
 
 
 def test_chat_usage_maps_cache_writes_and_deepseek_hit_tokens() -> None:

@@ -127,6 +127,36 @@ def apply(fold: Fold, event: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- §9.0 shared pieces
 
 
+def tool_input(arguments: str) -> dict[str, Json]:
+    """§9.1 "Arguments → input": the JSON object of a tool call's raw arguments, by the number and key rules."""
+
+    def constant(name: str) -> Json:
+        raise Refused(f"arguments hold {name}, which is not JSON")
+
+    def number(text: str) -> float:
+        value = float(text)
+        if math.isinf(value):
+            raise Refused(f"arguments hold {text[:20]}, beyond the double range")
+        return value
+
+    def integer(text: str) -> int | float:
+        value = int(text)
+        if -(2**63) <= value <= 2**64 - 1:
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            raise Refused(f"arguments hold an integer of {len(text)} digits, beyond the double range") from None
+
+    try:
+        value = json.loads(arguments, parse_constant=constant, parse_float=number, parse_int=integer)
+    except ValueError as exc:
+        raise Refused(f"arguments are not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise Refused("arguments are not an object")
+    return value
+
+
 class Refused(Exception):
     """The serializer refuses the request (§9.0)."""
 
@@ -225,10 +255,7 @@ def anthropic(version: int, header: dict[str, Any], messages: list[dict[str, Any
         if kind == "tool-call":
             if role != "assistant":
                 raise Refused("tool call outside an assistant message")
-            arguments = json.loads(b["arguments"])
-            if not isinstance(arguments, dict):
-                raise Refused("arguments are not an object")
-            return {"id": b["id"], "input": arguments, "name": b["name"], "type": "tool_use"}
+            return {"id": b["id"], "input": tool_input(b["arguments"]), "name": b["name"], "type": "tool_use"}
         if kind == "tool-result":
             if role == "assistant":
                 raise Refused("tool result in an assistant message")

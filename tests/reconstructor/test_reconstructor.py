@@ -6,11 +6,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from foldline.config import Config, open_stores
 from foldline.demo import run_demo
 
 from ..golden_logs.layout import ATTACHMENTS_DIR, SESSIONS, jsonl_path
 from ..golden_logs.reasoning import REASONING_DIR, REASONING_SESSIONS
+from . import reconstruct as reconstructor
 from .reconstruct import body_bytes, reconstruct
 
 
@@ -72,3 +75,41 @@ def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
         assert kinds == {"dispatch", "summarize"}
     finally:
         db.close()
+
+
+ARGUMENT_CASES = [
+    '{"x": NaN}',
+    '{"x": Infinity}',
+    '{"x": 18446744073709551615}',
+    '{"x": 18446744073709551616}',
+    '{"x": -9223372036854775808}',
+    '{"x": -9223372036854775809}',
+    '{"x": 1e400}',
+    '{"x": -1e400}',
+    '{"x": ' + "9" * 400 + "}",
+    '{"a": 1, "a": 2}',
+    '{"x": 1E2, "y": 0.1e-6, "z": 1.0}',
+    '{"b": {"d": 1, "c": "\\u00e9"}, "a": [1, 2.5]}',
+    "[1, 2]",
+    "not json",
+]
+
+
+@pytest.mark.parametrize("arguments", ARGUMENT_CASES)
+def test_tool_arguments_become_the_input_foldline_sends(arguments: str) -> None:
+    """docs/FORMAT.md §9.1 "Arguments → input" (NaN, integers beyond 64 bits, 1e400, duplicate keys): the
+    reconstructor, written from the page, writes the same ``input`` bytes as foldline's serializer, or refuses
+    what it refuses."""
+    from foldline.core.codec import canonical_json
+    from foldline.errors import ProviderError
+    from foldline.providers.encoding import tool_input_object
+
+    try:
+        expected: bytes | None = canonical_json(tool_input_object(arguments, "c", "anthropic"))
+    except ProviderError:
+        expected = None
+    try:
+        got: bytes | None = reconstructor.canonical(reconstructor.tool_input(arguments)).encode()
+    except reconstructor.Refused:
+        got = None
+    assert got == expected

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Annotated, ClassVar, TypeAlias
+
+import msgspec
+
+from .records import Id, Nat, Pos, Record, tagged
 
 __all__ = [
     "ATTACHMENT_ID_RE",
+    "Block",
     "REASONING_KINDS",
     "ContentBlock",
     "EncryptedReasoningBlock",
@@ -27,15 +31,15 @@ ATTACHMENT_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
-@dataclass(frozen=True, slots=True)
-class ImageRef:
+class ImageRef(Record, frozen=True):
     """A content-addressed image: the log records the digest and the metadata the bytes must match."""
 
     attachment_id: str
     media_type: str
-    bytes: int
-    width: int
-    height: int
+    bytes: Nat
+    width: Pos
+    height: Pos
+    name: str | None = None  # the file name the image came with, when it had one; not model-visible
 
     def __post_init__(self) -> None:
         if not ATTACHMENT_ID_RE.match(self.attachment_id):
@@ -46,39 +50,41 @@ class ImageRef:
             raise ValueError("image bytes must be >= 0 and width/height > 0")
 
 
-@dataclass(frozen=True, slots=True)
-class TextBlock:
+class Block(Record, tag_field="type", frozen=True):
+    """A content block; ``kind`` is its logged ``type``."""
+
+    kind: ClassVar[str]
+
+
+@tagged
+class TextBlock(Block, tag="text", frozen=True):
     text: str
-    kind: Literal["text"] = "text"
 
 
-@dataclass(frozen=True, slots=True)
-class ImageBlock:
-    image: ImageRef
-    kind: Literal["image"] = "image"
+@tagged
+class ImageBlock(Block, tag="image", frozen=True):
+    image: ImageRef = msgspec.field(name="attachment")
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCallBlock:
-    id: str
-    name: str
-    arguments: str  # the raw JSON text the model produced
-    kind: Literal["tool-call"] = "tool-call"
+@tagged
+class ToolCallBlock(Block, tag="tool-call", frozen=True):
+    id: Id
+    name: Id
+    arguments: Annotated[str, msgspec.Meta(description="The raw JSON text the model produced.")]
 
 
 ToolResultPart: TypeAlias = TextBlock | ImageBlock
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResultBlock:
-    tool_call_id: str
+@tagged
+class ToolResultBlock(Block, tag="tool-result", frozen=True):
+    tool_call_id: Id
     content: tuple[ToolResultPart, ...]
     is_error: bool = False
-    kind: Literal["tool-result"] = "tool-result"
 
 
-@dataclass(frozen=True, slots=True)
-class ReasoningBlock:
+@tagged
+class ReasoningBlock(Block, tag="reasoning", frozen=True):
     """The model's reasoning text, and the provider's signature over it when the provider signs it.
 
     Anthropic ``thinking {thinking, signature}``; a ``reasoning_content`` string (DeepSeek, vLLM, SGLang);
@@ -87,19 +93,17 @@ class ReasoningBlock:
 
     text: str
     signature: str | None = None
-    kind: Literal["reasoning"] = "reasoning"
 
 
-@dataclass(frozen=True, slots=True)
-class RedactedReasoningBlock:
+@tagged
+class RedactedReasoningBlock(Block, tag="redacted-reasoning", frozen=True):
     """Reasoning the provider returned encrypted, with no text: Anthropic ``redacted_thinking {data}``."""
 
     data: str
-    kind: Literal["redacted-reasoning"] = "redacted-reasoning"
 
 
-@dataclass(frozen=True, slots=True)
-class EncryptedReasoningBlock:
+@tagged
+class EncryptedReasoningBlock(Block, tag="encrypted-reasoning", frozen=True):
     """An OpenAI Responses reasoning item: its id, its summary texts and its ``encrypted_content``.
 
     The summary parts are kept as separate strings (in order) so the item goes back exactly as it came.
@@ -108,7 +112,6 @@ class EncryptedReasoningBlock:
     id: str
     summary: tuple[str, ...]
     encrypted_content: str
-    kind: Literal["encrypted-reasoning"] = "encrypted-reasoning"
 
 
 ReasoningContent: TypeAlias = ReasoningBlock | RedactedReasoningBlock | EncryptedReasoningBlock
@@ -125,14 +128,17 @@ ContentBlock: TypeAlias = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage of one provider call, normalized: ``input`` counts uncached input tokens only."""
+class Usage(Record, frozen=True):
+    """Token usage of one provider call, normalized: ``input`` counts uncached input tokens only.
 
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
+    ``reasoning_tokens``: how many of the ``output`` tokens the model spent reasoning, when the provider says
+    (OpenAI ``completion_tokens_details.reasoning_tokens``, DeepSeek, Gemini ``thoughtsTokenCount``)."""
+
+    input: Nat = 0
+    output: Nat = 0
+    cache_read: Nat = 0
+    cache_write: Nat = 0
+    reasoning_tokens: Nat | None = None
 
     @property
     def prompt_tokens(self) -> int:

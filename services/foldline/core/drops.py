@@ -33,8 +33,8 @@ step's dispatch (inclusive), in this order of precedence — ``cause`` is the fi
                    seconds after their last use);
 ``unexplained``    none of the above: the log does not account for the drop.
 
-Each step carries the provider's names for its answer (the ``assistant/message``'s ``providerRequestId`` and
-``providerMessageId``), so a drop — an unexplained one above all — can be taken to the provider: the request
+Each step carries the provider's names for its answer (the ``assistant/message``'s ``provider_request_id`` and
+``provider_message_id``), so a drop — an unexplained one above all — can be taken to the provider: the request
 id for a support ticket, this and the previous step's message ids for its cache diagnostics.
 
 Pure: no I/O and no clock — times come from envelope timestamps.

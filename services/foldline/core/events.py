@@ -7,12 +7,14 @@ model. Events are frozen once built. :data:`EventData` is the union of every eve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal, TypeAlias
+from typing import Annotated, ClassVar, Literal, TypeAlias, get_args
+
+import msgspec
 
 from .content import ContentBlock, ToolResultPart, Usage
 from .frozen import FrozenDict
 from .header import EpochHeader, HeaderReason
+from .records import MAX_INT, Digest, Id, Nat, Pos, Record, SessionId
 
 __all__ = [
     "MAX_INT",
@@ -21,6 +23,8 @@ __all__ = [
     "SURFACE_TYPES",
     "TURN_END_REASONS",
     "ALWAYS_IGNORABLE",
+    "EVENT_TYPES",
+    "Event",
     "AssistantChunk",
     "AssistantMessage",
     "AttachmentQuarantine",
@@ -49,146 +53,145 @@ __all__ = [
 
 SESSION_FORMAT_VERSION = 0
 
-#: The largest integer any field may hold: an Avro ``long`` (signed 64 bits), what the Kafka records carry.
-MAX_INT = (1 << 63) - 1
 #: The latest event ``time``: 9999-12-31T23:59:59.999Z, the last instant a calendar date can name.
 MAX_TIME_MS = 253_402_300_799_999
 
 TurnEndReason = Literal[
     "completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "refusal", "context-overflow"
 ]
-TURN_END_REASONS: frozenset[str] = frozenset(
-    {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "refusal", "context-overflow"}
-)
+TURN_END_REASONS: frozenset[str] = frozenset(get_args(TurnEndReason))
 USER_SOURCES: frozenset[str] = frozenset(
     {"user", "inject", "tool-context", "pre-step", "compaction", "fork", "refusal-reset"}
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ReplaceOp:
+class ReplaceOp(Record, tag_field="op", tag="replace", frozen=True):
     """Replace the visible surface entries ``start..end`` (inclusive positions) with this event."""
 
-    start: int
-    end: int
+    TAG_RULE: ClassVar[str] = "surface-op"
+    start: Nat
+    end: Nat
 
 
-SurfaceOp: TypeAlias = Literal["append"] | ReplaceOp
+SurfaceOp: TypeAlias = (
+    Annotated[
+        Literal["append"],
+        msgspec.Meta(extra={"rule": "surface-op", "avro": {"enum": "AppendOp", "default": "append"}}),
+    ]
+    | ReplaceOp
+)
+#: Seqs of earlier events an event derives from, in the order written.
+SourceSeqs: TypeAlias = Annotated[tuple[Nat, ...], msgspec.Meta(extra={"rule": "surface-op"})]
 
 
-@dataclass(frozen=True, slots=True)
-class UserMessage:
+class Event(Record, frozen=True):
+    """The payload of one event type; ``TYPE`` is its logged ``type``."""
+
+    TYPE: ClassVar[str]
+
+
+class UserMessage(Event, frozen=True):
     TYPE: ClassVar[str] = "user/message"
-    id: str
+    JSON_CONSTANTS: ClassVar[dict[str, str]] = {"role": "user"}
+    id: Id
     content: tuple[ContentBlock, ...]
     source: str = "user"
     surface_op: SurfaceOp = "append"
-    source_event_seqs: tuple[int, ...] | None = None
+    source_event_seqs: SourceSeqs | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AssistantMessage:
+class AssistantMessage(Event, frozen=True):
     """A model answer. ``provider_request_id`` / ``provider_message_id`` name it at the provider (the HTTP
     request id header and the answer's own id), for support tickets and cache diagnostics; not model-visible."""
 
     TYPE: ClassVar[str] = "assistant/message"
-    id: str
+    JSON_CONSTANTS: ClassVar[dict[str, str]] = {"role": "assistant"}
+    id: Id
     content: tuple[ContentBlock, ...]
     usage: Usage | None = None
     stop_reason: str | None = None
     surface_op: SurfaceOp = "append"
-    source_event_seqs: tuple[int, ...] | None = None
+    source_event_seqs: SourceSeqs | None = None
     provider_request_id: str | None = None
     provider_message_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(Event, frozen=True):
     TYPE: ClassVar[str] = "tool/result"
-    call_id: str
-    name: str
+    call_id: Id
+    name: Id
     content: tuple[ToolResultPart, ...]
     is_error: bool = False
     surface_op: SurfaceOp = "append"
-    source_event_seqs: tuple[int, ...] | None = None
+    source_event_seqs: SourceSeqs | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TurnStart:
+class TurnStart(Event, frozen=True):
     TYPE: ClassVar[str] = "turn/start"
-    turn: int
+    turn: Nat
 
 
-@dataclass(frozen=True, slots=True)
-class TurnEnd:
+class TurnEnd(Event, frozen=True):
     TYPE: ClassVar[str] = "turn/end"
-    turn: int
-    reason: TurnEndReason
+    turn: Nat
+    reason: Annotated[TurnEndReason, msgspec.Meta(extra={"rule": "turn-end-reason"})]
 
 
-@dataclass(frozen=True, slots=True)
-class StepStart:
+class StepStart(Event, frozen=True):
     TYPE: ClassVar[str] = "step/start"
-    turn: int
-    step: int
+    turn: Nat
+    step: Nat
 
 
-@dataclass(frozen=True, slots=True)
-class StepEnd:
+class StepEnd(Event, frozen=True):
     TYPE: ClassVar[str] = "step/end"
-    turn: int
-    step: int
+    turn: Nat
+    step: Nat
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(Event, frozen=True):
     TYPE: ClassVar[str] = "tool/call"
-    turn: int
-    step: int
-    call_id: str
-    name: str
-    arguments: str
+    turn: Nat
+    step: Nat
+    call_id: Id
+    name: Id
+    arguments: Annotated[str, msgspec.Meta(description="The raw JSON text the model produced.")]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(Event, frozen=True):
     TYPE: ClassVar[str] = "request/header"
     header: EpochHeader
-    reason: HeaderReason
+    reason: Annotated[HeaderReason, msgspec.Meta(extra={"rule": "header-reason"})]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestDispatch:
+class RequestDispatch(Event, frozen=True):
     """The digest of the exact wire bytes of a loop request, recorded before they are sent."""
 
     TYPE: ClassVar[str] = "request/dispatch"
-    turn: int
-    step: int
+    turn: Nat
+    step: Nat
     serializer: str
-    serializer_version: int
-    digest: str
-    bytes: int
+    serializer_version: Nat
+    digest: Digest
+    bytes: Nat
 
 
-@dataclass(frozen=True, slots=True)
-class SessionEndSeed:
+class SessionEndSeed(Event, frozen=True):
     """Closes a forked prefix; the child's own events follow."""
 
     TYPE: ClassVar[str] = "session/end-seed"
-    parent_id: str | None = None
-    seed_length: int | None = None
+    parent_id: SessionId | None = None
+    seed_length: Nat | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionStart:
+class CompactionStart(Event, frozen=True):
     TYPE: ClassVar[str] = "compaction/start"
-    start: int
-    end: int
-    estimated_tokens: int
+    start: Nat
+    end: Nat
+    estimated_tokens: Nat
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionSummary:
+class CompactionSummary(Event, frozen=True):
     """The summarize one-shot's answer. ``serializer``/``serializer_version``/``input_digest`` name the exact
     body that was sent (sha256 of its bytes), so ``foldline verify`` proves the rebuilt input byte for byte;
     logs written before these fields existed are rechecked without that proof. ``prompt_version`` names the
@@ -198,21 +201,22 @@ class CompactionSummary:
     summary: str
     provider: str
     model: str
-    max_tokens: int
+    max_tokens: Pos
     usage: Usage | None = None
     serializer: str | None = None
-    serializer_version: int | None = None
-    input_digest: str | None = None
-    prompt_version: int | None = None  # the summarize prompt version (docs/COMPACTION.md); absent means 1
+    serializer_version: Pos | None = None
+    input_digest: Digest | None = None
+    # the summarize prompt version (docs/COMPACTION.md); absent means 1
+    prompt_version: (
+        Annotated[int, msgspec.Meta(ge=1, le=MAX_INT, description="The summarize prompt version (absent: 1).")] | None
+    ) = None
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionEnd:
+class CompactionEnd(Event, frozen=True):
     TYPE: ClassVar[str] = "compaction/end"
 
 
-@dataclass(frozen=True, slots=True)
-class AttachmentQuarantine:
+class AttachmentQuarantine(Event, frozen=True):
     """An attachment object could not be used; records the failure and the proposed recovery."""
 
     TYPE: ClassVar[str] = "attachment/quarantine"
@@ -221,8 +225,7 @@ class AttachmentQuarantine:
     recovery: str
 
 
-@dataclass(frozen=True, slots=True)
-class LlmRetry:
+class LlmRetry(Event, frozen=True):
     """One failed attempt of a step's provider request, appended before the wait that follows it.
 
     ``attempt`` counts from 1; ``status`` is the HTTP status (absent for a transport failure); ``error_type``
@@ -233,18 +236,17 @@ class LlmRetry:
     """
 
     TYPE: ClassVar[str] = "llm/retry"
-    turn: int
-    step: int
-    attempt: int
+    turn: Nat
+    step: Nat
+    attempt: Pos
     error_type: str
-    status: int | None = None
-    wait_ms: int | None = None
+    status: Annotated[int, msgspec.Meta(ge=100, le=MAX_INT)] | None = None
+    wait_ms: Nat | None = None
     provider_request_id: str | None = None
-    received_bytes: int = 0
+    received_bytes: Nat = 0
 
 
-@dataclass(frozen=True, slots=True)
-class AssistantChunk:
+class AssistantChunk(Event, frozen=True):
     """One server-sent event of a streamed answer, as it arrived (optional logging, off by default).
 
     ``attempt`` is the attempt of the step's request it belongs to, ``index`` its position in that attempt's
@@ -252,10 +254,10 @@ class AssistantChunk:
     Never model-visible; always written ignorable."""
 
     TYPE: ClassVar[str] = "assistant/chunk"
-    turn: int
-    step: int
-    attempt: int
-    index: int
+    turn: Nat
+    step: Nat
+    attempt: Pos
+    index: Nat
     data: str
     event: str | None = None
 
@@ -264,8 +266,7 @@ class AssistantChunk:
 ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE})
 
 
-@dataclass(frozen=True, slots=True)
-class UnknownEvent:
+class UnknownEvent(Record, frozen=True):
     """An event type this version does not know; only accepted when the envelope is ignorable."""
 
     type: str
@@ -295,11 +296,12 @@ EventData: TypeAlias = (
     | UnknownEvent
 )
 
+#: Every known event type, in the order of :data:`EventData`.
+EVENT_TYPES: tuple[type[Event], ...] = tuple(t for t in get_args(EventData) if issubclass(t, Event))
 SURFACE_TYPES: frozenset[str] = frozenset({UserMessage.TYPE, AssistantMessage.TYPE, ToolResult.TYPE})
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(msgspec.Struct, frozen=True, gc=False):
     seq: int
     time: int
     data: EventData

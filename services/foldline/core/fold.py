@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, assert_never
 
+from ..errors import FormatError
 from . import codec
 from .events import (
     AssistantChunk,
@@ -43,7 +44,6 @@ from .events import (
 from .header import EpochHeader
 from .projection import Message, Session, derive_event_message
 from .wire import block_from_json, block_to_json, header_from_json, header_to_json
-from .wire_read import Reader
 
 __all__ = [
     "FoldDelta",
@@ -62,14 +62,22 @@ def encode_message(message: Message) -> bytes:
     return codec.canonical_json({"role": message.role, "content": [block_to_json(b) for b in message.content]})
 
 
+_ROLES = frozenset({"user", "assistant", "tool"})
+
+
 def decode_message(raw: bytes) -> Message:
-    value: Any = codec.loads(raw)
-    reader = Reader(None)
-    role = value.get("role") if isinstance(value, dict) else None
-    if role not in ("user", "assistant", "tool") or not isinstance(value.get("content"), list):
-        reader.fail(f"a fold message must be {{role, content}} as written by encode_message, got {raw[:80]!r}")
-    blocks = tuple(block_from_json(reader, b, f"content[{i}]") for i, b in enumerate(value["content"]))
-    return Message(role, blocks)
+    """The message of :func:`encode_message`'s bytes; FormatError naming the block that is wrong."""
+    try:
+        value: Any = codec.loads(raw)
+    except ValueError as exc:
+        raise FormatError("format", f"a fold message is not JSON: {exc}") from exc
+    role = value.get("role") if type(value) is dict else None
+    content = value.get("content") if role in _ROLES and len(value) == 2 else None
+    if type(content) is not list:
+        raise FormatError(
+            "format", f"a fold message must be {{role, content}} as written by encode_message, got {raw[:80]!r}"
+        )
+    return Message(role, tuple([block_from_json(b, f"content[{i}]") for i, b in enumerate(content)]))  # type: ignore[arg-type]
 
 
 def encode_header(header: EpochHeader) -> bytes:
@@ -77,7 +85,7 @@ def encode_header(header: EpochHeader) -> bytes:
 
 
 def decode_header(raw: bytes) -> EpochHeader:
-    return header_from_json(Reader(None), codec.loads(raw), "header")
+    return header_from_json(codec.loads(raw), "header")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +161,6 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
                 | CompactionSummary()
                 | CompactionEnd()
                 | AttachmentQuarantine()
-                | LlmRetry()
-                | AssistantChunk()
                 | LlmRetry()
                 | AssistantChunk()
                 | UnknownEvent()

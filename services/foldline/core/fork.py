@@ -13,8 +13,10 @@ last event is refused with :class:`~foldline.errors.ForkError`, naming the neare
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import assert_never
+
+import msgspec
 
 from ..errors import ForkError
 from .events import (
@@ -140,7 +142,7 @@ def fork_seed(
             )
         header = point.header
         if model is not None:
-            header = replace(header, config=header.config.with_overrides(model=model))
+            header = msgspec.structs.replace(header, config=header.config.with_overrides(model=model))
         if system is not None:
             header = EpochHeader(header.config, system or None, header.tools)
         own.append(RequestHeader(header, "resume"))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from .frozen import FrozenDict, freeze_json
+from .records import Nat, Pos, Record
 
 __all__ = [
     "CACHE_TTLS",
@@ -30,20 +32,24 @@ CACHE_TTLS: Mapping[str, float] = MappingProxyType({"5m": 300.0, "1h": 3600.0, "
 MIN_THINKING_BUDGET = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class CallConfig:
+#: ``rule`` of the values a canonical header never holds (an empty system prompt, tool list or stop list).
+_CANONICAL = {"rule": "header-canonical"}
+
+
+class CallConfig(Record, frozen=True):
     """The call configuration of a conversation: provider, model, sampling scalars and whether answers stream."""
 
     provider: str
     model: str
     temperature: float | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] | None = None
+    max_tokens: Pos | None = None
+    stop: Annotated[tuple[str, ...], msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
     reasoning_effort: str | None = None
     cache_ttl: str | None = None
     prompt_cache_key: str | None = None
-    thinking_budget: int | None = None
-    stream: bool = False  # answer as server-sent events; logged, so the request's digest covers it
+    thinking_budget: Nat | None = None
+    # answer as server-sent events; logged, so the request's digest covers it
+    stream: Annotated[bool, msgspec.Meta(extra={**_CANONICAL, "true_only": True, "avro": {"nullable": True}})] = False
 
     def __post_init__(self) -> None:
         if not self.provider or not self.model:
@@ -63,25 +69,26 @@ class CallConfig:
         if self.thinking_budget is not None and self.thinking_budget < MIN_THINKING_BUDGET:
             raise ValueError(f"config.thinkingBudget must be >= {MIN_THINKING_BUDGET}, got {self.thinking_budget}")
         if self.stop is not None and not self.stop:
-            object.__setattr__(self, "stop", None)
+            msgspec.structs.force_setattr(self, "stop", None)
 
     def with_overrides(self, **changes: Any) -> CallConfig:
-        return replace(self, **changes)
+        return msgspec.structs.replace(self, **changes)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
+class ToolSpec(Record, frozen=True):
     """A tool the model may call: name, description and JSON-schema for its arguments."""
 
     name: str
     description: str
-    input_schema: Mapping[str, Any] = field(default_factory=FrozenDict)  # frozen on construction
+    input_schema: Annotated[
+        Mapping[str, Any], msgspec.Meta(description="The JSON schema object as canonical JSON text.")
+    ] = msgspec.field(default_factory=FrozenDict)  # frozen on construction
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("tool name must be non-empty")
         if not isinstance(self.input_schema, FrozenDict):
-            object.__setattr__(self, "input_schema", _freeze_mapping(self.input_schema))
+            msgspec.structs.force_setattr(self, "input_schema", _freeze_mapping(self.input_schema))
 
 
 def _freeze_mapping(value: Mapping[str, Any]) -> FrozenDict:
@@ -91,19 +98,18 @@ def _freeze_mapping(value: Mapping[str, Any]) -> FrozenDict:
     return frozen
 
 
-@dataclass(frozen=True, slots=True)
-class EpochHeader:
+class EpochHeader(Record, frozen=True):
     """Call config, rendered system prompt and tool schemas; empty values are held as absent."""
 
     config: CallConfig
-    system: str | None = None
-    tools: tuple[ToolSpec, ...] | None = None
+    system: Annotated[str, msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
+    tools: Annotated[tuple[ToolSpec, ...], msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
 
     def __post_init__(self) -> None:
         if self.system == "":
-            object.__setattr__(self, "system", None)
+            msgspec.structs.force_setattr(self, "system", None)
         if self.tools is not None and len(self.tools) == 0:
-            object.__setattr__(self, "tools", None)
+            msgspec.structs.force_setattr(self, "tools", None)
         if self.tools is not None:
             names = [t.name for t in self.tools]
             if len(set(names)) != len(names):

@@ -18,20 +18,7 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from ..errors import ValidationError
-from .content import (
-    ContentBlock,
-    EncryptedReasoningBlock,
-    ImageBlock,
-    ImageRef,
-    ReasoningBlock,
-    RedactedReasoningBlock,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-    Usage,
-)
 from .events import (
-    MAX_INT,
     MAX_TIME_MS,
     AssistantChunk,
     AssistantMessage,
@@ -54,6 +41,7 @@ from .events import (
     UnknownEvent,
     UserMessage,
 )
+from .records import ID_MAX_BYTES, MAX_INT, SESSION_ID_MAX_BYTES, check_record, id_problem
 from .wire import LEGACY_TYPES
 
 __all__ = [
@@ -67,30 +55,6 @@ __all__ = [
     "id_problem",
 ]
 
-#: A session id: 1..255 UTF-8 bytes of printable text (it names a Kafka key, a Redis key, a table row).
-SESSION_ID_MAX_BYTES = 255
-#: Ids inside events (message, tool-call and tool-result ids, tool names): at most this many UTF-8 bytes.
-ID_MAX_BYTES = 1024
-
-
-def id_problem(value: str, max_bytes: int, *, empty_ok: bool = False) -> str | None:
-    """Why ``value`` is not a valid id (``None`` when it is).
-
-    An id is printable text: no control, format, line/paragraph separator, surrogate, private-use or
-    unassigned character (:meth:`str.isprintable`; the ASCII space is allowed), and at most ``max_bytes``
-    bytes in UTF-8.
-    """
-    if not value:
-        return None if empty_ok else "it is empty"
-    if not value.isprintable():
-        bad = next(c for c in value if not c.isprintable())
-        return f"it contains the non-printable character U+{ord(bad):04X} (ids are printable text)"
-    if len(value) * 4 <= max_bytes:  # a character is at most 4 bytes in UTF-8
-        return None
-    if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
-        return f"it is {len(value.encode('utf-8', 'surrogatepass')):,} bytes long (at most {max_bytes} in UTF-8)"
-    return None
-
 
 def check_session_id(session_id: object, what: str = "session id") -> str:
     """``session_id`` if it is a valid session id, else :class:`ValidationError` (rule ``session-id``)."""
@@ -103,54 +67,6 @@ def check_session_id(session_id: object, what: str = "session id") -> str:
     return session_id
 
 
-def _id(value: str, what: str, seq: int) -> None:
-    problem = id_problem(value, ID_MAX_BYTES, empty_ok=True)
-    if problem is not None:
-        shown = value[:40] + ("…" if len(value) > 40 else "")
-        raise ValidationError("id", f"{what} {shown!r} is not valid: {problem}", seq=seq)
-
-
-def _int(value: int, what: str, seq: int, minimum: int = 0) -> None:
-    if not minimum <= value <= MAX_INT:
-        raise ValidationError(
-            "value-range", f"{what} must be within {minimum}..{MAX_INT} (a signed 64-bit integer), got {value}", seq=seq
-        )
-
-
-def _usage(u: Usage | None, seq: int) -> None:
-    if u is not None:
-        for name, v in (
-            ("input", u.input),
-            ("output", u.output),
-            ("cacheRead", u.cache_read),
-            ("cacheWrite", u.cache_write),
-        ):
-            _int(v, f"usage.{name}", seq)
-
-
-def _image(ref: ImageRef, seq: int) -> None:
-    _int(ref.bytes, "image bytes", seq)
-    _int(ref.width, "image width", seq, 1)
-    _int(ref.height, "image height", seq, 1)
-
-
-def _blocks(blocks: tuple[ContentBlock, ...], seq: int) -> None:
-    for b in blocks:
-        match b:
-            case TextBlock() | ReasoningBlock() | RedactedReasoningBlock() | EncryptedReasoningBlock():
-                pass  # reasoning is the provider's opaque state, kept byte for byte
-            case ImageBlock(image=image):
-                _image(image, seq)
-            case ToolCallBlock(id=id_, name=name):
-                _id(id_, "tool-call id", seq)
-                _id(name, "tool name", seq)
-            case ToolResultBlock(tool_call_id=tcid, content=content):
-                _id(tcid, "toolCallId", seq)
-                _blocks(content, seq)
-            case _:
-                assert_never(b)
-
-
 def check_values(e: Envelope) -> None:
     """Every value of ``e`` fits every backend and command: else :class:`ValidationError` naming the seq.
 
@@ -160,83 +76,18 @@ def check_values(e: Envelope) -> None:
     ``parentId`` is a session id.
     """
     seq = e.seq
-    _int(seq, "seq", seq)
+    if not 0 <= seq <= MAX_INT:
+        raise ValidationError(
+            "value-range", f"seq must be within 0..{MAX_INT} (a signed 64-bit integer), got {seq}", seq=seq
+        )
     if not 0 <= e.time <= MAX_TIME_MS:
         raise ValidationError(
             "time",
             f"time must be epoch milliseconds within 0..{MAX_TIME_MS} (up to 9999-12-31T23:59:59.999Z), got {e.time}",
             seq=seq,
         )
-    data = e.data
-    match data:  # the most frequent events first
-        case StepStart() | StepEnd():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
-        case AssistantMessage():
-            _id(data.id, "message id", seq)
-            _blocks(data.content, seq)
-            _usage(data.usage, seq)
-        case UserMessage():
-            _id(data.id, "message id", seq)
-            _blocks(data.content, seq)
-        case ToolResult():
-            _id(data.call_id, "callId", seq)
-            _id(data.name, "tool name", seq)
-            _blocks(data.content, seq)
-        case TurnStart() | TurnEnd():
-            _int(data.turn, "turn", seq)
-        case ToolCall():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
-            _id(data.call_id, "callId", seq)
-            _id(data.name, "tool name", seq)
-        case RequestHeader():
-            config = data.header.config
-            if config.max_tokens is not None:
-                _int(config.max_tokens, "config.maxTokens", seq, 1)
-            if config.thinking_budget is not None:
-                _int(config.thinking_budget, "config.thinkingBudget", seq)
-        case RequestDispatch():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
-            _int(data.serializer_version, "serializerVersion", seq)
-            _int(data.bytes, "bytes", seq)
-        case SessionEndSeed():
-            if data.parent_id is not None:
-                problem = id_problem(data.parent_id, SESSION_ID_MAX_BYTES)
-                if problem is not None:
-                    raise ValidationError("id", f"parentId is not a valid session id: {problem}", seq=seq)
-            if data.seed_length is not None:
-                _int(data.seed_length, "seedLength", seq)
-        case CompactionStart():
-            _int(data.start, "start", seq)
-            _int(data.end, "end", seq)
-            _int(data.estimated_tokens, "estimatedTokens", seq)
-        case CompactionSummary():
-            _int(data.max_tokens, "maxTokens", seq, 1)
-            _usage(data.usage, seq)
-            if data.serializer_version is not None:
-                _int(data.serializer_version, "serializerVersion", seq, 1)
-            if data.prompt_version is not None:
-                _int(data.prompt_version, "promptVersion", seq, 1)
-        case LlmRetry():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
-            _int(data.attempt, "attempt", seq, 1)
-            if data.status is not None:
-                _int(data.status, "status", seq, 100)
-            if data.wait_ms is not None:
-                _int(data.wait_ms, "waitMs", seq)
-            _int(data.received_bytes, "receivedBytes", seq)
-        case AssistantChunk():
-            _int(data.turn, "turn", seq)
-            _int(data.step, "step", seq)
-            _int(data.attempt, "attempt", seq, 1)
-            _int(data.index, "index", seq)
-        case CompactionEnd() | AttachmentQuarantine() | UnknownEvent():
-            pass
-        case _:
-            assert_never(data)
+    if type(e.data) is not UnknownEvent:
+        check_record(e.data, seq)  # the bounds and ids of the event's definition
 
 
 @dataclass(frozen=True, slots=True)

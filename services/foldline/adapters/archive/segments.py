@@ -13,7 +13,7 @@ and the digest a manifest records can be re-derived.
 Writing takes the events' Avro bodies as they are on the Kafka topic (single-object encoding without
 its 10-byte prefix): no event is decoded or re-encoded to archive it. Reading parses the container itself
 (fastavro's reader would parse the schema in its header again for every segment) and decodes the records
-of the current schema straight into envelopes (:func:`foldline.adapters.avro.direct.decode_bodies`); a
+of the current schema straight into envelopes (:func:`foldline.adapters.avro.decoding.decode_bodies`); a
 segment of another schema goes through fastavro's reader, resolved to the current schema, and the same
 datum mapping as the Kafka codec (:func:`foldline.adapters.avro.avro_to_envelope`). Both give equal
 envelopes; the seqs are checked to be exactly the range.
@@ -277,7 +277,7 @@ def _read_with_fastavro(data: bytes) -> list[Envelope]:
 def read_segment(data: bytes, session_id: str, first: int, end: int, where: str) -> list[Envelope]:
     """The events of a segment that must hold seqs ``first`` .. ``end`` of ``session_id``; ArchiveCorrupt otherwise.
 
-    A segment of the current schema is decoded by :func:`~foldline.adapters.avro.direct.decode_bodies`
+    A segment of the current schema is decoded by :func:`~foldline.adapters.avro.decoding.decode_bodies`
     (equal envelopes, several times faster); any other by fastavro's reader."""
     try:
         container = _Container(data)

@@ -3,9 +3,11 @@
 ==============  =========================================================================================
 module          holds
 ==============  =========================================================================================
+``layout``      the Avro layout derived from the record definitions: the schema, datum encoders, datum -> JSON
 ``schemas``     the ``.avsc`` files, CRC-64-AVRO fingerprints, every writer schema this process can read
 ``datum``       Envelope <-> fastavro datum (the record of each event, and the envelope of a decoded one)
-``direct``      Avro bodies of the current schema straight into envelopes, without datum dicts
+``direct``      the text of the binary decoder of the current schema, generated from the layout
+``decoding``    that decoder: its compiled build when it is of the current definitions, else its text
 ``codec``       :class:`AvroCodec`: single-object encoding, or Confluent framing with a schema registry
 ==============  =========================================================================================
 
@@ -16,9 +18,9 @@ Two framings, both self-describing:
 * **Confluent wire framing** (when a schema registry is configured): ``00`` + the 4-byte big-endian
   schema id the registry assigned + the body.
 
-Encoding goes through the logged JSON form (:func:`foldline.core.wire.envelope_to_json`) and decoding
-back through :func:`foldline.core.wire.envelope_from_json`, so the Avro form carries exactly the logged
-field names and every shape rule of the core is checked on decode; encoding first holds the event to the
+Both directions follow the layout derived from the record definitions, and a decoded datum goes back through
+:func:`foldline.core.wire.envelope_from_json`, so the Avro form carries exactly the logged field names and
+every shape rule of the core is checked on decode; encoding first holds the event to the
 values every backend can hold (:func:`foldline.core.validation.check_values`). Every failure is typed:
 :class:`~foldline.errors.AvroDecodeError` (bytes that are not a record of ours) and
 :class:`~foldline.errors.UnknownSchemaError` (a fingerprint / schema id we have no writer schema for),

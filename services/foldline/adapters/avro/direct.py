@@ -1,121 +1,71 @@
-"""Avro bodies of the current event schema decoded straight into envelopes, without fastavro's datum dicts.
+"""The archive's Avro decoder, generated from the record definitions: bodies of the current schema read
+straight into envelopes, without fastavro's datum dicts.
 
 fastavro decodes a record into dicts (and the record names of its union branches) that
 :func:`~.datum.avro_to_envelope` then turns into an envelope; for the archive's 10,000-event reads that
-pair costs ~8 µs an event, most of the read. :func:`decode_bodies` reads the binary encoding of the
-common shapes itself — the loop's events: turns, steps, tool calls, dispatches, and messages of text and
-tool-call blocks appended to the surface — and builds the envelope's objects at once.
+pair costs several µs an event, most of the read. :func:`decoder_source` writes a module that reads the
+binary encoding of every event record of the current schema itself — one function per record of the Avro
+layout (:mod:`.layout`), each checking the values the core's decoders check (bounds, patterns, literals, the
+constructors' own checks) — and builds the envelope's objects at once.
 
-Every other record goes through fastavro and :func:`~.datum.avro_to_envelope`, record by record: another
-branch (a request header, a compaction, an unknown event), an ignorable event, a replace op, source
-seqs, reasoning, images, and every value the direct path of :func:`~.datum.avro_to_envelope` would not
-take (a negative number, a turn-end reason or digest the core refuses). So both ways give equal
-envelopes for every record (``tests/test_avro_direct.py`` holds them together), and bytes that do not
-decode fail as fastavro fails on them.
+Anything it does not take — an ``UnknownEvent`` (and so every ignorable event type), a value a check
+refuses, bytes that do not decode — goes through fastavro and :func:`~.datum.avro_to_envelope`, record by
+record, which either reads it the same or raises the typed error. So both ways give equal envelopes for
+every record (``tests/test_avro_direct.py`` holds them together).
 
-The reading is written for one schema, the one with fingerprint :data:`DIRECT_FINGERPRINT`
-(``schemas/foldline.session_event.avsc`` today): :func:`reads_directly` says whether a writer schema is
-that one; bodies of any other schema are not passed here. A new schema version that leaves it behind
-only makes reads slower until it is updated (a test fails meanwhile).
+The module is generated for one schema: the one :func:`~.layout.event_schema` derives, whose fingerprint
+is :data:`DIRECT_FINGERPRINT`; :func:`reads_directly` says whether a writer schema is that one. The package's
+build compiles the generated text with mypyc (``hatch_build.py``); :mod:`.decoding` uses the compiled module
+when it was built from the very text :func:`decoder_source` writes now, else it runs the text itself.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import io
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+import hashlib
+from functools import cache
 
-import fastavro
+from ...core.events import MAX_TIME_MS
+from ...core.records import AltT, ArrT, BoolT, FieldSpec, FloatT, IntT, JsonT, LitT, Node, RecT, StrT, TagT, record_spec
+from .layout import AVRO_EVENTS, avro_fields, event_schema, reasoning_split
+from .schemas import parse_schema
 
-from ...core import codec
-from ...core.content import ContentBlock, TextBlock, ToolCallBlock, ToolResultPart, Usage
-from ...core.events import (
-    TURN_END_REASONS,
-    AssistantMessage,
-    Envelope,
-    RequestDispatch,
-    StepEnd,
-    StepStart,
-    ToolCall,
-    ToolResult,
-    TurnEnd,
-    TurnEndReason,
-    TurnStart,
-    UserMessage,
-)
-from .datum import avro_to_envelope
-
-__all__ = ["DIRECT_FINGERPRINT", "decode_bodies", "direct_envelope", "reads_directly"]
-
-DIRECT_FINGERPRINT = bytes.fromhex("a69663e9e89a0460")
-"""The single-object fingerprint of the schema whose binary layout :func:`decode_bodies` reads."""
-
-# the zigzag byte of each ``data`` union branch read here (branch index x 2), and its ``type`` field's
-# encoding (length byte + the type): a record whose type is not its branch's takes the checked path
-_USER, _ASSISTANT, _TOOL_RESULT = 0, 2, 4
-_TURN_START, _TURN_END, _STEP_START, _STEP_END, _TOOL_CALL, _DISPATCH = 6, 8, 10, 12, 14, 18
-_TYPE_FIELD = {
-    _USER: "user/message",
-    _ASSISTANT: "assistant/message",
-    _TOOL_RESULT: "tool/result",
-    _TURN_START: "turn/start",
-    _TURN_END: "turn/end",
-    _STEP_START: "step/start",
-    _STEP_END: "step/end",
-    _TOOL_CALL: "tool/call",
-    _DISPATCH: "request/dispatch",
-}
-_TYPE_BYTES = {k: bytes([len(v) * 2]) + v.encode() for k, v in _TYPE_FIELD.items()}
-_APPENDED = b"\x00\x00\x00"  # surfaceOp: AppendOp (branch 0, symbol 0); sourceEventSeqs: null
-_REASONS = frozenset(TURN_END_REASONS)
-_HEX = frozenset("0123456789abcdef")
-_DIGEST_PREFIX = codec.DIGEST_PREFIX
+__all__ = ["DIRECT_FINGERPRINT", "decoder_source", "reads_directly", "source_sha256"]
 
 
-_T = TypeVar("_T")
+@cache
+def _fingerprint() -> bytes:
+    return parse_schema(event_schema())[1]
 
 
-def _maker(cls: type[_T]) -> Callable[..., _T]:
-    """A constructor of the frozen, slotted dataclass ``cls`` taking every field positionally, in declaration
-    order (defaults too), that sets the slots through their descriptors. The dataclass's own ``__init__``
-    assigns each field through ``object.__setattr__`` (frozen classes must): building an assistant message
-    with a text block and its usage that way costs ~3x what it costs here, and in a 10,000-event archive
-    read the constructors were a third of the decoding. The object is the same either way; only classes
-    without ``__post_init__`` are taken (nothing is checked here)."""
-    if getattr(cls, "__post_init__", None) is not None or not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls.__name__} is not a plain dataclass")
-    names = [f.name for f in dataclasses.fields(cls)]
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    scope.update({f"set_{name}": getattr(cls, name).__set__ for name in names})
-    args = ", ".join(names)
-    sets = "".join(f"    set_{name}(o, {name})\n" for name in names)
-    exec(f"def make({args}):\n    o = new(cls)\n{sets}    return o\n", scope)  # the text: field names only
-    return cast(Callable[..., _T], scope["make"])
-
-
-_envelope = _maker(Envelope)
-_text = _maker(TextBlock)
-_tool_call_block = _maker(ToolCallBlock)
-_usage = _maker(Usage)
-_assistant = _maker(AssistantMessage)
-_user = _maker(UserMessage)
-_tool_result = _maker(ToolResult)
-_tool_call = _maker(ToolCall)
-_step_start = _maker(StepStart)
-_step_end = _maker(StepEnd)
-_turn_start = _maker(TurnStart)
-_turn_end = _maker(TurnEnd)
-_dispatch = _maker(RequestDispatch)
-
-
-class _Other(Exception):
-    """The record is not of the shapes read here: read it through fastavro."""
+DIRECT_FINGERPRINT = _fingerprint()
+"""The single-object fingerprint of the schema whose binary layout the generated decoder reads."""
 
 
 def reads_directly(fingerprint: bytes) -> bool:
-    """Whether bodies of the schema with ``fingerprint`` can be passed to :func:`decode_bodies`."""
+    """Whether bodies of the schema with ``fingerprint`` can be passed to the generated ``decode_bodies``."""
     return fingerprint == DIRECT_FINGERPRINT
+
+
+_RUNTIME = '''
+from __future__ import annotations
+
+import io
+import re
+import struct
+from typing import Any
+
+import fastavro
+import orjson
+
+from foldline.adapters.avro.datum import avro_to_envelope
+from foldline.core.events import Envelope
+from foldline.core.frozen import freeze_json
+
+_DOUBLE = struct.Struct("<d")
+
+
+class _Other(Exception):
+    """The record is not one read here: read it through fastavro."""
 
 
 def _long(buf: bytes, p: int) -> tuple[int, int]:
@@ -141,24 +91,12 @@ def _long(buf: bytes, p: int) -> tuple[int, int]:
 
 
 def _count(buf: bytes, p: int) -> tuple[int, int]:
-    """A non-negative long (a count, a turn, a step...); a negative one is not read here."""
+    """A non-negative long; a negative one is not read here."""
     b = buf[p]
     if b < 0x80:
         if b & 1:
             raise _Other
         return b >> 1, p + 1
-    c = buf[p + 1]
-    if c < 0x80:  # below 8,192: two bytes
-        value = (b & 0x7F) | (c << 7)
-        if value & 1:
-            raise _Other
-        return value >> 1, p + 2
-    d = buf[p + 2]
-    if d < 0x80:  # below 1,048,576: three bytes
-        value = (b & 0x7F) | (c & 0x7F) << 7 | d << 14
-        if value & 1:
-            raise _Other
-        return value >> 1, p + 3
     value, p = _long(buf, p)
     if value < 0:
         raise _Other
@@ -180,149 +118,38 @@ def _string(buf: bytes, p: int) -> tuple[str, int]:
     return buf[p:end].decode(), end
 
 
-def _optional_string(buf: bytes, p: int) -> tuple[str | None, int]:
-    branch = buf[p]
-    if branch == 0:
-        return None, p + 1
-    if branch != 2:
+def _json(buf: bytes, p: int) -> tuple[Any, int]:
+    text, p = _string(buf, p)
+    value = orjson.loads(text)
+    if type(value) is not dict:
         raise _Other
-    return _string(buf, p + 1)
+    return freeze_json(value), p
 
 
-def _blocks(buf: bytes, p: int, calls: bool) -> tuple[tuple[Any, ...], int]:
-    """An array of content blocks: text blocks, and (``calls``) tool-call blocks; anything else is _Other."""
-    if buf[p] == 2 and not buf[p + 1]:  # one text block, the commonest (count 1, text branch)
-        size = buf[p + 2]
-        if size < 0x80 and not size & 1:
-            start, end = p + 3, p + 3 + (size >> 1)
+def _merge(content: list[Any], reasoning: list[tuple[int, Any]]) -> tuple[Any, ...]:
+    merged: list[Any] = []
+    rest = iter(content)
+    entries = iter(reasoning)
+    entry = next(entries, None)
+    for at in range(len(content) + len(reasoning)):
+        if entry is not None and entry[0] == at:
+            merged.append(entry[1])
+            entry = next(entries, None)
         else:
-            size, start = _long(buf, p + 2)
-            end = start + size
-        if size >= 0 and end < len(buf) and not buf[end]:  # the array's end follows
-            return (_text(buf[start:end].decode(), "text"),), end + 1
-    out: list[Any] = []
-    n, p = _long(buf, p)
-    while n:
-        if n < 0:
-            n = -n
-            p = _long(buf, p)[1]  # the block's size in bytes
-        for _ in range(n):
-            branch = buf[p]
-            if branch == 0:
-                text, p = _string(buf, p + 1)
-                out.append(_text(text, "text"))
-            elif branch == 4 and calls:
-                id_, p = _string(buf, p + 1)
-                name, p = _string(buf, p)
-                arguments, p = _string(buf, p)
-                out.append(_tool_call_block(id_, name, arguments, "tool-call"))
-            else:
+            block = next(rest, None)
+            if block is None:
                 raise _Other
-        n, p = _long(buf, p)
-    return tuple(out), p
-
-
-def _record(buf: bytes, start: int) -> tuple[Envelope, int]:
-    """One record from ``start``, of the shapes read here (else _Other), and the position after it."""
-    b = buf[start]
-    if b >= 0x80 or b & 1:
+            merged.append(block)
+    if entry is not None:
         raise _Other
-    p = start + 1 + (b >> 1)
-    seq, p = _count(buf, p)
-    c0, c1, c2, c3, c4, c5 = buf[p : p + 6]
-    if c5 < 0x80 and c0 & c1 & c2 & c3 & c4 & 0x80:  # six bytes, as times from 1970-07 to 2039 are
-        z = (c0 & 0x7F) | (c1 & 0x7F) << 7 | (c2 & 0x7F) << 14 | (c3 & 0x7F) << 21 | ((c4 & 0x7F) | c5 << 7) << 28
-        time, p = -1 if z & 1 else z >> 1, p + 6
-    else:
-        time, p = _long(buf, p)
-    if time < 0 or buf[p]:  # a negative time; ignorable
-        raise _Other
-    branch = buf[p + 1]
-    p += 2
-    prefix = _TYPE_BYTES.get(branch)
-    if prefix is None or not buf.startswith(prefix, start):  # its length byte is b: the type is the branch's
-        raise _Other
-    data: Any
-    if branch in (_STEP_START, _STEP_END):
-        turn, c = buf[p], buf[p + 1]
-        if turn < 0x80 and c < 0x80 and not (turn | c) & 1:  # both below 64: a byte each
-            turn, step, p = turn >> 1, c >> 1, p + 2
-        else:
-            turn, p = _count(buf, p)
-            step, p = _count(buf, p)
-        data = _step_start(turn, step) if branch == _STEP_START else _step_end(turn, step)
-    elif branch == _ASSISTANT:
-        id_, p = _string(buf, p)
-        content, p = _blocks(buf, p, True)
-        usage = None
-        if buf[p]:
-            if buf[p] != 2:
-                raise _Other
-            read, p = _count(buf, p + 1)
-            written, p = _count(buf, p)
-            cache_read, p = _count(buf, p)
-            cache_write, p = _count(buf, p)
-            usage = _usage(read, written, cache_read, cache_write)
-        else:
-            p += 1
-        stop, p = _optional_string(buf, p)
-        if not buf.startswith(_APPENDED, p) or buf[p + 3]:  # appended, no source seqs, no reasoning
-            raise _Other
-        request_id, p = _optional_string(buf, p + 4)
-        message_id, p = _optional_string(buf, p)
-        blocks: tuple[ContentBlock, ...] = content
-        data = _assistant(id_, blocks, usage, stop, "append", None, request_id, message_id)
-    elif branch == _TOOL_CALL:
-        turn, p = _count(buf, p)
-        step, p = _count(buf, p)
-        call_id, p = _string(buf, p)
-        name, p = _string(buf, p)
-        arguments, p = _string(buf, p)
-        data = _tool_call(turn, step, call_id, name, arguments)
-    elif branch == _TOOL_RESULT:
-        call_id, p = _string(buf, p)
-        name, p = _string(buf, p)
-        content, p = _blocks(buf, p, False)
-        is_error = buf[p]
-        if is_error > 1 or not buf.startswith(_APPENDED, p + 1):
-            raise _Other
-        p += 4
-        parts: tuple[ToolResultPart, ...] = content
-        data = _tool_result(call_id, name, parts, bool(is_error), "append", None)
-    elif branch == _TURN_START:
-        turn, p = _count(buf, p)
-        data = _turn_start(turn)
-    elif branch == _TURN_END:
-        turn, p = _count(buf, p)
-        reason, p = _string(buf, p)
-        if reason not in _REASONS:
-            raise _Other
-        data = _turn_end(turn, cast(TurnEndReason, reason))
-    elif branch == _USER:
-        id_, p = _string(buf, p)
-        content, p = _blocks(buf, p, True)
-        source, p = _string(buf, p)
-        if not buf.startswith(_APPENDED, p) or buf[p + 3]:
-            raise _Other
-        p += 4
-        data = _user(id_, content, source, "append", None)
-    else:  # request/dispatch
-        turn, p = _count(buf, p)
-        step, p = _count(buf, p)
-        serializer, p = _string(buf, p)
-        version, p = _count(buf, p)
-        digest, p = _string(buf, p)
-        size, p = _count(buf, p)
-        hexpart = digest[len(_DIGEST_PREFIX) :]
-        if not digest.startswith(_DIGEST_PREFIX) or len(hexpart) != 64 or not _HEX.issuperset(hexpart):
-            raise _Other
-        data = _dispatch(turn, step, serializer, version, digest, size)
-    return _envelope(seq, time, data, False), p
+    return tuple(merged)
+'''
 
+_TAIL = '''
 
 def direct_envelope(body: bytes) -> Envelope | None:
-    """The envelope of one body of the schema :data:`DIRECT_FINGERPRINT` names when it is of the shapes read
-    here and nothing follows it; ``None`` otherwise (fastavro and :func:`~.datum.avro_to_envelope` then)."""
+    """The envelope of one body of this schema when it is read here and nothing follows it; ``None``
+    otherwise (fastavro and :func:`~foldline.adapters.avro.datum.avro_to_envelope` then)."""
     try:
         env, end = _record(body, 0)
     except (_Other, IndexError, ValueError):
@@ -331,20 +158,20 @@ def direct_envelope(body: bytes) -> Envelope | None:
 
 
 def decode_bodies(buf: bytes, count: int, writer_schema: Any) -> list[Envelope]:
-    """The ``count`` records written one after the other in ``buf`` (a container block's bytes) under the
-    schema :data:`DIRECT_FINGERPRINT` names (``writer_schema``: it parsed by fastavro).
+    """The ``count`` records written one after the other in ``buf`` (a container block's bytes) under this
+    schema (``writer_schema``: it parsed by fastavro).
 
-    Raises what fastavro and :func:`~.datum.avro_to_envelope` raise for a record that does not decode
-    (:class:`~foldline.errors.FormatError` and others), and ``ValueError`` when bytes are left over.
+    Raises what fastavro and :func:`~foldline.adapters.avro.datum.avro_to_envelope` raise for a record that
+    does not decode (:class:`~foldline.errors.FormatError` and others), and ``ValueError`` when bytes are
+    left over.
     """
     out: list[Envelope] = []
     append = out.append
-    record: Callable[[bytes, int], tuple[Envelope, int]] = _record
     p = 0
     view: io.BytesIO | None = None
     for _ in range(count):
         try:
-            env, end = record(buf, p)
+            env, end = _record(buf, p)
         except (_Other, IndexError, ValueError):
             if view is None:
                 view = io.BytesIO(buf)
@@ -362,3 +189,203 @@ def decode_bodies(buf: bytes, count: int, writer_schema: Any) -> list[Envelope]:
     if p != len(buf):
         raise ValueError(f"{len(buf) - p} bytes after the block's {count} records")
     return out
+'''
+
+
+class _Source:
+    """Writes the reading functions of every record of the Avro layout."""
+
+    def __init__(self) -> None:
+        self.imports: dict[type, str] = {}
+        self.consts: list[str] = []
+        self.functions: list[str] = []
+        self.done: dict[type, str] = {}
+        self.counter = 0
+
+    def cls(self, cls: type) -> str:
+        name = self.imports.get(cls)
+        if name is None:
+            name = self.imports[cls] = f"c_{record_spec(cls).name}"
+        return name
+
+    def const(self, expr: str) -> str:
+        self.counter += 1
+        name = f"_K{self.counter}"
+        self.consts.append(f"{name} = {expr}\n")
+        return name
+
+    def read(self, node: Node, v: str, out: list[str], ind: str) -> None:
+        """Lines reading one value of ``node`` at ``p`` into ``v``, moving ``p`` past it."""
+        if isinstance(node, IntT):
+            out.append(
+                f"{ind}b = buf[p]\n{ind}if b < 0x80 and not b & 1:\n{ind}    {v} = b >> 1\n{ind}    p += 1\n"
+                f"{ind}else:\n{ind}    {v}, p = _count(buf, p)\n"
+            )
+            if node.lo > 0:
+                out.append(f"{ind}if {v} < {node.lo}: raise _Other\n")
+        elif isinstance(node, FloatT):
+            out.append(f"{ind}{v} = _DOUBLE.unpack_from(buf, p)[0]\n{ind}p += 8\n")
+        elif isinstance(node, StrT | LitT):
+            out.append(f"{ind}{v}, p = _string(buf, p)\n")
+            if isinstance(node, LitT):
+                values = self.const(f"frozenset({sorted(node.values)!r})")
+                out.append(f"{ind}if {v} not in {values}: raise _Other\n")
+            else:
+                if node.min_len:
+                    out.append(f"{ind}if len({v}) < {node.min_len}: raise _Other\n")
+                if node.pattern is not None:
+                    pattern = self.const(f"re.compile({node.pattern.pattern!r})")
+                    out.append(f"{ind}if {pattern}.search({v}) is None: raise _Other\n")
+        elif isinstance(node, BoolT):
+            out.append(f"{ind}b = buf[p]\n{ind}p += 1\n{ind}if b > 1: raise _Other\n{ind}{v} = b == 1\n")
+        elif isinstance(node, JsonT):
+            out.append(f"{ind}{v}, p = _json(buf, p)\n")
+        elif isinstance(node, RecT):
+            out.append(f"{ind}{v}, p = {self.record(node.cls)}(buf, p)\n")
+        elif isinstance(node, TagT):
+            self.union(node.members, v, out, ind)
+        elif isinstance(node, AltT):
+            out.append(
+                f"{ind}if buf[p] == 0 and buf[p + 1] == 0:\n{ind}    {v} = {node.lit.values[0]!r}\n{ind}    p += 2\n"
+                f"{ind}elif buf[p] == 2:\n{ind}    {v}, p = {self.record(node.rec)}(buf, p + 1)\n"
+                f"{ind}else:\n{ind}    raise _Other\n"
+            )
+        elif isinstance(node, ArrT):
+            self.array(node.item, v, out, ind)
+        else:
+            raise AssertionError(node)
+
+    def union(self, members: tuple[type, ...], v: str, out: list[str], ind: str) -> None:
+        out.append(f"{ind}b = buf[p]\n{ind}p += 1\n")
+        for i, cls in enumerate(members):
+            out.append(
+                f"{ind}{'if' if i == 0 else 'elif'} b == {2 * i}:\n{ind}    {v}, p = {self.record(cls)}(buf, p)\n"
+            )
+        out.append(f"{ind}else:\n{ind}    raise _Other\n")
+
+    def array(self, item: Node, v: str, out: list[str], ind: str, union: tuple[type, ...] | None = None) -> None:
+        self.counter += 1
+        items = f"items{self.counter}"
+        out.append(f"{ind}{items}: list[Any] = []\n{ind}n, p = _long(buf, p)\n{ind}while n:\n")
+        out.append(f"{ind}    if n < 0:\n{ind}        n = -n\n{ind}        p = _long(buf, p)[1]\n")
+        out.append(f"{ind}    for _ in range(n):\n")
+        inner = ind + "        "
+        if union is not None:
+            self.union(union, "x", out, inner)
+        else:
+            self.read(item, "x", out, inner)
+        out.append(f"{inner}{items}.append(x)\n{ind}    n, p = _long(buf, p)\n")
+        out.append(f"{ind}{v} = {items}\n" if union is not None else f"{ind}{v} = tuple({items})\n")
+
+    def field(self, f: FieldSpec, v: str, out: list[str]) -> None:
+        ind = "    "
+        split = reasoning_split(f)
+        if split is not None:
+            self.array(f.node, v, out, ind, union=split[0])  # a list, merged with the reasoning below
+            return
+        if f.optional == "none":
+            out.append(f"{ind}b = buf[p]\n{ind}p += 1\n{ind}if b == 0:\n{ind}    {v} = None\n")
+            out.append(f"{ind}elif b == 2:\n")
+            self.read(f.node, v, out, ind + "    ")
+            out.append(f"{ind}else:\n{ind}    raise _Other\n")
+        elif f.optional == "false" and f.extra.get("avro", {}).get("nullable"):
+            out.append(
+                f"{ind}if buf[p] == 0:\n{ind}    {v} = False\n{ind}    p += 1\n"
+                f"{ind}elif buf[p] == 2 and buf[p + 1] == 1:\n{ind}    {v} = True\n{ind}    p += 2\n"
+                f"{ind}else:\n{ind}    raise _Other\n"
+            )
+        else:
+            self.read(f.node, v, out, ind)
+
+    def record(self, cls: type) -> str:
+        known = self.done.get(cls)
+        if known is not None:
+            return known
+        spec = record_spec(cls)
+        name = self.done[cls] = f"_r_{spec.name}"
+        fields = avro_fields(cls)
+        out = [f"def {name}(buf: bytes, p: int) -> tuple[Any, int]:\n"]
+        # every value is Any to the compiler (a literal's string, a list that becomes a tuple)
+        out.extend(f"    v{i}: Any\n" for i in range(len(fields)))
+        out.append("    x: Any\n    reasoning: Any\n" if any(a.field is None for a in fields) else "    x: Any\n")
+        args: dict[str, str] = {}
+        content = None
+        for i, a in enumerate(fields):
+            v = f"v{i}"
+            if a.field is None:  # the reasoning entries of the content list
+                out.append("    b = buf[p]\n    p += 1\n    if b == 0:\n        reasoning = None\n")
+                out.append("    elif b == 2:\n")
+                entry: list[str] = []
+                self.counter += 1
+                entries = f"entries{self.counter}"
+                entry.append(f"        {entries}: list[Any] = []\n        n, p = _long(buf, p)\n        while n:\n")
+                entry.append("            if n < 0:\n                n = -n\n                p = _long(buf, p)[1]\n")
+                entry.append("            for _ in range(n):\n")
+                self.read(IntT(0, 0), "at", entry, "                ")
+                self.union(a.reasoning, "x", entry, "                ")
+                entry.append(f"                {entries}.append((at, x))\n            n, p = _long(buf, p)\n")
+                entry.append(f"        reasoning = {entries}\n")
+                out.extend(entry)
+                out.append("    else:\n        raise _Other\n")
+                continue
+            self.field(a.field, v, out)
+            args[a.field.name] = v
+            if reasoning_split(a.field) is not None:
+                content = a.field.name
+        if content is not None:
+            v = args[content]
+            out.append(f"    {v} = tuple({v}) if not reasoning else _merge({v}, reasoning)\n")
+        values = ", ".join(args[f.name] for f in spec.fields)
+        out.append(f"    return {self.cls(cls)}({values}), p\n")
+        self.functions.append("".join(out))
+        return name
+
+    def envelope(self) -> str:
+        out = [
+            "def _record(buf: bytes, start: int) -> tuple[Envelope, int]:\n",
+            "    etype, p = _string(buf, start)\n",
+            "    seq, p = _count(buf, p)\n",
+            "    time, p = _count(buf, p)\n",
+            f"    if time > {MAX_TIME_MS}: raise _Other\n",
+            "    b = buf[p]\n    if b > 1: raise _Other\n    ignorable = b == 1\n",
+            "    branch = buf[p + 1]\n    p += 2\n",
+        ]
+        for i, cls in enumerate(AVRO_EVENTS):
+            out.append(
+                f"    {'if' if i == 0 else 'elif'} branch == {2 * i}:\n"
+                f"        if etype != {cls.TYPE!r}: raise _Other\n"
+                f"        data, p = {self.record(cls)}(buf, p)\n"
+            )
+        out.append("    else:\n        raise _Other\n")
+        out.append("    return Envelope(seq, time, data, ignorable), p\n")
+        return "".join(out)
+
+
+@cache
+def decoder_source() -> str:
+    """The text of the decoder module for the current schema (deterministic: a pure function of the
+    definitions)."""
+    s = _Source()
+    envelope = s.envelope()
+    imports = "".join(
+        f"from {cls.__module__} import {cls.__name__} as {alias}\n"
+        for cls, alias in sorted(s.imports.items(), key=lambda kv: kv[1])
+    )
+    return (
+        '"""The archive\'s Avro decoder, generated by foldline.adapters.avro.direct from the record definitions '
+        f'(schema fingerprint {DIRECT_FINGERPRINT.hex()}); do not edit."""\n'
+        + _RUNTIME
+        + imports
+        + "\n"
+        + "".join(s.consts)
+        + "\n\n"
+        + "\n\n".join(s.functions)
+        + "\n\n"
+        + envelope
+        + _TAIL
+    )
+
+
+def source_sha256() -> str:
+    """The sha256 of :func:`decoder_source`: a compiled build of it carries the same digest."""
+    return hashlib.sha256(decoder_source().encode()).hexdigest()
