@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from ..errors import ValidationError
+from .content import ToolCallBlock
 from .events import (
     MAX_TIME_MS,
     AssistantChunk,
