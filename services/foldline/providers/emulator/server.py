@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import h11
 
@@ -113,6 +114,8 @@ class EmulatorServer:
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
+        # the connections being served and their handlers (touched on the loop's thread only)
+        self._open: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
 
     @property
     def port(self) -> int:
@@ -155,6 +158,11 @@ class EmulatorServer:
         self._ready.set()
         async with server:
             await self._stopped.wait()
+            handlers = list(self._open.values())
+            for writer in list(self._open):  # every connection ends now: its handler returns on its next read
+                writer.transport.abort()
+            if handlers:
+                await asyncio.wait(handlers, timeout=2.0)
 
     def close(self) -> None:
         loop, stopped = self._loop, self._stopped
@@ -179,6 +187,19 @@ class EmulatorServer:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a stream is many small writes
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
+        task = asyncio.current_task()
+        assert task is not None
+        self._open[writer] = task
+        try:
+            await self._serve(conn, reader, writer, sock)
+        except asyncio.CancelledError:  # the server stops: end the connection, let the handler finish normally
+            writer.transport.abort()
+        finally:
+            self._open.pop(writer, None)
+
+    async def _serve(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sock: Any
+    ) -> None:
         try:
             while await self._request(conn, reader, writer):
                 conn.start_next_cycle()
