@@ -19,8 +19,7 @@ from foldline.errors import ProviderStatusError
 from foldline.ports.attachments import AttachmentStore
 from foldline.providers import AnthropicProvider, OpenAIProvider
 from foldline.providers.base import Provider
-from foldline.providers.emulator import Emulator, EmulatorServer
-from foldline.providers.emulator.server import ServerLimits
+from foldline.providers.emulator import Emulator, EmulatorServer, ServerLimits
 
 from .helpers import FakeClock, drive, image_block, user
 
