@@ -40,7 +40,8 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     ├── ConfigError                     configuration names something that does not exist
     │   ├── AuthenticationFailed        a server refused the configured credentials or TLS handshake
     │   ├── MissingExtra                the configuration needs an optional part of foldline that is not installed
-    │   └── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
+    │   ├── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
+    │   └── UnsupportedSetting          a call-config setting the chosen model does not accept (names model, setting)
     ├── ArchiveError                    the session archive cannot be used (names the object)
     │   ├── ArchiveObjectMissing        a manifest names a segment that is not there
     │   ├── ArchiveCorrupt              a segment or manifest does not match its digest, session or seq range
@@ -99,6 +100,7 @@ __all__ = [
     "StoreUnavailable",
     "UnknownSchemaError",
     "UnsafeRetention",
+    "UnsupportedSetting",
     "ValidationError",
 ]
 
@@ -409,6 +411,18 @@ class UnsafeRetention(ConfigError):
         self.value = value
         self.fix = fix
         super().__init__(f"topic {topic}: {setting}={value} {problem}; {fix}")
+
+
+class UnsupportedSetting(ConfigError):
+    """A call-config setting the chosen model does not accept (its provider would answer 400 to every request).
+
+    ``model`` and ``setting`` name what is wrong (e.g. ``temperature``); the message says what to change.
+    """
+
+    def __init__(self, model: str, setting: str, message: str) -> None:
+        self.model = model
+        self.setting = setting
+        super().__init__(message)
 
 
 class ArchiveError(FoldlineError):

@@ -151,11 +151,12 @@ def test_more_than_four_breakpoints_is_a_400() -> None:
 def test_openai_caches_the_previous_prompt_in_128_token_steps_from_1024_on() -> None:
     usages, _ = loop(openai_on(Emulator(clock=FakeClock())), 10)
     assert usages[0].cache_read == 0
-    assert usages[0].cache_write == 0
+    assert usages[0].cache_write == usages[0].prompt_tokens // 128 * 128 > 1024  # every whole 128-token prefix
     for before, after in itertools.pairwise(usages):
         assert after.cache_read == before.prompt_tokens // 128 * 128
         assert after.cache_read % 128 == 0
-        assert after.input == after.prompt_tokens - after.cache_read
+        assert after.cache_write == after.prompt_tokens // 128 * 128 - after.cache_read  # the prefixes beyond it
+        assert after.input == after.prompt_tokens - after.cache_read - after.cache_write
 
 
 def test_openai_minimum_is_1024_tokens_and_prefixes_match_in_128_token_blocks() -> None:

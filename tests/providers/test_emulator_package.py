@@ -1,4 +1,4 @@
-"""The emulator package's public surface, and ``foldline emulator`` serving both wire formats over HTTP."""
+"""The emulator package's public surface, and ``foldline emulator`` serving its wire formats over HTTP."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ PUBLIC = {
     "Role": "script",
     "Script": "script",
     "ScriptedCall": "script",
+    "ServerLimits": "server",
     "StopOverride": "script",
     "TextPart": "script",
     "ToolCallPart": "script",

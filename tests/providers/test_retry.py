@@ -101,10 +101,16 @@ def test_retryable_failures_are_retried_with_the_same_bytes_on_the_wire(
     assert response.request_id == "req_emu_00000004"
     # five attempts, all the same bytes — the bytes whose digest the log records
     assert [hashlib.sha256(b).hexdigest() for _, b in server.bodies] == [hashlib.sha256(body).hexdigest()] * 5
+    # each API's own words: Anthropic's error types, OpenAI's codes (else types)
+    words = (
+        ("rate_limit_error", "overloaded_error", "api_error")
+        if cls is AnthropicProvider
+        else ("rate_limit_exceeded", "server_is_overloaded", "server_error")
+    )
     assert [(f.attempt, f.status, f.error_type) for f in recorder.failed] == [
-        (1, 429, "rate_limit_error"),
-        (2, 529, "overloaded_error"),
-        (3, 500, "api_error"),
+        (1, 429, words[0]),
+        (2, 529, words[1]),
+        (3, 500, words[2]),
         (4, None, recorder.failed[3].error_type),
     ]
     assert recorder.failed[3].error_type in {"ReadError", "RemoteProtocolError"}  # closed before the status line

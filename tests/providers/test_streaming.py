@@ -38,9 +38,10 @@ def anthropic_answer(
     if thinking:
         content.append({"signature": "sig-" + str(len(thinking)), "thinking": thinking, "type": "thinking"})
     if text:
-        content.append({"citations": None, "text": text, "type": "text"})
+        content.append({"text": text, "type": "text"})
     content += [
-        {"id": f"toolu_{i}", "input": args, "name": name, "type": "tool_use"} for i, (name, args) in enumerate(calls)
+        {"caller": {"type": "direct"}, "id": f"toolu_{i}", "input": args, "name": name, "type": "tool_use"}
+        for i, (name, args) in enumerate(calls)
     ]
     return {
         "content": content,
@@ -50,11 +51,17 @@ def anthropic_answer(
         "stop_reason": "tool_use" if calls else "end_turn",
         "stop_sequence": None,
         "type": "message",
-        "usage": {
+        "usage": {  # the live answers' full usage (cache writes by TTL, tier, region)
+            "cache_creation": {
+                "ephemeral_1h_input_tokens": usage[0] // 3,
+                "ephemeral_5m_input_tokens": usage[0] - usage[0] // 3,
+            },
             "cache_creation_input_tokens": usage[0],
             "cache_read_input_tokens": usage[1],
+            "inference_geo": "not_available",
             "input_tokens": usage[2],
             "output_tokens": usage[3],
+            "service_tier": "standard",
         },
     }
 
@@ -81,11 +88,19 @@ def openai_answer(
         "id": "chatcmpl-1",
         "model": "m",
         "object": "chat.completion",
-        "usage": {
+        "service_tier": "default",
+        "system_fingerprint": "fp_1",
+        "usage": {  # the live answers' full usage (reasoning, cached and written tokens)
             "completion_tokens": usage[3],
-            "prompt_tokens": prompt,
-            "prompt_tokens_details": {"cached_tokens": usage[1]},
-            "total_tokens": prompt + usage[3],
+            "completion_tokens_details": {
+                "accepted_prediction_tokens": 0,
+                "audio_tokens": 0,
+                "reasoning_tokens": usage[3] // 2,
+                "rejected_prediction_tokens": 0,
+            },
+            "prompt_tokens": prompt + usage[0],
+            "prompt_tokens_details": {"audio_tokens": 0, "cache_write_tokens": usage[0], "cached_tokens": usage[1]},
+            "total_tokens": prompt + usage[0] + usage[3],
         },
     }
 

@@ -126,7 +126,9 @@ def emulator(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     fault_at: Annotated[
         list[str] | None,
-        typer.Option("--fault-at", help="INDEX=FAULT: answer request INDEX (0-based) with FAULT; repeatable."),
+        typer.Option(
+            "--fault", "--fault-at", help="INDEX=FAULT: answer request INDEX (0-based) with FAULT; repeatable."
+        ),
     ] = None,
     fault_rate: Annotated[
         list[str] | None,
@@ -143,9 +145,10 @@ def emulator(
     ] = 0.0,
     json: Annotated[bool, typer.Option("--json", help="Announce the address as one JSON line.")] = False,
 ) -> None:
-    """Serve the provider emulator over HTTP (Anthropic Messages and OpenAI Chat Completions).
+    """Serve the provider emulator over HTTP (Anthropic Messages, OpenAI Chat Completions and Responses, DeepSeek).
 
-    FAULT is 429[:RETRY_AFTER_S], 529, 500 (any status), reset-before, reset-mid or slow:SECONDS.
+    FAULT is 429[:RETRY_AFTER_S], 529, 500 (any status), reset-before, reset-mid, error-mid[:TYPE] (a streamed
+    answer broken off by the API's error event) or slow:SECONDS.
     """
     from ..providers.emulator import Emulator, EmulatorServer, Fault, FaultPlan
 
@@ -163,10 +166,11 @@ def emulator(
         raise ConfigError(
             f"cannot serve the emulator on {host}:{port}: {taken}; pass another --port (0 picks a free one)"
         ) from exc
+    paths = list(emulated.apis)
     if json:
-        write_json({"url": server.url, "paths": ["/v1/messages", "/v1/chat/completions"]})
+        write_json({"url": server.url, "paths": paths})
     else:
-        console.print(literal(f"emulator listening on {server.url} (POST /v1/messages, /v1/chat/completions)"))
+        console.print(literal(f"emulator listening on {server.url} (POST {', '.join(paths)})"))
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -79,6 +79,7 @@ from ..ports.event_log import EventLog, WriterLease
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
 from ..providers.header_defaults import header_config
+from ..providers.model_rules import check_call_config
 from ..providers.retry import FailedAttempt, RetryingSender
 from ..providers.sse import ServerSentEvent
 from ..providers.streaming import AnswerProgress
@@ -122,9 +123,13 @@ class Agent:
         clock: Callable[[], int] = wall_clock_ms,
         opened: tuple[WriterLease, list[Envelope]] | None = None,
     ) -> None:
-        """Become the session's writer and load it (``opened``: what :meth:`open` already acquired)."""
+        """Become the session's writer and load it (``opened``: what :meth:`open` already acquired).
+
+        A call config the model does not accept is refused first (:class:`~foldline.errors.UnsupportedSetting`,
+        :mod:`foldline.providers.model_rules`), before the session is opened."""
         self.session_id = check_session_id(session_id)
         check_provider(provider, options.config)
+        check_call_config(provider.serializer, options.config)
         self.log = log
         self.provider = provider
         self._options = options
@@ -466,6 +471,7 @@ class Agent:
             if not isinstance(seed, CallConfig):
                 raise TypeError("an agent/request hook must return a CallConfig")
         check_provider(self.provider, seed)
+        check_call_config(self.provider.serializer, seed)  # an assigned config or a hook may choose a refused one
         self._seeded_with = assigned  # taken (a refused one is proposed again at the next request)
         seed = header_config(self.provider.serializer, self.session_id, seed)
         system = self.options.system() if callable(self.options.system) else self.options.system

@@ -9,9 +9,11 @@ prompt order the API caches on is tools → system → messages whatever the key
 * ``config.model`` → ``model``; ``config.max_tokens`` → ``max_tokens`` (the API requires it; absent means
   :data:`DEFAULT_MAX_TOKENS` = 1024); ``stop`` → ``stop_sequences``.
 * ``temperature`` is sent only when set (the API takes 0..1; a higher value raises
-  :class:`~foldline.errors.ProviderError`). It is deprecated: the ``anthropic`` SDK 1.x request types no
-  longer declare it (SDK users send it via ``extra_body``) and recent models answer 400 to it, so leave it
-  unset for those models.
+  :class:`~foldline.errors.ProviderError`). The ``anthropic`` SDK's request types no longer declare it (SDK users
+  send it via ``extra_body``); models before Claude Opus 4.7 take it, later ones refuse it, and no model takes
+  one other than 1 while thinking — :mod:`foldline.providers.model_rules` holds the rules and the loop refuses
+  such a config when an agent is built (:class:`~foldline.errors.UnsupportedSetting`), so the bytes stay as
+  specified and no refused request is ever logged.
 * ``config.reasoning_effort`` is **not sent** by v1, and v1 leaves every reasoning block out (it predates
   them); v2 sends both. The value stays in the logged header, so a change still shows up as a header change.
 * ``system`` → one text block; ``tools`` → ``{name, description?, input_schema}`` (an empty schema becomes

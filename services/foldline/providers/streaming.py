@@ -45,9 +45,20 @@ __all__ = [
     "StreamAssembler",
 ]
 
-#: Error types a provider sends for failures that a new attempt may not meet (Anthropic's and OpenAI's names).
+#: Error types (and OpenAI codes) a provider sends for failures that a new attempt may not meet: Anthropic's
+#: ``overloaded_error``, ``api_error``, ``rate_limit_error``, ``timeout_error``; OpenAI's ``server_error``,
+#: ``rate_limit_exceeded``, ``service_unavailable_error`` / ``server_is_overloaded``.
 TRANSIENT_ERROR_TYPES: Final = frozenset(
-    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "server_error", "rate_limit_exceeded"}
+    {
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "timeout_error",
+        "server_error",
+        "rate_limit_exceeded",
+        "service_unavailable_error",
+        "server_is_overloaded",
+    }
 )
 
 
@@ -86,16 +97,19 @@ def _object(data: str, provider: str) -> dict[str, Any]:
 
 
 def _stream_error(provider: str, error: Any) -> ProviderStreamError:
+    """The typed error of an ``error`` event: its code when it has one (OpenAI's ``rate_limit_exceeded``, the
+    Responses API's ``server_error``), else its type (Anthropic's ``overloaded_error``, OpenAI's
+    ``server_error``); retryable when either names a transient failure."""
     kind = "error"
     message = ""
+    transient = False
     if isinstance(error, dict):
-        raw = error.get("type") or error.get("code")
-        kind = raw if isinstance(raw, str) and raw else "error"
+        names = [n for n in (error.get("code"), error.get("type")) if isinstance(n, str) and n]
+        kind = names[0] if names else "error"
+        transient = any(n in TRANSIENT_ERROR_TYPES for n in names)
         message = str(error.get("message", ""))[:200]
     return ProviderStreamError(
-        f"{provider}: the stream carried an error event ({kind}): {message}",
-        error_type=kind,
-        retryable=kind in TRANSIENT_ERROR_TYPES,
+        f"{provider}: the stream carried an error event ({kind}): {message}", error_type=kind, retryable=transient
     )
 
 
@@ -455,8 +469,8 @@ class OpenAIResponsesStream(StreamAssembler):
                 "it understands every event of it",
                 error_type="unknown-event",
             )
-        if kind == "error":
-            raise _stream_error(self.provider, data)
+        if kind == "error":  # the event's own ``type`` is "error": its code names the failure
+            raise _stream_error(self.provider, {"code": data.get("code"), "message": data.get("message")})
         if kind == "response.failed":
             raise _stream_error(self.provider, (data.get("response") or {}).get("error"))
         if self._final is not None:

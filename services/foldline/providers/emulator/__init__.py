@@ -1,8 +1,10 @@
-"""A deterministic local model provider that speaks the Anthropic Messages and OpenAI Chat wire formats.
+"""A deterministic local model provider that speaks the Anthropic Messages, OpenAI Chat Completions, OpenAI
+Responses and DeepSeek chat wire formats.
 
 The emulator receives real wire bodies (whatever an adapter serialized), parses and checks them like the
-real APIs would (unknown fields, tool-result pairing, breakpoint count), answers through a :class:`Script`,
-and reports usage from a deterministic token count and a prefix cache modelled on the real providers.
+real APIs would (unknown fields, tool-result pairing, breakpoint count, each model's settings), answers through a
+:class:`Script` in each API's live shape (docs/EMULATOR.md, "Fidelity"), and reports usage from a deterministic
+token count and a prefix cache modelled on the real providers.
 Nothing here reads the clock except through the injected ``clock``, and nothing is random.
 
 One module per role:
@@ -10,7 +12,8 @@ One module per role:
 * :mod:`.script` — what a script sees (:class:`Conversation` of format-neutral parts) and answers
   (:class:`Reply`); the default :class:`ToolLoopScript`.
 * :mod:`.tokens` — the token stream: blocks, :func:`count_tokens`, the prefix digest chain.
-* :mod:`.anthropic_messages`, :mod:`.openai_chat` — one per API: its request parser and answer shape.
+* :mod:`.anthropic_messages`, :mod:`.openai_chat`, :mod:`.openai_responses` — one per API: its request parser
+  and answer shape.
 * :mod:`.prompt` and :mod:`.checks` — what the parsers build, and the checks that refuse a request.
 * :mod:`.cache` — both cache policies and their accounting.
 * :mod:`.answer` — the script's reply cut at stop sequences and ``max_tokens``.
@@ -42,7 +45,7 @@ from .script import (
     Turn,
     scripted_arguments,
 )
-from .server import EmulatorServer, serve
+from .server import EmulatorServer, ServerLimits, serve
 from .tokens import count_tokens
 from .transport import EmulatorTransport
 
@@ -64,6 +67,7 @@ __all__ = [
     "Role",
     "Script",
     "ScriptedCall",
+    "ServerLimits",
     "StopOverride",
     "TextPart",
     "ToolCallPart",

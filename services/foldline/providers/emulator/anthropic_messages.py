@@ -1,10 +1,16 @@
 """Anthropic Messages as the emulator serves it (``POST /v1/messages``): the request parser and the answer.
 
-The parser checks a body the way the API does — unknown keys, value ranges, which content block kinds each
-role may carry, ``tool_result`` blocks answering every ``tool_use`` block of the previous message, at most
-``max_breakpoints`` ``cache_control`` markers, thinking signatures (:mod:`.sealing`) and, with thinking on, a
-final assistant turn that starts with a thinking block — and builds the :class:`~.prompt.Prompt` with each
-marker's TTL on its block. A new content block kind is one entry in :data:`_MESSAGE_BLOCKS`.
+The parser checks a body the way the API does — unknown keys at every level (the API answers "Extra inputs are
+not permitted"), value ranges, which content block kinds each role may carry, ``tool_result`` blocks answering
+every ``tool_use`` block of the previous message, at most ``max_breakpoints`` ``cache_control`` markers,
+thinking signatures (:mod:`.sealing`), with thinking on a final assistant turn that starts with a thinking
+block, and the sampling and thinking settings the model takes (:mod:`foldline.providers.model_rules`) — and
+builds the :class:`~.prompt.Prompt` with each marker's TTL on its block. A new content block kind is one entry
+in :data:`_MESSAGE_BLOCKS`.
+
+The answer has the live API's shape: ``usage`` with the cache write split by TTL (``cache_creation``),
+``service_tier`` and ``inference_geo``; ``tool_use`` blocks name their ``caller``; error bodies carry the
+``request_id``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, assert_never
 
+from ..model_rules import anthropic_model
 from . import checks
 from .answer import Answer, AnswerPart
 from .cache import AnthropicCachePolicy, CacheUsage, PrefixCache
@@ -101,7 +108,10 @@ def _result_content(block: dict[str, Any], where: str) -> TextPart | ImagePart:
 
 
 def _tool_use(block: dict[str, Any], where: str, pairing: _Pairing) -> ToolCallPart:
-    checks.exact_keys(block, frozenset({"type", "id", "name", "input", "cache_control"}), where)
+    checks.exact_keys(block, frozenset({"type", "id", "name", "input", "cache_control", "caller"}), where)
+    if "caller" in block:  # what the answer said (the SDK's ``to_param()`` sends it back)
+        caller = checks.json_object(block["caller"], f"{where}.caller")
+        checks.string(caller.get("type"), f"{where}.caller.type")
     call = ToolCallPart(
         checks.string(block.get("id"), f"{where}.id"),
         checks.string(block.get("name"), f"{where}.name"),
@@ -213,9 +223,13 @@ def _final_turn_starts_with_thinking(messages: list[Any]) -> None:
         )
 
 
-def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
-    """Whether the request thinks: ``thinking`` enabled or adaptive, or absent on a model whose name says so."""
+ThinkingMode = Literal["enabled", "adaptive", "disabled"]
+
+
+def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> ThinkingMode | None:
+    """The request's ``thinking.type`` (None: no setting), checked against what the model takes."""
     config = req.get("thinking")
+    rules = anthropic_model(model)
     if (effort := req.get("output_config")) is not None:
         oc = checks.json_object(effort, "output_config")
         checks.exact_keys(oc, frozenset({"effort", "format"}), "output_config")
@@ -224,21 +238,55 @@ def _thinking_config(req: dict[str, Any], model: str, max_tokens: int) -> bool:
                 400, "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
             )
     if config is None or config == {}:  # an empty object is taken as no setting
-        return "thinking" in model
+        return None
     tc = checks.json_object(config, "thinking")
     kind = tc.get("type")
     if kind == "enabled":
         checks.exact_keys(tc, frozenset({"type", "budget_tokens", "display"}), "thinking.enabled")
+        if not rules.manual_thinking:
+            raise RequestRejected(
+                400,
+                "thinking.type.enabled is not supported for this model. Use thinking.type.adaptive and "
+                "output_config.effort to control thinking behavior.",
+            )
         budget: Any = tc.get("budget_tokens")
         if not checks.positive_int(budget) or budget < 1024:
             raise RequestRejected(400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
         if budget >= max_tokens:
             raise RequestRejected(400, "`max_tokens` must be greater than `thinking.budget_tokens`")
-        return True
+        return "enabled"
     if kind in ("adaptive", "disabled"):
         checks.exact_keys(tc, frozenset({"type", "display"}), f"thinking.{kind}")
-        return bool(kind == "adaptive")
+        if kind == "disabled" and not rules.thinking_off:
+            raise RequestRejected(400, "thinking.type.disabled is not supported for this model; omit `thinking`.")
+        return "adaptive" if kind == "adaptive" else "disabled"
     raise RequestRejected(400, "thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'")
+
+
+def _sampling(req: dict[str, Any], model: str, thinking: bool) -> None:
+    """``temperature`` (0..1), ``top_p`` and ``top_k`` as the model takes them (:mod:`..model_rules`)."""
+    rules = anthropic_model(model)
+    temperature = req.get("temperature")
+    if temperature is not None and not checks.number_within(temperature, 1):
+        raise RequestRejected(400, "temperature: Input should be less than or equal to 1")
+    given = [k for k in ("temperature", "top_p", "top_k") if req.get(k) is not None]
+    if given and rules.sampling == "none":
+        raise RequestRejected(400, f"`{given[0]}` is deprecated for this model.")
+    if rules.sampling == "default-only" and given and any(req[k] != _SAMPLING_DEFAULTS[k] for k in given):
+        raise RequestRejected(400, f"`{given[0]}` is deprecated for this model; only its default is accepted.")
+    if rules.claude4 and "temperature" in given and "top_p" in given:
+        raise RequestRejected(
+            400, "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+        )
+    if thinking and temperature is not None and temperature != 1:
+        raise RequestRejected(
+            400,
+            "`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at "
+            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+        )
+
+
+_SAMPLING_DEFAULTS: Final[dict[str, Any]] = {"temperature": 1, "top_p": 1, "top_k": None}
 
 
 def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy, key: bytes) -> None:
@@ -277,10 +325,12 @@ def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"") -
     prompt = Prompt("anthropic", model, max_tokens=max_tokens)
     stop = req.get("stop_sequences", [])
     prompt.stop = tuple(checks.string(s, "stop_sequences[]") for s in checks.array(stop, "stop_sequences"))
-    temperature = req.get("temperature")
-    if temperature is not None and not checks.number_within(temperature, 1):
-        raise RequestRejected(400, "temperature: Input should be between 0 and 1")
-    prompt.thinking = _thinking_config(req, model, max_tokens)
+    mode = _thinking_config(req, model, max_tokens)
+    if mode is None:
+        prompt.thinking = "thinking" in model or anthropic_model(model).thinks_by_default
+    else:
+        prompt.thinking = mode != "disabled"
+    _sampling(req, model, prompt.thinking)
     _add_tools(prompt, req.get("tools", []), policy)
     _add_system(prompt, req.get("system"), policy)
     _add_messages(prompt, checks.message_list(req), policy, key)
@@ -304,9 +354,10 @@ def _answer_block(answer: Answer, index: int, part: AnswerPart, key: bytes) -> d
         case ReasoningPart(text=text):
             return {"signature": sign_thinking(key, text), "thinking": text, "type": "thinking"}
         case TextPart(text=text):
-            return {"citations": None, "text": text, "type": "text"}
+            return {"text": text, "type": "text"}
         case ToolCallPart(name=name, arguments=arguments):
-            return {"id": answer.call_id("toolu_emu_", index), "input": arguments, "name": name, "type": "tool_use"}
+            call_id = answer.call_id("toolu_emu_", index)
+            return {"caller": {"type": "direct"}, "id": call_id, "input": arguments, "name": name, "type": "tool_use"}
         case _:
             assert_never(part)
 
@@ -344,12 +395,49 @@ class AnthropicMessages(WireApi[AnthropicCachePolicy]):
             "stop_sequence": answer.stop_sequence,
             "type": "message",
             "usage": {
+                "cache_creation": {
+                    "ephemeral_1h_input_tokens": usage.write_1h,
+                    "ephemeral_5m_input_tokens": usage.write - usage.write_1h,
+                },
                 "cache_creation_input_tokens": usage.write,
                 "cache_read_input_tokens": usage.read,
+                "inference_geo": "not_available",
                 "input_tokens": prompt.tokens - usage.read - usage.write,
                 "output_tokens": answer.output_tokens,
+                "service_tier": "standard",
             },
         }
 
-    def error_body(self, exc: RequestRejected) -> dict[str, Any]:
-        return {"error": {"message": exc.message, "type": exc.kind}, "type": "error"}
+    def error_body(self, exc: RequestRejected, request_id: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": {"message": exc.message, "type": exc.kind}, "type": "error"}
+        if request_id is not None:
+            body["request_id"] = request_id
+        return body
+
+    def status_error(self, status: int) -> RequestRejected:
+        kind = _STATUS_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+        return RequestRejected(status, _STATUS_MESSAGES.get(kind, kind.replace("_", " ").capitalize()), kind)
+
+
+#: The error type of each status (Anthropic's errors page; any other 4xx is ``invalid_request_error``).
+_STATUS_TYPES: Final = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_STATUS_MESSAGES: Final = {
+    "authentication_error": "invalid x-api-key",
+    "rate_limit_error": "This request would exceed the rate limit for your organization. Please try again later.",
+    "api_error": "Internal server error",
+    "overloaded_error": "Overloaded",
+    "timeout_error": "Request timed out",
+}

@@ -7,12 +7,16 @@ top-level ``cache_control`` (automatic caching), the last block. More than ``max
 breakpoint prefix of at least ``min_tokens`` (1024, Sonnet-class; configurable) that is not cached yet is
 stored with the breakpoint's TTL (``ttl: "1h"`` → 3600 s, else ``ttl_seconds`` = 300); hits and re-marked
 entries are refreshed. Usage: ``cache_read_input_tokens`` = the read prefix, ``cache_creation_input_tokens``
-= tokens from there to the furthest newly written breakpoint, ``input_tokens`` = the rest.
+= tokens from there to the furthest newly written breakpoint, ``input_tokens`` = the rest. The written tokens
+split by TTL (``cache_creation.ephemeral_1h_input_tokens`` / ``ephemeral_5m_input_tokens``): walking the newly
+written breakpoints in prompt order, the tokens from the end of what is already cached (or written) up to each
+one count under that breakpoint's TTL.
 
 **OpenAI-style cache** (automatic): every request stores the digests of its token stream at each multiple
 of ``granularity`` (128) tokens from ``min_tokens`` (1024) up; ``cached_tokens`` is the longest stored,
-live such prefix — so it is 0 below 1024 and grows in 128-token steps. Entries live ``ttl_seconds`` (300)
-after their last use. ``prompt_tokens`` includes the cached tokens, as OpenAI reports it.
+live such prefix — so it is 0 below 1024 and grows in 128-token steps; the prefixes stored beyond it are the
+request's written tokens (``cache_write_tokens``). Entries live ``ttl_seconds`` (300) after their last use.
+``prompt_tokens`` includes the cached and the written tokens, as OpenAI reports it.
 
 Entries are kept per API and model; expired ones are swept every :data:`SWEEP_EVERY` accounted requests.
 """
@@ -55,10 +59,12 @@ class OpenAICachePolicy:
 
 @dataclass(frozen=True, slots=True)
 class CacheUsage:
-    """The prompt tokens one request read from the cache and wrote to it."""
+    """The prompt tokens one request read from the cache and wrote to it; ``write_1h`` of ``write`` were
+    written with the 1-hour TTL (Anthropic's ``ttl: "1h"``), the rest with the short one."""
 
     read: int = 0
     write: int = 0
+    write_1h: int = 0
 
 
 @dataclass(slots=True)
@@ -115,6 +121,8 @@ class PrefixCache:
                 hit = cache[digests[read_at]]
                 hit.expires = max(hit.expires, now + policy.ttl_seconds)
             written_to = read_at
+            covered = read  # tokens cached before this request or written by it, up to the last breakpoint seen
+            write_1h = 0
             for p in breakpoints:
                 ttl = blocks[p].ttl
                 assert ttl is not None
@@ -124,8 +132,11 @@ class PrefixCache:
                 elif cumulative[p] >= policy.min_tokens:
                     cache[digests[p]] = _Entry(now + ttl)
                     written_to = max(written_to, p)
+                    if ttl >= policy.long_ttl_seconds:
+                        write_1h += max(0, cumulative[p] - covered)
+                    covered = max(covered, cumulative[p])
             write = cumulative[written_to] - read if written_to > read_at else 0
-        return CacheUsage(read, write)
+        return CacheUsage(read, write, write_1h)
 
     def account_automatic(self, api: str, model: str, blocks: Sequence[Block], policy: OpenAICachePolicy) -> CacheUsage:
         """Automatic caching: every ``granularity``-token prefix from ``min_tokens`` up is read and stored."""
@@ -149,4 +160,5 @@ class PrefixCache:
                     break
             for _, key in keys:
                 cache[key] = _Entry(now + policy.ttl_seconds)
-        return CacheUsage(read=cached)
+        stored = keys[-1][0] if keys else 0
+        return CacheUsage(read=cached, write=max(0, stored - cached))

@@ -21,6 +21,7 @@ __all__ = [
     "decode_base64",
     "decode_image",
     "exact_keys",
+    "known_parameters",
     "json_object",
     "message_list",
     "number_within",
@@ -32,13 +33,26 @@ __all__ = [
 
 
 class RequestRejected(Exception):
-    """The request is invalid for the API it was sent to; becomes an HTTP error answer."""
+    """The request is invalid for the API it was sent to; becomes an HTTP error answer.
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    ``kind`` is the error type; ``param`` and ``code`` fill the fields of the same name in OpenAI-style error
+    bodies (the parameter at fault, a machine-readable code), which Anthropic's bodies do not have."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        *,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
+        self.param = param
+        self.code = code
 
 
 def json_object(value: Any, where: str) -> dict[str, Any]:
@@ -60,10 +74,18 @@ def string(value: Any, where: str) -> str:
 
 
 def exact_keys(d: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
-    """Reject any key outside ``allowed``, as both APIs do."""
+    """Reject any key outside ``allowed`` in the Messages API's words (it refuses every unknown key)."""
     extra = sorted(set(d) - allowed)
     if extra:
         raise RequestRejected(400, f"{where}.{extra[0]}: Extra inputs are not permitted")
+
+
+def known_parameters(d: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    """Reject any key outside ``allowed`` in the Responses API's words (``Unknown parameter: 'input[2].x'.``)."""
+    extra = sorted(set(d) - allowed)
+    if extra:
+        param = f"{where}.{extra[0]}" if where else extra[0]
+        raise RequestRejected(400, f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
 
 
 def decode_base64(text: str, where: str) -> bytes:

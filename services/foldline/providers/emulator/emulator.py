@@ -24,11 +24,11 @@ from .answer import answer
 from .anthropic_messages import AnthropicMessages
 from .cache import AnthropicCachePolicy, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
-from .faults import STATUS_ERROR_TYPES, Fault, FaultPlan
+from .faults import Fault, FaultPlan
 from .openai_chat import OpenAIChat, ReasoningChat
 from .openai_responses import OpenAIResponses
 from .script import Script, ToolLoopScript
-from .streaming import anthropic_stream, openai_chat_stream, responses_stream
+from .streaming import anthropic_stream, openai_chat_stream, responses_stream, stream_error_event
 from .wire_api import WireApi
 
 __all__ = ["Emulator", "EmulatorResponse"]
@@ -147,6 +147,8 @@ class Emulator:
         if fault is not None and fault.kind == "reset-mid":
             size = len(answered.chunks) if answered.chunks is not None else len(answered.body)
             return _with(answered, reset_after=max(1, size // 2))
+        if fault is not None and fault.kind == "error-mid" and api is not None and answered.status == 200:
+            return self._stream_error(api, fault, answered, ids)
         if fault is not None and fault.kind == "slow-first-byte":
             return _with(answered, delay_s=fault.delay_s)
         if self.latency_s and index >= 0:
@@ -161,14 +163,37 @@ class Emulator:
         return self.latency_s * (1.0 - self.latency_spread + 2.0 * self.latency_spread * even)
 
     def _status_fault(self, api: WireApi[Any], fault: Fault, ids: tuple[tuple[str, str], ...]) -> EmulatorResponse:
-        kind = fault.error_type or STATUS_ERROR_TYPES.get(fault.status, "api_error")
-        message = fault.message or f"emulated {fault.status} ({kind})"
+        """The API's error answer for the fault's status, in its words (``error_type`` and ``message`` override
+        them). Anthropic marks a transient one of its own types ``x-should-retry: true``, as its answers do."""
+        rejected = api.status_error(fault.status)
+        if fault.error_type is not None:
+            rejected.kind = fault.error_type
+            rejected.code = fault.error_type if rejected.code is not None else None
+        if fault.message is not None:
+            rejected.message = fault.message
         headers = list(ids)
         if fault.retry_after_s is not None:
             headers.append(("retry-after", str(math.ceil(fault.retry_after_s))))
             headers.append(("retry-after-ms", str(round(fault.retry_after_s * 1000))))
-        body = canonical_json(api.error_body(RequestRejected(fault.status, message, kind)))
+        transient = fault.status in (408, 409, 429) or fault.status >= 500
+        if api.name == "anthropic" and transient and fault.error_type is None:
+            headers.append(("x-should-retry", "true"))
+        body = canonical_json(api.error_body(rejected, ids[0][1] if ids else None))
         return EmulatorResponse(fault.status, body, headers=tuple(headers))
+
+    def _stream_error(
+        self, api: WireApi[Any], fault: Fault, answered: EmulatorResponse, ids: tuple[tuple[str, str], ...]
+    ) -> EmulatorResponse:
+        """The stream cut after half its events by the API's error event; an unstreamed request gets the status
+        answer of the same failure instead (529 for Anthropic's overloaded error, else 500)."""
+        if answered.chunks is None:
+            overloaded = (fault.error_type or "overloaded_error") == "overloaded_error" and api.name == "anthropic"
+            return self._status_fault(
+                api, Fault("status", 529 if overloaded else 500, error_type=fault.error_type), ids
+            )
+        kept = answered.chunks[: max(1, len(answered.chunks) // 2)]
+        chunks = (*kept, stream_error_event(api.name, fault.error_type, len(kept)))
+        return _with(answered, chunks=chunks, body=b"".join(chunks))
 
     def _answer(
         self,
@@ -186,7 +211,7 @@ class Emulator:
             if method != "POST":
                 raise RequestRejected(405, f"{method} {path}: only POST is supported", "invalid_request_error")
             if self.api_key is not None and api.credential(lower) != self.api_key:
-                raise RequestRejected(401, "invalid api key", "authentication_error")
+                raise api.status_error(401)
             api.check_headers(lower)
             try:
                 payload = loads(body)
@@ -204,7 +229,10 @@ class Emulator:
                 chunks = openai_chat_stream(answered, include_usage, self.piece_chars)
             return EmulatorResponse(200, b"".join(chunks), "text/event-stream", ids, tuple(chunks))
         except RequestRejected as exc:
-            return EmulatorResponse(exc.status, canonical_json((api or self._anthropic).error_body(exc)), headers=ids)
+            request_id = ids[0][1] if ids else None
+            return EmulatorResponse(
+                exc.status, canonical_json((api or self._anthropic).error_body(exc, request_id)), headers=ids
+            )
 
     # ------------------------------------------------------------------ the APIs (parsed JSON in, JSON out)
 

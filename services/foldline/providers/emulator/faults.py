@@ -7,12 +7,19 @@ plan answers the same request index the same way in every run, and nothing is ra
 
 The kinds, as a real provider shows them:
 
-* ``status`` — an error answer before the request is looked at: 429 (``rate_limit_error``, with
-  ``retry-after`` / ``retry-after-ms`` when ``retry_after_s`` is set), 529 (``overloaded_error``), 500
-  (``api_error``) or any other status, in the error shape of the API asked;
+* ``status`` — an error answer before the request is looked at: 429 (with ``retry-after`` / ``retry-after-ms``
+  when ``retry_after_s`` is set), 529, 500 or any other status, in the error shape and vocabulary of the API
+  asked (Anthropic: ``rate_limit_error``, ``overloaded_error``, ``api_error``; OpenAI-style: ``requests`` /
+  ``rate_limit_exceeded``, ``service_unavailable_error`` / ``server_is_overloaded``, ``server_error``), with
+  ``error_type`` in place of the API's type when given;
 * ``reset-before`` — the connection is closed before the first byte of an answer (no status line);
 * ``reset-mid`` — the answer starts (status, headers, the first half of its bytes or of its stream's
   events) and the connection is then closed;
+* ``error-mid`` — a streamed answer stops after the first half of its events with the API's ``error`` event
+  (Anthropic ``event: error`` with ``overloaded_error``; Chat Completions a chunk holding an ``error`` object of
+  type ``server_error``; Responses an ``error`` event with code ``server_error``; ``error_type`` names another
+  type) and the stream ends there, the connection intact. A request that does not stream gets the error as
+  its status answer instead (529 or 500);
 * ``slow-first-byte`` — the answer is held ``delay_s`` seconds before its first byte.
 
 The in-process transport and the HTTP server both carry them out (an httpx ``ReadError`` / a closed socket).
@@ -21,29 +28,14 @@ The in-process transport and the HTTP server both carry them out (an httpx ``Rea
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 __all__ = ["Fault", "FaultKind", "FaultPlan"]
 
-FaultKind: TypeAlias = Literal["status", "reset-before", "reset-mid", "slow-first-byte"]
-
-#: The error type each API names a status with (Anthropic's words; OpenAI's error bodies use the same keys).
-STATUS_ERROR_TYPES: Mapping[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    409: "conflict_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "api_error",
-    529: "overloaded_error",
-}
+FaultKind: TypeAlias = Literal["status", "reset-before", "reset-mid", "error-mid", "slow-first-byte"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +44,8 @@ class Fault:
     status: int = 0  # for ``status``
     retry_after_s: float | None = None  # for ``status``: sent as retry-after (whole seconds, rounded up) and -ms
     delay_s: float = 0.0  # for ``slow-first-byte``
-    error_type: str | None = None  # for ``status``: overrides the API's type for the status (e.g. a quota 429)
+    # ``status``: overrides the API's type for the status (e.g. a quota 429); ``error-mid``: the event's type
+    error_type: str | None = None
     message: str | None = None
 
     @staticmethod
@@ -68,21 +61,30 @@ class Fault:
         return Fault("status", 500)
 
     @staticmethod
+    def stream_error(error_type: str | None = None) -> Fault:
+        """A streamed answer broken off by the API's ``error`` event (a transient type unless ``error_type``)."""
+        return Fault("error-mid", error_type=error_type)
+
+    @staticmethod
     def parse(text: str) -> Fault:
         """A fault from its short form: ``429`` or ``429:2.5`` (a status, with retry-after seconds), ``529``,
-        ``500``, ``reset-before``, ``reset-mid``, ``slow:1.5`` (first byte after 1.5 s)."""
+        ``500``, ``reset-before``, ``reset-mid``, ``error-mid`` or ``error-mid:TYPE`` (a mid-stream error event),
+        ``slow:1.5`` (first byte after 1.5 s)."""
         head, _, arg = text.partition(":")
         try:
             if head == "reset-before" and not arg:
                 return Fault("reset-before")
             if head == "reset-mid" and not arg:
                 return Fault("reset-mid")
+            if head == "error-mid":
+                return Fault("error-mid", error_type=arg or None)
             if head == "slow":
                 return Fault("slow-first-byte", delay_s=float(arg))
             return Fault("status", int(head), float(arg) if arg else None)
         except ValueError:
             raise ValueError(
-                f"fault {text!r}: expected STATUS[:RETRY_AFTER_S], reset-before, reset-mid or slow:SECONDS"
+                f"fault {text!r}: expected STATUS[:RETRY_AFTER_S], reset-before, reset-mid, error-mid[:TYPE] or "
+                "slow:SECONDS"
             ) from None
 
     def __post_init__(self) -> None:
@@ -90,6 +92,10 @@ class Fault:
             raise ValueError(f"a status fault needs an error status (400..599), got {self.status}")
         if self.delay_s < 0 or (self.retry_after_s is not None and self.retry_after_s < 0):
             raise ValueError("fault delays must be >= 0")
+        if self.error_type is not None and not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", self.error_type):
+            raise ValueError(
+                f"a fault's error type is a lower-case identifier (e.g. overloaded_error), got {self.error_type!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The OpenAI Responses API as the emulator serves it (``POST /v1/responses``): the parser and the answer.
 
-The parser checks a body the way the API does — unknown keys, item shapes, every ``function_call_output``
+The parser checks a body the way the API does — unknown keys at every level (400 ``Unknown parameter:
+'input[2].parsed_arguments'.``, code ``unknown_parameter``), item shapes, every ``function_call_output``
 answering an earlier ``function_call``, no ``previous_response_id`` (the emulator stores nothing, as with
 ``store: false``) — and opens every ``reasoning`` item's ``encrypted_content`` (:mod:`.sealing`): an item whose
 content was altered or issued for another id is a 400, and a reasoning item without encrypted content cannot be
@@ -9,7 +10,9 @@ calls) form one assistant turn for the script. Caching is automatic, like Chat C
 
 The answer: with reasoning on (``reasoning.effort`` other than ``none``, or a model whose name says
 ``reasoning`` when no effort is given), a ``reasoning`` item with a summary and sealed ``encrypted_content``
-first, then the message and the function calls.
+first, then the message and the function calls — inside the whole response object the live API sends: the
+request's settings echoed (``instructions``, ``tools``, ``tool_choice``, ``temperature``, ``store``, ``reasoning``
+…) and ``usage`` with cached, written and reasoning tokens.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from . import checks
 from .answer import Answer
 from .cache import CacheUsage, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
+from .openai_chat import openai_error, openai_status_error
 from .prompt import Prompt
 from .script import Api, ImagePart, Part, ReasoningPart, Role, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .sealing import open_reasoning, seal_reasoning
+from .tokens import output_tokens
 from .wire_api import WireApi
 
 __all__ = ["PATH", "OpenAIResponses", "parse_responses"]
@@ -35,7 +40,8 @@ _TOP: Final = frozenset(
     {
         "model", "input", "instructions", "max_output_tokens", "temperature", "tools", "tool_choice", "reasoning",
         "include", "store", "prompt_cache_key", "prompt_cache_retention", "parallel_tool_calls", "metadata",
-        "stream", "top_p", "truncation", "user", "service_tier", "text", "previous_response_id",
+        "stream", "top_p", "truncation", "user", "service_tier", "text", "previous_response_id", "safety_identifier",
+        "max_tool_calls", "top_logprobs", "background", "stream_options",
     }
 )  # fmt: skip
 _EFFORTS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
@@ -45,13 +51,13 @@ def _parts(content: Any, where: str, *, user: bool) -> list[TextPart | ImagePart
     if isinstance(content, str):
         return [TextPart(content)]
     out: list[TextPart | ImagePart] = []
-    for at, part in checks.objects(content, where):
+    for at, part in checks.objects(content, where, brackets=True):
         kind = part.get("type")
         if kind in ("input_text", "output_text"):
-            checks.exact_keys(part, frozenset({"type", "text", "annotations", "logprobs"}), at)
+            checks.known_parameters(part, frozenset({"type", "text", "annotations", "logprobs"}), at)
             out.append(TextPart(checks.string(part.get("text"), f"{at}.text")))
         elif kind == "input_image" and user:
-            checks.exact_keys(part, frozenset({"type", "image_url", "detail", "file_id"}), at)
+            checks.known_parameters(part, frozenset({"type", "image_url", "detail", "file_id"}), at)
             head, sep, payload = checks.string(part.get("image_url"), f"{at}.image_url").partition(",")
             if not sep or not head.startswith("data:") or not head.endswith(";base64"):
                 raise RequestRejected(400, f"{at}.image_url: the emulator only takes base64 data URLs for images")
@@ -85,7 +91,7 @@ class _Turns:
 def _item(turns: _Turns, item: dict[str, Any], where: str, calls: set[str], key: bytes) -> None:
     kind = item.get("type", "message")
     if kind == "message":
-        checks.exact_keys(item, frozenset({"type", "role", "content", "id", "status", "phase"}), where)
+        checks.known_parameters(item, frozenset({"type", "role", "content", "id", "status", "phase"}), where)
         role = item.get("role")
         if role in ("system", "developer"):
             texts = _parts(item.get("content"), f"{where}.content", user=False)
@@ -95,7 +101,7 @@ def _item(turns: _Turns, item: dict[str, Any], where: str, calls: set[str], key:
         else:
             raise RequestRejected(400, f"{where}.role: Input should be 'user', 'assistant', 'system' or 'developer'")
     elif kind == "function_call":
-        checks.exact_keys(item, frozenset({"type", "arguments", "call_id", "name", "id", "status"}), where)
+        checks.known_parameters(item, frozenset({"type", "arguments", "call_id", "name", "id", "status"}), where)
         call_id = checks.string(item.get("call_id"), f"{where}.call_id")
         arguments = checks.string(item.get("arguments"), f"{where}.arguments")
         try:
@@ -105,17 +111,19 @@ def _item(turns: _Turns, item: dict[str, Any], where: str, calls: set[str], key:
         calls.add(call_id)
         turns.add("assistant", [ToolCallPart(call_id, checks.string(item.get("name"), f"{where}.name"), parsed)])
     elif kind == "function_call_output":
-        checks.exact_keys(item, frozenset({"type", "call_id", "output", "id", "status"}), where)
+        checks.known_parameters(item, frozenset({"type", "call_id", "output", "id", "status"}), where)
         call_id = checks.string(item.get("call_id"), f"{where}.call_id")
         if call_id not in calls:
             raise RequestRejected(400, f"No tool call found for function call output with call_id {call_id}.")
         output = _parts(item.get("output"), f"{where}.output", user=True) if item.get("output") != "" else []
         turns.add("tool", [ToolResultPart(call_id, tuple(output))])
     elif kind == "reasoning":
-        checks.exact_keys(item, frozenset({"type", "id", "summary", "encrypted_content", "content", "status"}), where)
+        checks.known_parameters(
+            item, frozenset({"type", "id", "summary", "encrypted_content", "content", "status"}), where
+        )
         item_id = checks.string(item.get("id"), f"{where}.id")
-        for at, s in checks.objects(item.get("summary"), f"{where}.summary"):
-            checks.exact_keys(s, frozenset({"type", "text"}), at)
+        for at, s in checks.objects(item.get("summary"), f"{where}.summary", brackets=True):
+            checks.known_parameters(s, frozenset({"type", "text"}), at)
             checks.string(s.get("text"), f"{at}.text")
         sealed = item.get("encrypted_content")
         if sealed is None:
@@ -133,8 +141,8 @@ def _item(turns: _Turns, item: dict[str, Any], where: str, calls: set[str], key:
 
 
 def _add_tools(prompt: Prompt, tools: Any) -> None:
-    for where, tool in checks.objects(tools, "tools"):
-        checks.exact_keys(tool, frozenset({"type", "name", "description", "parameters", "strict"}), where)
+    for where, tool in checks.objects(tools, "tools", brackets=True):
+        checks.known_parameters(tool, frozenset({"type", "name", "description", "parameters", "strict"}), where)
         if tool.get("type") != "function":
             raise RequestRejected(400, f"{where}.type: the emulator only offers function tools")
         params = checks.json_object(tool.get("parameters"), f"{where}.parameters")
@@ -144,7 +152,8 @@ def _add_tools(prompt: Prompt, tools: Any) -> None:
 
 
 def parse_responses(body: Any, key: bytes = b"") -> Prompt:
-    req = checks.request_body(body, _TOP)
+    req = checks.json_object(body, "body")
+    checks.known_parameters(req, _TOP, "")
     if req.get("previous_response_id") is not None:
         raise RequestRejected(400, "previous_response_id: the emulator stores no responses; send the whole input")
     model = checks.string(req.get("model"), "model")
@@ -159,7 +168,7 @@ def parse_responses(body: Any, key: bytes = b"") -> Prompt:
     effort = None
     if req.get("reasoning") is not None:
         reasoning = checks.json_object(req["reasoning"], "reasoning")
-        checks.exact_keys(reasoning, frozenset({"effort", "summary", "context"}), "reasoning")
+        checks.known_parameters(reasoning, frozenset({"effort", "summary", "context"}), "reasoning")
         effort = reasoning.get("effort")
         if effort is not None and effort not in _EFFORTS:
             raise RequestRejected(400, f"reasoning.effort: unsupported value {effort!r}")
@@ -174,12 +183,51 @@ def parse_responses(body: Any, key: bytes = b"") -> Prompt:
         items = [{"role": "user", "content": items}]
     turns = _Turns(prompt)
     calls: set[str] = set()
-    for where, item in checks.objects(items, "input"):
+    for where, item in checks.objects(items, "input", brackets=True):
         _item(turns, item, where, calls, key)
     turns.flush()
     if not prompt.turns or prompt.turns[-1].role == "system":
         raise RequestRejected(400, "input: at least one input item is required")
+    prompt.echo = _echo(req, effort)
     return prompt
+
+
+def _echo(req: dict[str, Any], effort: Any) -> dict[str, Any]:
+    """The request's settings as the response repeats them (with the API's defaults where the request has none)."""
+    reasoning = req.get("reasoning") or {}
+    tools = [
+        {
+            "description": tool.get("description"),
+            "name": tool["name"],
+            "parameters": tool.get("parameters"),
+            "strict": tool.get("strict", True),
+            "type": "function",
+        }
+        for tool in req.get("tools") or ()
+    ]
+    return {
+        "background": bool(req.get("background", False)),
+        "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "max_tool_calls": req.get("max_tool_calls"),
+        "metadata": req.get("metadata") or {},
+        "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "prompt_cache_key": req.get("prompt_cache_key"),
+        "prompt_cache_retention": req.get("prompt_cache_retention"),
+        "reasoning": {"effort": effort, "summary": reasoning.get("summary")},
+        "safety_identifier": req.get("safety_identifier"),
+        "service_tier": "default",
+        "store": req.get("store", True),
+        "temperature": req.get("temperature", 1.0),
+        "text": req.get("text") or {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": req.get("tool_choice", "auto"),
+        "tools": tools,
+        "top_logprobs": req.get("top_logprobs", 0),
+        "top_p": req.get("top_p", 1.0),
+        "truncation": req.get("truncation", "disabled"),
+        "user": req.get("user"),
+    }
 
 
 class OpenAIResponses(WireApi[OpenAICachePolicy]):
@@ -218,7 +266,7 @@ class OpenAIResponses(WireApi[OpenAICachePolicy]):
                             "type": "reasoning",
                         }
                     )
-                    reasoning_tokens += len(text.encode()) // 4 + 1
+                    reasoning_tokens += output_tokens(part)
                 case TextPart(text=text):
                     texts.append(text)
                 case ToolCallPart(name=name, arguments=arguments):
@@ -242,7 +290,9 @@ class OpenAIResponses(WireApi[OpenAICachePolicy]):
         incomplete = answer.stop_reason == "max_tokens"
         total = prompt.tokens
         return {
+            **prompt.echo,
             "created_at": int(clock()),
+            "error": None,
             "id": answer.message_id("resp_emu_"),
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "model": prompt.model,
@@ -251,20 +301,23 @@ class OpenAIResponses(WireApi[OpenAICachePolicy]):
             "status": "incomplete" if incomplete else "completed",
             "usage": {
                 "input_tokens": total,
-                "input_tokens_details": {"cached_tokens": usage.read},
+                "input_tokens_details": {"cache_write_tokens": usage.write, "cached_tokens": usage.read},
                 "output_tokens": answer.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, answer.output_tokens)},
                 "total_tokens": total + answer.output_tokens,
             },
         }
 
-    def error_body(self, exc: RequestRejected) -> dict[str, Any]:
-        return {"error": {"code": None, "message": exc.message, "param": None, "type": exc.kind}}
+    def error_body(self, exc: RequestRejected, request_id: str | None) -> dict[str, Any]:
+        return openai_error(exc)
+
+    def status_error(self, status: int) -> RequestRejected:
+        return openai_status_error(status)
 
 
 def _message(answer: Answer, texts: list[str]) -> dict[str, Any]:
     return {
-        "content": [{"annotations": [], "text": "".join(texts), "type": "output_text"}],
+        "content": [{"annotations": [], "logprobs": [], "text": "".join(texts), "type": "output_text"}],
         "id": answer.message_id("msg_emu_"),
         "role": "assistant",
         "status": "completed",

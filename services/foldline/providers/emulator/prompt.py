@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .checks import RequestRejected
 from .script import Api, Conversation, Part, Role, ToolDef, Turn
@@ -25,6 +26,8 @@ class Prompt:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     thinking: bool = False
+    #: request settings the API repeats in its answer (the Responses API echoes instructions, tools, sampling…)
+    echo: dict[str, Any] = field(default_factory=dict)
     _chain: tuple[list[bytes], str] | None = field(default=None, init=False, repr=False)
 
     def add_tool(self, tool: ToolDef, ttl: float | None = None) -> None:

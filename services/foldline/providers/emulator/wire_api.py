@@ -46,5 +46,9 @@ class WireApi(abc.ABC, Generic[PolicyT]):
         """The answer as this API's JSON response body; ``clock`` is read only for a timestamp the API sends."""
 
     @abc.abstractmethod
-    def error_body(self, exc: RequestRejected) -> dict[str, Any]:
-        """A rejection as this API's JSON error body."""
+    def error_body(self, exc: RequestRejected, request_id: str | None) -> dict[str, Any]:
+        """A rejection as this API's JSON error body (``request_id``: the id in the request-id header)."""
+
+    @abc.abstractmethod
+    def status_error(self, status: int) -> RequestRejected:
+        """An injected error status in this API's words: its error type (and code) and a message like its own."""
