@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
@@ -395,3 +397,59 @@ def test_a_compaction_the_change_makes_differently_is_reported_in_the_summarize_
     assert [f.path for f in d.fields] == ["max_tokens"]
     assert (d.fields[0].old, d.fields[0].new) == (64, 48)
     assert d.byte is not None
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.lists(st.sampled_from(["turn", "inject", "prompt-change", "new-instance", "fail"]), min_size=1, max_size=7),
+    st.booleans(),
+)
+def test_any_recorded_session_replays_identically_unchanged_and_diverges_first_in_system(
+    script: list[str], under_pressure: bool
+) -> None:
+    """Random sessions — injected messages, prompt changes, new loop instances, failed requests, trims and
+    compactions — replay identically through the unchanged agent; a new prompt diverges at the first request."""
+    log = MemoryEventLog()
+    system = [SYSTEM]
+    policy = (
+        PressurePolicy(900, keep_recent_tokens=300, trim_over_tokens=150, trim_keep_chars=30, summary_max_tokens=64)
+        if under_pressure
+        else None
+    )
+    faults = FaultPlan({i: Fault("status", 400) for i, action in enumerate(script) if action == "fail"})
+
+    def agent() -> Agent:
+        provider = emulated_provider(emulator=Emulator(ToolLoopScript(tool_steps=2), faults=faults))
+        options = AgentOptions(config=CONFIG, system=lambda: system[0], tools=tools(), pressure=policy)
+        return Agent("rnd", log, provider, options)
+
+    current = agent()
+    for i, action in enumerate(script):
+        if action == "inject":
+            current.inject(f"note {i}")
+        elif action == "prompt-change":
+            system[0] = SYSTEM + f" Version {i}."
+        elif action == "new-instance":
+            current = agent()
+        with contextlib.suppress(ProviderError):
+            asyncio.run(current.run_turn(f"question {i} on topic {i % 3}"))
+    recording = Recording("rnd", log.read("rnd"))
+    if not any(isinstance(e.data, RequestDispatch) for e in recording.events):
+        return
+    assert_identical(recording)
+    d = replayed(recording, Change(system="A different agent."), check_determinism=False).divergence
+    assert d is not None
+    assert (d.request, [f.path for f in d.fields]) == (0, ["system"])
+
+
+def test_a_compaction_whose_summarize_call_failed_replays_identically() -> None:
+    policy = PressurePolicy(900, keep_recent_tokens=300, trim_over_tokens=None, summary_max_tokens=64)
+    first = record(8, pressure=policy)
+    calls = [e for e in first.events if isinstance(e.data, RequestDispatch | CompactionStart)]
+    index = next(i for i, e in enumerate(calls) if isinstance(e.data, CompactionStart))  # the emulator's request index
+    emulator = Emulator(ToolLoopScript(tool_steps=2), faults=FaultPlan({index: Fault("status", 400)}))
+    recording = record(8, pressure=policy, emulator=emulator)
+    types = [e.type for e in recording.events]
+    start = types.index("compaction/start")
+    assert types[start + 1] == "compaction/end", "the summarize call should have failed"
+    assert_identical(recording)

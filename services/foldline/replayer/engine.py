@@ -279,14 +279,14 @@ class _Run:
                 self.on_request()
             return self._step_answer(step)
         compaction = call.compaction
-        if compaction is None or compaction.summary is None:
-            raise NotReplayable(
-                sid,
-                call.seq,
-                "the recorded compaction has no summary (its summarize call failed), so there is "
-                "no recorded answer to give",
-            )
+        if compaction is None:
+            raise NotReplayable(sid, call.seq, "the recording ends inside this compaction")
         summary = compaction.summary
+        if summary is None:  # the recorded summarize call failed: nothing was logged to compare the body with
+            self.call_index += 1
+            failure = ProviderError(f"the recording's summarize call for the compaction at seq {call.seq} failed")
+            self.expected_failure = failure
+            raise failure
         expected = summary.input_digest
         if expected is None:
             request, serializer = self.recorded_summarize(compaction)
@@ -356,28 +356,26 @@ class _Run:
 
     def _policy(self, action: PressureAction) -> PressurePolicy:
         """A policy under which the loop's pressure relief makes exactly ``action`` at that step."""
-        sid = self.script.session_id
         self.fold.advance(action.seq)
         messages = self.fold.session.derive_messages()
         estimate = cc.estimate_tokens(messages)
         if isinstance(action, RecordedCompaction):
             summary = action.summary
-            if summary is None:
-                raise NotReplayable(sid, action.seq, "a compaction whose summarize call failed cannot be made again")
             keep = cc.estimate_tokens(messages[action.end + 1 :])
             header = self.fold.session.header()
-            own = header is not None and (header.config.provider, header.config.model) == (
-                summary.provider,
-                summary.model,
+            own = summary is None or (
+                header is not None
+                and (header.config.provider, header.config.model) == (summary.provider, summary.model)
             )
-            summarize = None if own else CallConfig(summary.provider, summary.model)
+            summarize = None if own or summary is None else CallConfig(summary.provider, summary.model)
+            max_tokens = summary.max_tokens if summary is not None else 1  # a failed call logged none
             return self._checked(
                 action.seq,
                 lambda: PressurePolicy(
                     estimate - 1,
                     keep_recent_tokens=keep,
                     trim_over_tokens=None,
-                    summary_max_tokens=summary.max_tokens,
+                    summary_max_tokens=max_tokens,
                     summarize_config=summarize,
                 ),
             )
