@@ -200,6 +200,12 @@ def test_export_files_replay_with_their_attachments(data: Path, tmp_path: Path) 
         ("demo-001", str(export), "identical")
     ]
     assert not nowhere.exists()
+    # live into another data directory: the child's seed carries the image, which comes along into its store
+    other = tmp_path / "other"
+    live = ["--model", "claude-next", "--live", "--tools", "foldline.demo:demo_toolset", "--as", "imaged"]
+    out = replay("--export", str(export), "--attachments", str(objects), *live, "--data-dir", str(other), code=1)
+    assert out["sessions"][0]["live"]["written"] is True
+    assert runner.invoke(app, ["verify", "imaged", "--data-dir", str(other)]).exit_code == 0
     line = error_line("--export", str(export), "--data-dir", str(nowhere))  # its image is not at hand
     assert line.startswith("error: ReplayError: session 'demo-001': at turn 0 step 0 the changed agent failed: ")
     assert "AttachmentNotFound" in line

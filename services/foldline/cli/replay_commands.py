@@ -166,8 +166,12 @@ def replay(
                 raise NothingToReplay(
                     None, "the log holds no session to replay; record some first (e.g. foldline demo)"
                 )
+        writes = as_id is not None and stores is not None
         target = Live(
-            as_id, stores.log if as_id is not None and stores is not None else None, configured_providers(settings)
+            as_id,
+            stores.log if writes and stores is not None else None,
+            configured_providers(settings),
+            stores.attachments if writes and stores is not None else None,
         )
         total = sum(sum(1 for e in r.events if e.type == "request/dispatch") for r in recordings)
         with _progress(total) as advance:

@@ -12,19 +12,22 @@ The child is written to the log given (``foldline replay --live --as NEW_ID``) o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..adapters.memory_log import MemoryEventLog
 from ..config import Config
 from ..config.factories import providers
 from ..core.content import Usage
+from ..core.events import Envelope
 from ..core.fork import fork_seed
 from ..core.header import EpochHeader
 from ..errors import ConflictError, InvalidChange, SessionExists
+from ..export import referenced_images
 from ..loop.agent import Agent, StepRecord
 from ..loop.options import AgentOptions, wall_clock_ms
 from ..loop.tools import Toolset
+from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog
 from ..providers.base import Provider
 from ..providers.header_defaults import prompt_cache_key
@@ -64,11 +67,23 @@ def configured_providers(config: Config) -> ProviderFactory:
 @dataclass(frozen=True, slots=True)
 class Live:
     """Go on past the divergence: the child's id (default ``<session>.replay``), the log it is written to
-    (default: one in memory), and the provider it talks to (default: the emulator)."""
+    (default: one in memory), the provider it talks to (default: the emulator), and the attachment store beside
+    that log (the images of the recording — its seed's and its inputs' — are copied there when it lacks them;
+    default: the recording's store)."""
 
     child_id: str | None = None
     log: EventLog | None = None
     provider: ProviderFactory | None = None
+    attachments: AttachmentStore | None = None
+
+
+def _copy_images(events: Sequence[Envelope], source: AttachmentStore | None, target: AttachmentStore) -> None:
+    """Every image ``events`` reference into ``target`` (verified on the way), where it is not there yet."""
+    for e in events:
+        for ref in referenced_images(e):
+            if source is not None and source is not target and not target.exists(ref.attachment_id):
+                data = source.get(ref.attachment_id, ref)
+                target.put(data, ref.media_type, width=ref.width, height=ref.height)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +155,9 @@ async def continue_live(recording: Recording, script: Script, found: Found, chan
     seed = fork_seed(recording.events, sid, at_seq, wall_clock_ms())
     if log.head(child) != 0:
         raise SessionExists(child)
+    store = live.attachments if live.attachments is not None else recording.attachments
+    if store is not None:  # the seed's images, and those of the recorded inputs the child is given
+        _copy_images(recording.events, recording.attachments, store)
     try:
         log.append(child, 0, seed, lease=log.acquire(child))
     except ConflictError:
@@ -154,7 +172,7 @@ async def continue_live(recording: Recording, script: Script, found: Found, chan
     records: list[StepRecord] = []
     turns = 0
     try:
-        agent = await Agent.open(child, log, provider, options, attachments=recording.attachments)
+        agent = await Agent.open(child, log, provider, options, attachments=store)
         agent.step_listeners.append(records.append)
         inputs = [first.inputs] if first is not None else []
         inputs += [t.steps[0].inputs for t in script.turns[turn_index + 1 :] if t.steps]
@@ -165,5 +183,5 @@ async def continue_live(recording: Recording, script: Script, found: Found, chan
             turns += 1
     finally:
         await provider.aclose()
-    report = verify_events(child, log.read(child), recording.attachments)
+    report = verify_events(child, log.read(child), store)
     return LiveRun(child, at_seq + 1, turns, tuple(records), report.matched, report.checked)
