@@ -27,7 +27,9 @@ def _replay(runner: CliRunner, *args: str, code: int) -> dict[str, Any]:
     return out
 
 
-def test_replay_reads_kafka_and_s3_and_writes_a_live_child_there(distributed_env: dict[str, str], tmp_path: Path) -> None:
+def test_replay_reads_kafka_and_s3_and_writes_a_live_child_there(
+    distributed_env: dict[str, str], tmp_path: Path
+) -> None:
     runner = CliRunner()
     backend = ["--backend", "distributed", "--data-dir", str(tmp_path)]
     res = runner.invoke(app, ["demo", "--sessions", "4", "--steps", "6", "--json", *backend])
