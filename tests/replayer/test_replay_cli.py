@@ -278,3 +278,20 @@ def test_live_goes_on_past_the_divergence_as_a_fork_child(data: Path, tmp_path: 
     # going on live needs the agent's tools: the model calls them
     line = error_line("demo-002", "--system-file", str(prompt), "--live", "--data-dir", str(data))
     assert line.startswith("error: InvalidChange: going on live runs the tools the model calls")
+
+
+def test_hostile_text_in_a_change_and_a_log_is_printed_literally(data: Path, tmp_path: Path) -> None:
+    from tests.adversarial.helpers import printable_output
+
+    hostile = "Be \x1b[2Jterse\u202e\x07 and \x9b31m quick.\nSecond line\r\x00."
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_bytes(hostile.replace("\x00", "").encode())
+    res = runner.invoke(app, ["replay", "demo-000", "--system-file", str(prompt), "--data-dir", str(data)])
+    assert res.exit_code == 1, res.output
+    assert printable_output(res.stdout), res.stdout
+    assert "terse\\u202e" in res.stdout  # the body's bytes around the difference, escaped
+    res = runner.invoke(app, ["replay", "demo-000", "--system-file", str(prompt), "--data-dir", str(data), "--json"])
+    assert res.exit_code == 1, res.output
+    assert printable_output(res.stdout)
+    fields = json.loads(res.stdout)["sessions"][0]["divergence"]["fields"]
+    assert fields[0]["new"] == hostile.replace("\x00", "")  # the JSON value is the text itself
