@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,6 +32,10 @@ MESSAGES = (
 )
 
 
+def with_header(**changes: object) -> EpochHeader:
+    return msgspec.structs.replace(HEADER, **changes)
+
+
 def test_json_changes_name_every_differing_leaf_by_path() -> None:
     old = {"a": 1, "b": {"c": [1, 2, 3], "d": "x"}, "gone": True}
     new = {"a": 1.0, "b": {"c": [1, 5], "d": "x"}, "new": None}
@@ -47,7 +50,7 @@ def test_json_changes_name_every_differing_leaf_by_path() -> None:
 
 
 def test_header_changes_use_the_logged_names() -> None:
-    tools = (TOOLS[0], replace(TOOLS[1], description="Write a whole file."))
+    tools = (TOOLS[0], msgspec.structs.replace(TOOLS[1], description="Write a whole file."))
     changed = EpochHeader(HEADER.config.with_overrides(model="m2", temperature=0.5), "Be bold.", tools)
     assert [c.path for c in header_changes(HEADER, changed)] == [
         "config.model",
@@ -56,10 +59,10 @@ def test_header_changes_use_the_logged_names() -> None:
         "tools[1].description",
     ]
     schema = ToolSpec("read", "Read a file.", {"type": "object", "properties": {"path": {"type": "integer"}}})
-    assert [c.path for c in header_changes(HEADER, replace(HEADER, tools=(schema, TOOLS[1])))] == [
+    assert [c.path for c in header_changes(HEADER, with_header(tools=(schema, TOOLS[1])))] == [
         "tools[0].inputSchema.properties.path.type"
     ]
-    assert [c.path for c in header_changes(HEADER, replace(HEADER, system=None))] == ["system"]
+    assert [c.path for c in header_changes(HEADER, with_header(system=None))] == ["system"]
 
 
 def test_a_long_string_is_shown_around_its_first_difference() -> None:
@@ -110,26 +113,32 @@ def test_the_shared_prefix_in_prompt_order() -> None:
     assert grown.stops_at == "messages[3]"
     assert grown.shared_tokens == whole.total_tokens
     # a system prompt change keeps the tools; a tool change keeps only the tools before it
-    system = shared_prompt_prefix(base, build_request(MESSAGES, replace(HEADER, system="Be bold.")))
+    system = shared_prompt_prefix(base, build_request(MESSAGES, with_header(system="Be bold.")))
     assert system.stops_at == "system"
     assert 0 < system.shared_tokens < system.total_tokens
     tool = shared_prompt_prefix(
-        base, build_request(MESSAGES, replace(HEADER, tools=(TOOLS[0], replace(TOOLS[1], description="W."))))
+        base,
+        build_request(
+            MESSAGES,
+            with_header(tools=(TOOLS[0], msgspec.structs.replace(TOOLS[1], description="W."))),
+        ),
     )
     assert tool.stops_at == "tools[1]"
     assert tool.shared_tokens < system.shared_tokens
     # another model shares nothing; thinking settings share the tools and the system prompt only
     model = shared_prompt_prefix(
-        base, build_request(MESSAGES, replace(HEADER, config=HEADER.config.with_overrides(model="n")))
+        base, build_request(MESSAGES, with_header(config=HEADER.config.with_overrides(model="n")))
     )
     assert (model.shared_tokens, model.stops_at) == (0, "config.model")
     thinking = shared_prompt_prefix(
-        base, build_request(MESSAGES, replace(HEADER, config=HEADER.config.with_overrides(reasoning_effort="high")))
+        base,
+        build_request(MESSAGES, with_header(config=HEADER.config.with_overrides(reasoning_effort="high"))),
     )
     assert thinking.stops_at == "config.reasoningEffort"
     assert thinking.shared_tokens == system.shared_tokens + 3  # the tools, then "Be careful." (11 bytes: 3 tokens)
     # sampling settings do not touch the cache
     warm = shared_prompt_prefix(
-        base, build_request(MESSAGES, replace(HEADER, config=HEADER.config.with_overrides(temperature=1.0)))
+        base,
+        build_request(MESSAGES, with_header(config=HEADER.config.with_overrides(temperature=1.0))),
     )
     assert warm.share == 1.0

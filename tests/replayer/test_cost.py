@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import msgspec
 
 from foldline.core import CallConfig
 from foldline.core.content import TextBlock, Usage
@@ -18,7 +18,7 @@ HEADER = EpochHeader(
 MESSAGES = tuple(Message("user" if i % 2 == 0 else "assistant", (TextBlock(f"message {i} " * 20),)) for i in range(6))
 RECORDED = build_request(MESSAGES, HEADER)
 PREVIOUS = build_request(MESSAGES[:4], HEADER)
-CHANGED = build_request(MESSAGES, replace(HEADER, system="Be bold."))
+CHANGED = build_request(MESSAGES, msgspec.structs.replace(HEADER, system="Be bold."))
 
 
 def test_with_recorded_usage_the_cost_is_in_the_providers_counts() -> None:

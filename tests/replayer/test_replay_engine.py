@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,7 +171,7 @@ def test_a_trim_that_differs_names_the_message_and_its_field() -> None:
 def test_new_loop_instances_and_a_model_switch_replay_identically() -> None:
     log = MemoryEventLog()
     record(2, log=log)
-    record(2, log=log, config=replace(CONFIG, model="claude-emulated-2"))  # a new instance: a resume snapshot
+    record(2, log=log, config=CONFIG.with_overrides(model="claude-emulated-2"))  # a new instance: a resume snapshot
     recording = record(1, log=log)
     reasons = [e.data.reason for e in recording.events if isinstance(e.data, RequestHeader)]
     assert reasons == ["initial", "resume", "resume"]
@@ -339,7 +340,7 @@ def test_an_answer_cut_by_a_cancelled_stream_is_not_replayable() -> None:
     at = next(i for i, e in enumerate(events) if isinstance(e.data, AssistantMessage))
     data = events[at].data
     assert isinstance(data, AssistantMessage)
-    events[at] = Envelope(events[at].seq, events[at].time, replace(data, stop_reason="interrupted"))
+    events[at] = Envelope(events[at].seq, events[at].time, msgspec.structs.replace(data, stop_reason="interrupted"))
     with pytest.raises(NotReplayable, match="cancelled"):
         replayed(Recording("rec", events))
 
@@ -350,7 +351,7 @@ def test_a_recording_that_does_not_rebuild_to_its_digest_is_not_replayable() -> 
     at = next(i for i, e in enumerate(events) if isinstance(e.data, RequestDispatch))
     data = events[at].data
     assert isinstance(data, RequestDispatch)
-    events[at] = Envelope(events[at].seq, events[at].time, replace(data, digest="sha256:" + "0" * 64))
+    events[at] = Envelope(events[at].seq, events[at].time, msgspec.structs.replace(data, digest="sha256:" + "0" * 64))
     with pytest.raises(NotReplayable, match="does not rebuild to its logged digest"):
         replayed(Recording("rec", events))
 
