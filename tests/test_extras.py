@@ -62,6 +62,7 @@ def test_the_embedded_default_runs_with_no_extra_installed(tmp_path: Path) -> No
         ("import", str(tmp_path / "s.jsonl"), "--as", "copy", "--data-dir", data),
         ("resume", "copy", "--steps", "1", "--data-dir", data),
         ("doctor", "--data-dir", data),
+        ("replay", "--all", "--data-dir", data),
         ("config",),
     ):
         out = _cli(EVERY_EXTRA, *args)

@@ -6,8 +6,9 @@
     config                                settings, and the factories that build adapters from them
     replay                                the request at a boundary, its records, the invariant, verify
     loop                                  the agent loop
-    projector, dispatcher, archiver, ...  long-running workers and jobs built on the layers above
-    cli                                   the ``foldline`` command (and ``python -m`` entry points)
+    projector, dispatcher, archiver, ...  long-running workers and jobs built on the layers above (replayer: a
+                                          changed agent run over recorded sessions)
+    cli                                   the ``foldline`` command (and ``python -m`` entry points), the pytest plugin
 
 The check reads the source (every ``import``, including those under ``TYPE_CHECKING`` and inside
 functions), so a lazy import cannot hide an upward dependency.
@@ -32,9 +33,11 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config"}),
     frozenset({"replay"}),
     frozenset({"loop"}),
-    frozenset({"projector", "dispatcher", "archiver", "demo", "demo_data_dir", "export", "worker_processes"}),
+    frozenset(
+        {"projector", "dispatcher", "archiver", "demo", "demo_data_dir", "export", "worker_processes", "replayer"}
+    ),
     frozenset({"fleet"}),
-    frozenset({"cli", "__init__"}),
+    frozenset({"cli", "__init__", "pytest_plugin"}),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -3,6 +3,10 @@
 The public API for people writing agents::
 
     from foldline import Agent, AgentOptions, CallConfig, Config, Toolset, open_stores
+
+and for testing a change to an agent against recorded sessions (docs/REPLAY.md)::
+
+    from foldline import Change, Recording, ReplayReport, replay_sessions
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ if TYPE_CHECKING:
     from .errors import FoldlineError
     from .loop import Agent, AgentOptions, Enter, Reject, ToolOutput, Toolset, TurnResult
     from .replay import is_loop_request
+    from .replayer import Change, Recording, ReplayReport, replay_sessions
 
 __version__ = "0.1.0"
 
@@ -26,6 +31,7 @@ _HOMES = {
     "FoldlineError": "errors",
     **dict.fromkeys(("Agent", "AgentOptions", "Enter", "Reject", "ToolOutput", "Toolset", "TurnResult"), "loop"),
     "is_loop_request": "replay",
+    **dict.fromkeys(("Change", "Recording", "ReplayReport", "replay_sessions"), "replayer"),
 }
 
 
@@ -42,12 +48,15 @@ __all__ = [
     "Agent",
     "AgentOptions",
     "CallConfig",
+    "Change",
     "Config",
     "Enter",
     "EpochHeader",
     "FoldlineError",
     "ImageBlock",
+    "Recording",
     "Reject",
+    "ReplayReport",
     "Stores",
     "TextBlock",
     "ToolOutput",
@@ -57,4 +66,5 @@ __all__ = [
     "__version__",
     "is_loop_request",
     "open_stores",
+    "replay_sessions",
 ]

@@ -41,7 +41,8 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     │   ├── AuthenticationFailed        a server refused the configured credentials or TLS handshake
     │   ├── MissingExtra                the configuration needs an optional part of foldline that is not installed
     │   ├── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
-    │   └── UnsupportedSetting          a call-config setting the chosen model does not accept (names model, setting)
+    │   ├── UnsupportedSetting          a call-config setting the chosen model does not accept (names model, setting)
+    │   └── InvalidChange               a replay's change (system file, tools object, config file) cannot be used
     ├── ArchiveError                    the session archive cannot be used (names the object)
     │   ├── ArchiveObjectMissing        a manifest names a segment that is not there
     │   ├── ArchiveCorrupt              a segment or manifest does not match its digest, session or seq range
@@ -49,6 +50,9 @@ translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) a
     │   └── ArchiveAhead                the archive holds more of a session than the log: restore before use
     ├── EventsExpired                   events deleted from Kafka (retention) that the archive does not hold
     ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
+    ├── ReplayError                     a recorded session cannot be replayed (names the session)
+    │   ├── NothingToReplay             the session holds no request/dispatch record to compare a request with
+    │   └── NotReplayable               the recording holds something a replay cannot follow (names seq and why)
     ├── MetricsServerError              the /metrics + health endpoint could not start (port taken)
     └── InputError                      a file or stream a command was given cannot be read, written or used
 """
@@ -83,15 +87,19 @@ __all__ = [
     "FormatError",
     "ImportFailed",
     "InputError",
+    "InvalidChange",
     "InvariantViolation",
     "MetricsServerError",
     "MissingExtra",
     "MissingHeader",
+    "NotReplayable",
+    "NothingToReplay",
     "ProviderError",
     "ProviderStatusError",
     "ProviderStreamError",
     "ProviderTransportError",
     "ReconstructionError",
+    "ReplayError",
     "RequestTooLarge",
     "RetriesExhausted",
     "SessionExists",
@@ -425,6 +433,12 @@ class UnsupportedSetting(ConfigError):
         super().__init__(message)
 
 
+class InvalidChange(ConfigError):
+    """A replay's change cannot be used: a system-prompt file that is not text, a tools object that does not
+    import or is not a toolset, a config file that is not JSON or TOML or names fields a call config does not
+    have. The message names the input and what to fix."""
+
+
 class ArchiveError(FoldlineError):
     """The session archive cannot be used; ``object`` names the manifest or segment (``s3://…`` or a path)."""
 
@@ -474,6 +488,27 @@ class EventsExpired(FoldlineError):
 
 class ForkError(FoldlineError):
     """A fork point the parent log cannot be cut at (past its end, inside a step or a compaction)."""
+
+
+class ReplayError(FoldlineError):
+    """A recorded session cannot be replayed; ``session_id`` names it (None: no session was found at all)."""
+
+    def __init__(self, session_id: str | None, message: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r}: {message}" if session_id is not None else message)
+
+
+class NothingToReplay(ReplayError):
+    """The session holds no ``request/dispatch`` record (after its fork seed), so no request can be compared."""
+
+
+class NotReplayable(ReplayError):
+    """The recording holds something a replay cannot follow (a request that does not rebuild to its digest, a
+    cancelled answer, a step quarantined then but readable now); ``seq`` names the event."""
+
+    def __init__(self, session_id: str, seq: int, message: str) -> None:
+        self.seq = seq
+        super().__init__(session_id, f"seq {seq}: {message}")
 
 
 class MetricsServerError(FoldlineError):

@@ -78,6 +78,7 @@ READ_ONLY_COMMANDS = (
     ("requests", "demo-000", "--step", "1"),
     ("diff", "demo-000"),
     ("drops", "--json"),
+    ("replay", "--all", "--json"),
 )
 
 

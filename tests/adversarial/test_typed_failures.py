@@ -230,8 +230,9 @@ def test_every_command_documents_json_output() -> None:
 VOCABULARY = st.sampled_from(
     [
         "sessions", "show", "verify", "diff", "drops", "requests", "export", "import", "fork", "config", "restore",
-        "doctor",
+        "doctor", "replay",
         "--json", "--at", "--as", "--step", "--provider", "--out", "-o", "--model", "--system-file", "--attachments",
+        "--all", "--live", "--export", "--tools", "--config-file",
         "demo-000", "nope", "-", "0", "-1", "99999999999999999999", "anthropic", "", "[/INST]", "\x1b[2J", "a\nb",
         "x" * 300,
     ]

@@ -97,6 +97,12 @@ def _invoke(runner: CliRunner, *args: str) -> str:
     return res.stdout
 
 
+def _replayed(runner: CliRunner, ids: list[str]) -> list[tuple[str, str, int]]:
+    """``foldline replay`` of the sessions, unchanged: (session, status, requests built identically)."""
+    out = json.loads(_invoke(runner, "replay", *ids, "--json"))
+    return [(s["session"], s["status"], s["identical"]) for s in out["sessions"]]
+
+
 def _bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}"})
     try:
@@ -154,6 +160,8 @@ def test_sessions_outlive_the_topics_retention(
 
         # the results before the deletion
         verified = _invoke(runner, "verify", *ids, "--json")
+        replayed = _replayed(runner, ids)
+        assert [status for _, status, _ in replayed] == ["identical"] * len(ids)
         exports = {}
         for sid in ids:
             _invoke(runner, "export", sid, "-o", str(tmp_path / f"{sid}.before.jsonl"))
@@ -199,6 +207,7 @@ def test_sessions_outlive_the_topics_retention(
 
         # after it: the same results, read from the archive (and the tail Kafka still has)
         assert _invoke(runner, "verify", *ids, "--json") == verified
+        assert _replayed(runner, ids) == replayed
         for sid in ids:
             _invoke(runner, "export", sid, "-o", str(tmp_path / f"{sid}.after.jsonl"))
             assert (tmp_path / f"{sid}.after.jsonl").read_bytes() == exports[sid]

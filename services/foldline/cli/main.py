@@ -20,6 +20,7 @@ from . import (
     config_commands,
     demo_commands,
     fleet_commands,
+    replay_commands,
     session_commands,
     worker_commands,
 )
@@ -68,6 +69,7 @@ app = typer.Typer(
 demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
+replay_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)
 archive_commands.register(app)
