@@ -1,7 +1,7 @@
 """Imports point downward only: every module of the package sits in one layer and imports no higher one.
 
     core, errors                          pure values and the error tree
-    ports                                 the small abstract interfaces
+    ports, backoff                        the small abstract interfaces; the back-off schedule
     adapters, providers, metrics, ...     implementations of the ports; provider adapters; metric families
     config                                settings, and the factories that build adapters from them
     replay                                the request at a boundary, its records, the invariant, verify
@@ -31,7 +31,7 @@ PACKAGE = Path(foldline.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "errors"}),
-    frozenset({"ports"}),
+    frozenset({"ports", "backoff"}),
     frozenset({"adapters", "providers", "metrics", "metrics_server"}),
     frozenset({"config"}),
     frozenset({"replay"}),

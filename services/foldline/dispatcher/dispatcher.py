@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..backoff import Backoff
 from ..core.fold import FoldState, decode_header
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
@@ -66,6 +67,9 @@ from ..replay.step import request_at
 from .decode import MessageCache, decode_fold_messages
 
 __all__ = ["Dispatcher", "FoldWatcher", "request_from_fold"]
+
+#: The attachment store not answering (writing an archived body, reading an image): 100 ms doubling to 2 s.
+_STORE_OUTAGE = Backoff(initial_s=0.1, cap_s=2.0)
 
 
 def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> GenerateOptions:
@@ -140,7 +144,7 @@ class FoldWatcher:
             raise
 
     def _serve(self) -> None:
-        pause = self._poll_s
+        pauses = Backoff(self._poll_s, self._max_poll_s).pauses()
         while True:
             with self._cond:
                 while not self._waits and not self._closed:
@@ -159,8 +163,9 @@ class FoldWatcher:
                         done.add(w)
                         w.loop.call_soon_threadsafe(_fail, w.future, _timeout(w))
                 self._waits = [w for w in self._waits if w not in done]
-            pause = self._poll_s if done else min(pause * 2, self._max_poll_s)
-            time.sleep(pause)
+            if done:
+                pauses.reset()  # folds are arriving: look again soon
+            time.sleep(pauses.next())
 
     def _round(self, waits: list[_Wait]) -> set[_Wait]:
         """One round: the waits it settled."""
@@ -363,31 +368,29 @@ class Dispatcher:
         parts are joined there); a store that does not answer is waited out (``outage_s``)."""
         store = self.attachments
         assert store is not None
-        deadline = time.monotonic() + self.outage_s
-        pause = 0.1
+        waits = _STORE_OUTAGE.until(self.outage_s)
         while True:
             try:
                 await asyncio.to_thread(lambda: store.put(bytes(body), "application/json"))
                 return
             except StoreUnavailable:
-                if time.monotonic() + pause > deadline:
+                pause = waits.next()
+                if pause is None:
                     raise
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
 
     async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[Body, str]:
         """The body (in parts) and its digest; an attachment store that does not answer is waited out
         (``outage_s``)."""
-        deadline = time.monotonic() + self.outage_s
-        pause = 0.1
+        waits = _STORE_OUTAGE.until(self.outage_s)
         while True:
             try:
                 return cache.parts(request, self.attachments)
             except AttachmentReadFailed:
-                if time.monotonic() + pause > deadline:
+                pause = waits.next()
+                if pause is None:
                     raise
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
 
     async def _send(self, h: StepHandoff, prepared: PreparedStep) -> StepAnswer:
         started = time.perf_counter()

@@ -50,6 +50,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
+from ..backoff import OUTAGE
 from ..config import RedisConfig
 from ..core import codec
 from ..errors import (
@@ -107,13 +108,13 @@ def _pool_exhausted(exc: BaseException) -> bool:
 async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]]) -> _T:
     """``call()``, retried while Redis does not answer, for up to ``outage_s``; then a StoreUnavailable that
     names Redis and the call (or the process's own connection pool, when that is what was exhausted)."""
-    deadline = time.monotonic() + outage_s
-    pause = 0.05
+    waits = OUTAGE.until(outage_s)
     while True:
         try:
             return await call()
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            if time.monotonic() + pause > deadline:
+            pause = waits.next()
+            if pause is None:
                 if _pool_exhausted(exc):
                     raise StoreUnavailable(
                         f"{what}: every connection of this process's Redis pool stayed busy for {outage_s:g}s; "
@@ -124,7 +125,6 @@ async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]
                     "check that Redis is running and FOLDLINE_REDIS_URL points at it"
                 ) from exc
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 2.0)
 
 
 class _Batches(abc.ABC, Generic[_W]):
@@ -405,7 +405,7 @@ class RedisStepClient:
     async def _read_replies(self) -> None:
         """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages);
         about every second, check that Redis kept its data (:meth:`_check_alive`)."""
-        pause = 0.05
+        pauses = OUTAGE.pauses()
         check_at = 0.0
         while True:
             try:
@@ -414,13 +414,12 @@ class RedisStepClient:
                     await self._check_alive()
                     check_at = time.monotonic() + _ALIVE_EVERY_S
                 got: Any = await self._redis.blmpop(1, 1, self.reply_key, direction="LEFT", count=_REPLY_BATCH)
-                pause = 0.05
+                pauses.reset()
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
                 _LOG.warning("reading dispatcher replies failed (%s); retrying", exc)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+                await asyncio.sleep(pauses.next())
                 continue
             if not got:
                 continue
@@ -482,7 +481,7 @@ class _Server:
                 raise
 
     async def serve(self, stop: asyncio.Event) -> int:
-        pause = 0.05
+        pauses = OUTAGE.pauses()
         next_claim = time.monotonic() + self.claim_idle_s / 3
         group_ready = False
         while not stop.is_set():
@@ -500,7 +499,7 @@ class _Server:
                 got: Any = await self.r.xreadgroup(
                     self.group, self.consumer, {self.stream: ">"}, count=free, block=self.block_ms
                 )
-                pause = 0.05
+                pauses.reset()
             except ResponseError as exc:
                 # Redis was flushed or restarted without data (NOGROUP), or the stream was deleted while this
                 # read blocked on it (UNBLOCKED): make the group again
@@ -510,10 +509,10 @@ class _Server:
                     continue
                 raise StoreUnavailable(f"Redis refused the dispatcher's read of {self.stream!r}: {exc}") from exc
             except (RedisError, OSError) as exc:
+                pause = pauses.next()
                 _LOG.warning("the dispatcher lost Redis (%s: %s); retrying in %.2fs", type(exc).__name__, exc, pause)
                 group_ready = False
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
                 continue
             for _name, batch in got or []:
                 for entry_id, fields in batch:

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from ..backoff import Backoff
 from ..core.fold import FoldDelta, FoldState
 from ..errors import FoldTimeout
 
@@ -53,6 +54,7 @@ __all__ = ["ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
 
 ApplyStatus = Literal["applied", "duplicate", "gap", "fenced"]
 _F = TypeVar("_F", "FoldState", "FoldTail")
+_FOLD_POLL = Backoff(initial_s=0.0005, cap_s=0.02)  # a wait for a fold: looks 0.5 ms apart, doubling to 20 ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,21 +159,19 @@ class FoldStore(abc.ABC):
         return self._wait(session_id, seq, timeout_s, lambda: self.tail(session_id, generation=generation, known=known))
 
     def _wait(self, session_id: str, seq: int, timeout_s: float, fetch: Callable[[], _F | None]) -> _F:
-        deadline = time.monotonic() + timeout_s
-        pause = 0.0005
+        waits = _FOLD_POLL.until(timeout_s, clip=True)
         while True:
             if self.applied_seq(session_id) >= seq:
                 state = fetch()
                 if state is not None and state.applied_seq >= seq:
                     return state
-            now = time.monotonic()
-            if now >= deadline:
+            pause = waits.next()
+            if pause is None:
                 raise FoldTimeout(
                     f"session {session_id!r}: the fold has applied seq {self.applied_seq(session_id)}, not {seq}, "
                     f"after {timeout_s:.3f}s; check that a projector is running and consuming the session's partition"
                 )
-            time.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, 0.02)
+            time.sleep(pause)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -56,6 +56,7 @@ from ..adapters.kafka import (
     read_partition_span,
     wait_for_topic,
 )
+from ..backoff import OUTAGE, Pauses
 from ..config import Config
 from ..config.factories import fold_store, kafka_log
 from ..errors import FencedError, StoreUnavailable
@@ -70,8 +71,6 @@ if TYPE_CHECKING:
 __all__ = ["ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
 
 _LOG = logging.getLogger("foldline.projector")
-_FIRST_PAUSE_S = 0.05
-_MAX_PAUSE_S = 2.0
 _MARKS_EVERY_S = 1.0  # how often the partition marks are checked
 MARK_DONE = "done"  # a partition's mark: the store holds the folds of everything the group consumed there
 
@@ -290,24 +289,22 @@ class ProjectorRuntime(ABC):
         """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first.
         ``reread``: a batch of a partition re-read from its start (its stale events were dead-lettered when
         the group consumed them first)."""
-        pause = _FIRST_PAUSE_S
-        while (report := self._try_apply(batch, pause, reread=reread)) is None:
-            if self._stop.wait(pause):
+        pauses = OUTAGE.pauses()
+        while (report := self._try_apply(batch, pauses, reread=reread)) is None:
+            if self._stop.wait(pauses.last):
                 return None
-            pause = min(pause * 2, _MAX_PAUSE_S)
         return report
 
     async def _apply_until_done_async(self, batch: Sequence[ConsumedItem]) -> BatchReport:
         """:meth:`_apply_until_done` on an asyncio loop: each attempt on a thread, the pauses on the loop."""
-        pause = _FIRST_PAUSE_S
-        while (report := await asyncio.to_thread(self._try_apply, batch, pause)) is None:
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _MAX_PAUSE_S)
+        pauses = OUTAGE.pauses()
+        while (report := await asyncio.to_thread(self._try_apply, batch, pauses)) is None:
+            await asyncio.sleep(pauses.last)
         return report
 
-    def _try_apply(self, batch: Sequence[ConsumedItem], pause: float, *, reread: bool = False) -> BatchReport | None:
+    def _try_apply(self, batch: Sequence[ConsumedItem], pauses: Pauses, *, reread: bool = False) -> BatchReport | None:
         """One attempt: the batch applied and its stale events dead-lettered, or None (store down: retry
-        after ``pause``)."""
+        after the next of ``pauses``, which is counted here and named in the log)."""
         try:
             report = self.projector.project(batch)
             if report.fenced and not reread:
@@ -315,6 +312,7 @@ class ProjectorRuntime(ABC):
         except StoreUnavailable as exc:
             with self._lock:
                 self._store_ok = False
+            pause = pauses.next()
             _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(batch), exc, pause)
             return None
         with self._lock:

@@ -159,9 +159,7 @@ class RetryingSender:
 
     def backoff(self, attempt: int) -> float:
         """The wait after failed attempt ``attempt`` (1-based) when the answer names none."""
-        s = self.settings
-        base = min(s.initial_backoff_s * 2.0 ** min(attempt - 1, 60), s.max_backoff_s)
-        return base * (1.0 - s.jitter * self._rng.random())
+        return self.settings.backoff.pause(attempt, self._rng)
 
     async def send(
         self,
