@@ -2,7 +2,7 @@
 
 * :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
   ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
-* :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`archive_store`,
+* :func:`sqlite_log`, :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`archive_store`,
   :func:`session_archive`, :func:`providers` — one adapter each, for the factories of the worker processes
   (:func:`foldline.projector.factory.open_projector`, :func:`foldline.dispatcher.factory.open_dispatcher`,
   :func:`foldline.archiver.factory.open_archiver`) and for tests.
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..adapters.kafka import KafkaEventLog, TopicPolicy
     from ..adapters.redis_folds import RedisFoldStore
     from ..adapters.s3_attachments import S3AttachmentStore
+    from ..adapters.sqlite_log import SqliteEventLog
     from ..ports.archive import ArchiveStore
     from ..ports.attachments import AttachmentStore
     from ..ports.event_log import EventLog
@@ -56,6 +57,7 @@ __all__ = [
     "providers",
     "s3",
     "session_archive",
+    "sqlite_log",
     "topic_policy",
 ]
 
@@ -74,6 +76,16 @@ class Stores:
 
 
 # ------------------------------------------------------------------ one adapter each
+
+
+def sqlite_log(config: Config, *, read_only: bool = False) -> SqliteEventLog:
+    """The embedded log: ``foldline.db`` in ``config.data_dir``, waiting ``embedded.busy_timeout_s`` for another
+    writer's lock. ``read_only`` (audits, listings, ``foldline doctor``) opens it for reading and never creates
+    the data directory: a missing one is a :class:`ConfigError` (:func:`check_data_dir`)."""
+    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
+
+    check_data_dir(config, read_only=read_only)
+    return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only)
 
 
 def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEventLog:
@@ -261,13 +273,9 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
     so the loops' invariant companions read back what they appended without a fetch per read.
     """
     from ..adapters.fs_attachments import FilesystemAttachmentStore
-    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 
     if config.backend == "embedded":
-        check_data_dir(config, read_only=read_only)
-        sqlite = SqliteEventLog(
-            config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only
-        )
+        sqlite = sqlite_log(config, read_only=read_only)
         try:
             return Stores(sqlite, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
         except BaseException:
