@@ -1,5 +1,10 @@
 """Serving steps across processes: loops hand them to ``foldline dispatcher`` processes through Redis.
 
+This is the Redis transport of the :class:`~foldline.ports.step_dispatch.StepDispatcher` port: an adapter, like
+the fold store on Redis. Its two ends carry calls of the port and nothing else — the client is a
+StepDispatcher, and the server hands each call to a StepDispatcher (``foldline dispatcher`` gives it its
+:class:`~foldline.dispatcher.Dispatcher`). Redis errors are translated here, where redis-py is called.
+
 **The loop's end** (:class:`RedisStepClient`, the loop's ``AgentOptions.dispatcher``): each call —
 ``prepare`` or ``send`` — is one ``XADD`` to the steps stream (fields ``op``, ``id``, ``reply``,
 ``handoff``, and for ``send`` the ``prepared`` step). Every reply comes back on one Redis list per client
@@ -42,7 +47,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -51,7 +56,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
 from ..backoff import OUTAGE
-from ..config import RedisConfig
 from ..core import codec
 from ..errors import (
     ConfigError,
@@ -61,10 +65,16 @@ from ..errors import (
     FormatError,
     StoreUnavailable,
 )
-from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff, error_from_json, error_to_json
-from .dispatcher import Dispatcher
+from ..ports.step_dispatch import (
+    PreparedStep,
+    StepAnswer,
+    StepDispatcher,
+    StepHandoff,
+    error_from_json,
+    error_to_json,
+)
 
-__all__ = ["RedisStepClient", "serve_steps"]
+__all__ = ["RedisConnection", "RedisStepClient", "serve_steps"]
 
 _LOG = logging.getLogger("foldline.dispatcher")
 _REPLY_TTL_S = 600
@@ -78,11 +88,27 @@ _T = TypeVar("_T")
 _W = TypeVar("_W")
 
 
+class RedisConnection(Protocol):
+    """Where Redis is and how long to wait for it (:class:`foldline.config.RedisConfig` is one)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def socket_timeout_s(self) -> float: ...
+
+    @property
+    def connect_timeout_s(self) -> float: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+
 def _json(value: dict[str, Any]) -> bytes:
     return codec.canonical_json(value)
 
 
-def _connect(redis: RedisConfig, *, blocking_s: float = 0.0) -> aioredis.Redis:
+def _connect(redis: RedisConnection, *, blocking_s: float = 0.0) -> aioredis.Redis:
     """A client whose socket timeout outlasts any blocking wait it issues (``blocking_s``), on a pool of
     ``max_connections`` that a call waits on (up to the socket timeout) instead of failing when all are busy:
     a thousand sessions handing steps over at once share the pool, each command holding a connection for a
@@ -236,7 +262,7 @@ class RedisStepClient:
 
     def __init__(
         self,
-        redis: RedisConfig,
+        redis: RedisConnection,
         *,
         stream: str,
         group: str,
@@ -449,8 +475,8 @@ def _text(value: Any) -> str:
 class _Server:
     def __init__(
         self,
-        dispatcher: Dispatcher,
-        redis: RedisConfig,
+        dispatcher: StepDispatcher,
+        redis: RedisConnection,
         *,
         stream: str,
         group: str,
@@ -724,8 +750,8 @@ _UNANSWERED = (
 
 
 async def serve_steps(
-    dispatcher: Dispatcher,
-    redis: RedisConfig,
+    dispatcher: StepDispatcher,
+    redis: RedisConnection,
     *,
     stream: str,
     group: str,
@@ -736,7 +762,8 @@ async def serve_steps(
     claim_idle_s: float = 15.0,
     outage_s: float = 60.0,
 ) -> int:
-    """Serve hand-overs from ``stream`` until ``stop`` is set; returns how many were answered.
+    """Serve hand-overs from ``stream`` with ``dispatcher`` (each call is one of its ``prepare`` or ``send``)
+    until ``stop`` is set; returns how many were answered.
 
     Never exits for a Redis outage: it reconnects and recreates its group. On stop, calls in flight finish
     and are answered first."""
