@@ -2,10 +2,11 @@
 
 * :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
   ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
-* :func:`sqlite_log`, :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`archive_store`,
-  :func:`session_archive`, :func:`providers` — one adapter each, for the factories of the worker processes
-  (:func:`foldline.projector.factory.open_projector`, :func:`foldline.dispatcher.factory.open_dispatcher`,
-  :func:`foldline.archiver.factory.open_archiver`) and for tests.
+* :func:`sqlite_log`, :func:`kafka_log`, :func:`fold_store`, :func:`partition_marks`, :func:`attachment_store`,
+  :func:`archive_store`, :func:`session_archive`, :func:`providers` — one adapter each, for the factories of
+  the worker processes (:func:`foldline.projector.factory.open_projector`,
+  :func:`foldline.dispatcher.factory.open_dispatcher`, :func:`foldline.archiver.factory.open_archiver`) and
+  for tests.
 
 The Kafka log reads below each session's archive watermark from the archive when one is configured
 (``config.archive``), and its topics are created with and checked against :func:`topic_policy`: a
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..adapters.archive import SessionArchive
     from ..adapters.kafka import KafkaEventLog, TopicPolicy
-    from ..adapters.redis_folds import RedisFoldStore
+    from ..adapters.redis_folds import RedisFoldStore, RedisPartitionMarks
     from ..adapters.s3_attachments import S3AttachmentStore
     from ..adapters.sqlite_log import SqliteEventLog
     from ..ports.archive import ArchiveStore
@@ -54,6 +55,7 @@ __all__ = [
     "fold_store",
     "kafka_log",
     "open_stores",
+    "partition_marks",
     "providers",
     "s3",
     "session_archive",
@@ -173,6 +175,20 @@ def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
         connect_timeout_s=r.connect_timeout_s,
         max_connections=r.max_connections,
         journal=journal,
+    )
+
+
+def partition_marks(config: Config) -> RedisPartitionMarks:
+    """The projectors' partition marks, beside the folds of :func:`fold_store` (the same Redis and key prefix)."""
+    from ..adapters.redis_folds import RedisPartitionMarks
+
+    r = config.redis
+    return RedisPartitionMarks(
+        r.url,
+        prefix=config.folds.prefix,
+        socket_timeout_s=r.socket_timeout_s,
+        connect_timeout_s=r.connect_timeout_s,
+        max_connections=r.max_connections,
     )
 
 

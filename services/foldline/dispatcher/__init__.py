@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..adapters.redis_steps import RedisStepClient, serve_steps
 from ..errors import DispatchLost
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepDispatcher, StepHandoff
-from .dispatcher import Dispatcher, FoldWatcher, request_from_fold
+from .dispatcher import Dispatcher, FoldWatcher, request_from_fold, wait_for_fold, wait_for_fold_tail
 
 __all__ = [
     "DispatchLost",
@@ -24,4 +24,6 @@ __all__ = [
     "StepHandoff",
     "request_from_fold",
     "serve_steps",
+    "wait_for_fold",
+    "wait_for_fold_tail",
 ]

@@ -39,8 +39,9 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..backoff import Backoff
 from ..core.fold import FoldState, decode_header
@@ -66,7 +67,7 @@ from ..replay.registry import mark_loop_request
 from ..replay.step import request_at
 from .decode import MessageCache, decode_fold_messages
 
-__all__ = ["Dispatcher", "FoldWatcher", "request_from_fold"]
+__all__ = ["Dispatcher", "FoldWatcher", "request_from_fold", "wait_for_fold", "wait_for_fold_tail"]
 
 #: The attachment store not answering (writing an archived body, reading an image): 100 ms doubling to 2 s.
 _STORE_OUTAGE = Backoff(initial_s=0.1, cap_s=2.0)
@@ -197,6 +198,40 @@ def _deliver(future: asyncio.Future[FoldTail], tail: FoldTail) -> None:
 def _fail(future: asyncio.Future[FoldTail], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+_FOLD_POLL = Backoff(initial_s=0.0005, cap_s=0.02)  # one session's fold, polled: 0.5 ms apart, doubling to 20 ms
+_F = TypeVar("_F", FoldState, FoldTail)
+
+
+def wait_for_fold(folds: FoldStore, session_id: str, seq: int, timeout_s: float) -> FoldState:
+    """The session's fold once it has applied ``seq``, or :class:`~foldline.errors.FoldTimeout` after
+    ``timeout_s`` — a bounded wait, never a hang. One session, polled from this thread (tools, tests); a
+    dispatcher waits for many at once with :class:`FoldWatcher`."""
+    return _wait(folds, session_id, seq, timeout_s, lambda: folds.get(session_id))
+
+
+def wait_for_fold_tail(
+    folds: FoldStore, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int
+) -> FoldTail:
+    """:func:`wait_for_fold`, answered with :meth:`FoldStore.tail` (the messages past the ``known`` ones)."""
+    return _wait(folds, session_id, seq, timeout_s, lambda: folds.tail(session_id, generation=generation, known=known))
+
+
+def _wait(folds: FoldStore, session_id: str, seq: int, timeout_s: float, fetch: Callable[[], _F | None]) -> _F:
+    waits = _FOLD_POLL.until(timeout_s, clip=True)
+    while True:
+        if folds.applied_seq(session_id) >= seq:
+            state = fetch()
+            if state is not None and state.applied_seq >= seq:
+                return state
+        pause = waits.next()
+        if pause is None:
+            raise FoldTimeout(
+                f"session {session_id!r}: the fold has applied seq {folds.applied_seq(session_id)}, not {seq}, "
+                f"after {timeout_s:.3f}s; check that a projector is running and consuming the session's partition"
+            )
+        time.sleep(pause)
 
 
 def _timeout(w: _Wait) -> FoldTimeout:

@@ -17,8 +17,9 @@ the dead-letter writer) and owns:
 * **readiness** — assigned partitions (possibly none), the fold store applying, not stopping, no failure
   (``/readyz``), and the one-time ``on_ready`` announcement;
 * **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server;
-* **a fold store that lost its data** — each assigned partition carries a mark in the fold store
-  (:meth:`FoldStore.partition_marks`), checked about every second (:meth:`ProjectorRuntime._check_marks`).
+* **a fold store that lost its data** — each assigned partition carries a mark beside the folds
+  (:class:`~foldline.ports.partition_marks.PartitionMarks`), checked about every second
+  (:meth:`ProjectorRuntime._check_marks`).
   A store that lost its data (Redis flushed, or restarted without persistence) lost the marks with the
   folds; a partition the group already consumed past its start is then re-read from its start up to its
   end — on a thread of its own, while the group's consumption goes on — and folded again (the folds
@@ -58,10 +59,11 @@ from ..adapters.kafka import (
 )
 from ..backoff import OUTAGE, Pauses
 from ..config import Config
-from ..config.factories import fold_store, kafka_log
+from ..config.factories import fold_store, kafka_log, partition_marks
 from ..errors import FencedError, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
+from ..ports.partition_marks import PartitionMarks
 from .fold_apply import BatchProjector, BatchReport
 
 if TYPE_CHECKING:
@@ -132,6 +134,7 @@ class RuntimeOptions(TypedDict, Generic[_R], total=False):
     """The keyword arguments of :class:`ProjectorRuntime`, for a runtime that adds its own."""
 
     store: FoldStore | None
+    marks: PartitionMarks | None
     log: EventLog | None
     projector: BatchProjector | None
     metrics: ProjectorMetrics | None
@@ -142,8 +145,9 @@ class RuntimeOptions(TypedDict, Generic[_R], total=False):
 class ProjectorRuntime(ABC):
     """One projector: a consumer-group member folding the topic into the fold store; see the module docstring.
 
-    ``store`` and ``log`` (or a ready ``projector``, which brings both) are built from ``settings.config`` by
-    the adapter factories (:mod:`foldline.config.factories`) when not given, and then closed by the runtime.
+    ``store`` and ``log`` (or a ready ``projector``, which brings both) and the partition ``marks`` (which must
+    live with the store's folds) are built from ``settings.config`` by the adapter factories
+    (:mod:`foldline.config.factories`) when not given, and then closed by the runtime.
     ``on_batch`` sees every applied batch's report; ``on_ready`` is called once, the first time the runtime
     is ready.
     """
@@ -156,6 +160,7 @@ class ProjectorRuntime(ABC):
         settings: WorkerSettings,
         *,
         store: FoldStore | None = None,
+        marks: PartitionMarks | None = None,
         log: EventLog | None = None,
         projector: BatchProjector | None = None,
         metrics: ProjectorMetrics | None = None,
@@ -164,6 +169,8 @@ class ProjectorRuntime(ABC):
     ) -> None:
         self.settings = settings
         self._owns_store = store is None and projector is None
+        self._owns_marks = marks is None
+        self.marks = marks if marks is not None else partition_marks(settings.config)
         self._owns_log = log is None and projector is None
         if projector is None:
             if store is None:
@@ -365,7 +372,7 @@ class ProjectorRuntime(ABC):
         if not parts:
             return
         try:
-            marks = self.store.partition_marks(s.topic, parts)
+            marks = self.marks.marks(s.topic, parts)
             unmarked = [p for p in parts if marks.get(p) != MARK_DONE]
             self._seen_done.update(p for p in parts if marks.get(p) == MARK_DONE)
             if not unmarked:
@@ -382,7 +389,7 @@ class ProjectorRuntime(ABC):
             try:
                 if not consumed and part not in self._seen_done:
                     # nothing consumed here yet: the group reads the partition from its start anyway
-                    self.store.set_partition_mark(s.topic, part, MARK_DONE)
+                    self.marks.set_mark(s.topic, part, MARK_DONE)
                     self._seen_done.add(part)
                     continue
                 assert p is not None
@@ -438,7 +445,7 @@ class ProjectorRuntime(ABC):
             low,
             high,
         )
-        self.store.set_partition_mark(s.topic, part, token)
+        self.marks.set_mark(s.topic, part, token)
         # its own rule state, from each session's first event; records the checks refuse were dead-lettered
         # when the group consumed them, so they are only skipped here
         checker = RecordChecker(self.dead_letters, topic=s.topic, registry_url=s.registry_url, log=self.log)
@@ -452,7 +459,7 @@ class ProjectorRuntime(ABC):
             if done is None:  # stopped
                 return
             report.merge(done)
-        if self.store.set_partition_mark(s.topic, part, MARK_DONE, expect=token):
+        if self.marks.set_mark(s.topic, part, MARK_DONE, expect=token):
             with self._lock:
                 self._seen_done.add(part)
                 self.reread_partitions += 1
@@ -525,5 +532,7 @@ class ProjectorRuntime(ABC):
         finally:
             if self._owns_store:
                 self.store.close()
+            if self._owns_marks:
+                self.marks.close()
             if self._owns_log:
                 self.log.close()
