@@ -49,13 +49,13 @@ from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import (
-    AttachmentReadFailed,
     ConfigError,
     ConflictError,
     DispatchFailed,
     FoldlineError,
     FoldTimeout,
     StoreUnavailable,
+    TransientError,
 )
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
@@ -179,7 +179,7 @@ class FoldWatcher:
             if not ready:
                 return settled
             tails = self._folds.tails([(w.session_id, w.generation, w.known) for w in ready])
-        except StoreUnavailable as exc:
+        except TransientError as exc:
             for w in waits:
                 w.cause = f"the fold store failed: {exc}"
             return settled
@@ -408,7 +408,7 @@ class Dispatcher:
             try:
                 await asyncio.to_thread(lambda: store.put(bytes(body), "application/json"))
                 return
-            except StoreUnavailable:
+            except TransientError:
                 pause = waits.next()
                 if pause is None:
                     raise
@@ -421,7 +421,7 @@ class Dispatcher:
         while True:
             try:
                 return cache.parts(request, self.attachments)
-            except AttachmentReadFailed:
+            except TransientError:  # an object the store could not read now; one it lacks or that is corrupt: at once
                 pause = waits.next()
                 if pause is None:
                     raise

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ..backoff import OUTAGE
 from ..core.events import Envelope
-from ..errors import ConflictError, StoreUnavailable
+from ..errors import ConflictError, TransientError
 from ..ports.event_log import EventLog, WriterLease
 
 __all__ = ["append_durably"]
@@ -27,14 +27,14 @@ async def append_durably(
         try:
             await log.append_async(session_id, start, events, lease=lease)
             return
-        except StoreUnavailable:
+        except TransientError:  # an outage: waited out; a refusal is permanent and raised at once
             pause = waits.next()
             if pause is None:
                 raise
         await asyncio.sleep(pause)
         try:
             landed = await log.read_async(session_id, start, start + len(events))
-        except StoreUnavailable:
+        except TransientError:
             continue
         if landed == list(events):
             return  # the append that "failed" had committed

@@ -60,7 +60,7 @@ from ..adapters.kafka import (
 from ..backoff import OUTAGE, Pauses
 from ..config import Config
 from ..config.factories import fold_store, kafka_log, partition_marks
-from ..errors import FencedError, StoreUnavailable
+from ..errors import FencedError, StoreUnavailable, TransientError
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
 from ..ports.partition_marks import PartitionMarks
@@ -316,7 +316,7 @@ class ProjectorRuntime(ABC):
             report = self.projector.project(batch)
             if report.fenced and not reread:
                 self._dead_letter_fenced(report.fenced)
-        except StoreUnavailable as exc:
+        except TransientError as exc:  # the store is down: the batch is kept and tried again
             with self._lock:
                 self._store_ok = False
             pause = pauses.next()
