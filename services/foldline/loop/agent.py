@@ -86,13 +86,13 @@ from ..providers.streaming import AnswerProgress
 from ..replay.invariant import InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, retry_record, session_request
-from .durable import append_durably
+from ._durable import append_durably
+from ._refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
+from ._remote import dispatch_remote
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
 from .pressure import relieve_pressure
-from .refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
-from .remote import dispatch_remote
 from .tools import fit_result
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
@@ -170,7 +170,7 @@ class Agent:
         self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
         self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
-        #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/remote.py) use it
+        #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/_remote.py) use it
         self.context = LoopContext(self)
 
     @classmethod
@@ -271,7 +271,7 @@ class Agent:
         return TurnResult(turn, reason, tuple(records), final_text, detail)
 
     def _refusal_reset(self, seq: int) -> UserMessage | None:
-        """The ``user/message`` that removes a refused last turn, where one is owed (loop/refusal.py)."""
+        """The ``user/message`` that removes a refused last turn, where one is owed (loop/_refusal.py)."""
         if self._refused is None or not self.options.reset_after_refusal:
             return None
         return refusal_reset(self.session, self._refused, seq)
@@ -528,7 +528,7 @@ class Agent:
 
 class LoopContext:
     """One loop instance as the code that does part of its step sees it: pressure relief
-    (:class:`~.pressure.PressureContext`) and a dispatched step (:class:`~.remote.DispatchContext`). It reads
+    (:class:`~.pressure.PressureContext`) and a dispatched step (:class:`~._remote.DispatchContext`). It reads
     the instance's live state and appends, sends and answers through the instance's own paths — the only
     ways those modules reach the loop."""
 

@@ -70,7 +70,7 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, token_count
 from .base import STOP_REASONS, ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
 from .http import JsonHttpProvider

@@ -47,12 +47,12 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, token_count
+from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
 from .openai import openai_effort
-from .openai_http import OpenAIHttpProvider
 from .streaming import OpenAIResponsesStream, StreamAssembler
 
 __all__ = [

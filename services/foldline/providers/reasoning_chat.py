@@ -24,10 +24,10 @@ from typing import Any, ClassVar, Final
 
 import httpx
 
+from ._openai_http import bearer_headers
 from .base import ProviderResponse
 from .http import JsonHttpProvider
 from .openai import OpenAIChatSerializer, parse_response
-from .openai_http import bearer_headers
 from .settings import TransportSettings
 from .streaming import OpenAIChatStream, StreamAssembler
 
