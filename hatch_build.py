@@ -9,7 +9,13 @@ definitions give at run time, so a changed definition is never read by a stale b
 
 * a wheel gets the two extension files (the module and mypyc's runtime library) and a platform tag;
 * an editable install gets them next to ``direct.py`` in the source tree (``.gitignore`` keeps them out
-  of the repository).
+  of the repository), each replaced whole, atomically.
+
+The compilation happens in a temporary directory of the build's own: a copy of the package with the module to
+compile beside ``direct.py``, so the source tree is never written to while compiling and two builds of one
+checkout at once (two virtual environments, a wheel beside an editable install) cannot see each other's
+files. Its results are cached under ``build/`` by the digest of the source, and the cache is published whole
+(a directory renamed into place): a build finds it complete or not at all.
 
 Without a C compiler, or with ``FOLDLINE_PURE_PYTHON=1``, the build goes on without them and says so:
 reads then run the generated text itself (the same results, slower); ``foldline doctor`` shows which decoder
@@ -30,7 +36,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-PACKAGE_DIR = Path("services/foldline/adapters/avro")
+PACKAGE_ROOT = Path("services/foldline")
+PACKAGE_DIR = PACKAGE_ROOT / "adapters" / "avro"
 NATIVE = "_direct_native"
 _GENERATE = (
     "import sys; sys.path.insert(0, 'services'); "
@@ -43,10 +50,10 @@ class CustomBuildHook(BuildHookInterface):
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         package = Path(self.root) / PACKAGE_DIR
-        for old in package.glob(f"{NATIVE}*.so"):  # an earlier editable build's (this hook names them so)
-            old.unlink()
         if os.environ.get("FOLDLINE_PURE_PYTHON") == "1":
             self.app.display_warning("FOLDLINE_PURE_PYTHON=1: the archive decoder is not compiled")
+            if version == "editable":
+                _remove_stale(package, keep=set())  # an earlier editable build's: this install reads interpreted
             return
         compiler = sysconfig.get_config_var("CC") or "cc"
         if shutil.which(compiler.split()[0]) is None:
@@ -54,14 +61,17 @@ class CustomBuildHook(BuildHookInterface):
                 f"no C compiler ({compiler!r} not found): the archive decoder is not compiled; "
                 "reads use the interpreted one (about half the speed)"
             )
+            if version == "editable":
+                _remove_stale(package, keep=set())
             return
-        root = Path(self.root)
-        built = self._compile(root)
+        built = self._compile(Path(self.root))
         for so in built:
             if version == "editable":
-                shutil.copy2(so, package / so.name)
+                _place(so, package / so.name)
             else:
                 build_data["force_include"][str(so)] = f"foldline/adapters/avro/{so.name}"
+        if version == "editable":
+            _remove_stale(package, keep={so.name for so in built})
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
 
@@ -76,33 +86,63 @@ class CustomBuildHook(BuildHookInterface):
         digest = hashlib.sha256(source).hexdigest()
         tag = sysconfig.get_config_var("EXT_SUFFIX") or ""
         cache = root / "build" / f"mypyc-{digest[:16]}{tag.replace('.so', '')}"  # build/ is not in git
-        if cache.is_dir() and any(cache.glob(f"{NATIVE}.*.so")):
+        if _complete(cache):
             return sorted(cache.glob(f"{NATIVE}*.so"))  # the same source compiled already (pip asks twice)
-        copy = root / PACKAGE_DIR / f"{NATIVE}.py"
         work = Path(tempfile.mkdtemp(prefix="foldline-mypyc-"))
-        (work / "foldline" / "adapters" / "avro").mkdir(parents=True)  # where mypyc copies its results
-        copy.write_bytes(source + f'\n\nSOURCE_SHA256 = "{digest}"\n'.encode())
         try:
+            # a copy of the package (its Python sources: what the type checker reads) with the module to
+            # compile beside direct.py; mypyc leaves its results in that copy and under work/src/build
+            src = work / "src"
+            shutil.copytree(root / PACKAGE_ROOT, src / "foldline", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+            copy = src / "foldline" / "adapters" / "avro" / f"{NATIVE}.py"
+            copy.write_bytes(source + f'\n\nSOURCE_SHA256 = "{digest}"\n'.encode())
             run = subprocess.run(
                 [sys.executable, "-m", "mypyc", "--follow-imports=silent", "--ignore-missing-imports", str(copy)],
-                cwd=work,
+                cwd=src,
                 capture_output=True,
                 text=True,
                 check=False,
             )
+            if run.returncode != 0:
+                raise RuntimeError(
+                    "compiling the archive decoder with mypyc failed (set FOLDLINE_PURE_PYTHON=1 to build without "
+                    f"it):\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+                )
+            built = sorted((src / "build").rglob(f"{NATIVE}*.so"))
+            names = {so.name for so in built}
+            if len(names) != len(built) or not any(n.startswith(NATIVE + ".") for n in names):
+                raise RuntimeError(f"mypyc left unexpected files for the archive decoder: {sorted(names)}")
+            # publish the cache whole: filled beside it, then renamed into place; a build that finished first wins
+            landing = cache.parent / f".{cache.name}.{os.getpid()}.{work.name}"
+            landing.mkdir(parents=True)
+            for so in built:
+                shutil.copy2(so, landing / so.name)
+            if cache.is_dir() and not _complete(cache):
+                shutil.rmtree(cache, ignore_errors=True)  # left half-written by a build that did not finish
+            try:
+                landing.rename(cache)
+            except OSError:
+                if not _complete(cache):
+                    raise
+                shutil.rmtree(landing, ignore_errors=True)  # another build published the same files first
         finally:
-            copy.unlink()
-        if run.returncode != 0:
-            raise RuntimeError(
-                "compiling the archive decoder with mypyc failed (set FOLDLINE_PURE_PYTHON=1 to build without "
-                f"it):\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
-            )
-        built = sorted((work / "build").rglob(f"{NATIVE}*.so"))
-        names = {so.name for so in built}
-        if len(names) != len(built) or not any(n.startswith(NATIVE + ".") for n in names):
-            raise RuntimeError(f"mypyc left unexpected files for the archive decoder: {sorted(names)}")
-        cache.mkdir(parents=True, exist_ok=True)
-        for so in built:
-            shutil.copy2(so, cache / so.name)
-        shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
         return sorted(cache.glob(f"{NATIVE}*.so"))
+
+
+def _complete(cache: Path) -> bool:
+    return cache.is_dir() and any(cache.glob(f"{NATIVE}.*.so"))
+
+
+def _place(built: Path, target: Path) -> None:
+    """Copy ``built`` to ``target`` whole: beside it first, then renamed over it (a reader never sees half)."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    shutil.copy2(built, partial)
+    os.replace(partial, target)
+
+
+def _remove_stale(package: Path, keep: set[str]) -> None:
+    """Remove compiled decoder files an earlier editable build left in the source tree, but those in ``keep``."""
+    for old in package.glob(f"{NATIVE}*.so"):
+        if old.name not in keep:
+            old.unlink(missing_ok=True)

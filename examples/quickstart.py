@@ -10,10 +10,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from foldline import CallConfig, Config, open_stores
-from foldline.loop import Agent, AgentOptions, Toolset
-from foldline.providers.emulated import emulated_provider
-from foldline.replay import verify_events
+from foldline import Agent, AgentOptions, CallConfig, Config, Toolset, open_stores, verify_events
+from foldline.providers import emulated_provider
 
 tools = Toolset()
 

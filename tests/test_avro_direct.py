@@ -4,8 +4,6 @@ fastavro + the datum mapping on every record."""
 from __future__ import annotations
 
 import io
-import shutil
-import sysconfig
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -19,6 +17,7 @@ from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, reads_directly
 from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
 from foldline.core.events import MAX_TIME_MS
 from foldline.errors import FormatError
+from tests.builds import require_compiled_decoder
 from tests.factories import simple_log
 from tests.golden_logs.reasoning import REASONING_SESSIONS
 from tests.golden_logs.test_reasoning_logs import events
@@ -32,21 +31,16 @@ decode_bodies = direct_module.decode_bodies
 _INTERPRETED = (decode_bodies, direct_module)
 
 
-def _compiler() -> bool:
-    return shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
-
-
 @pytest.fixture(autouse=True, scope="module", params=["interpreted", "compiled"])
 def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
     """Every test here runs on the generated decoder as interpreted and on its mypyc build (``hatch_build.py``);
-    where a C compiler is found the build must be there and be of the current definitions."""
+    an install built with the compiled decoder must have it, of the current definitions (one built without it
+    skips, saying so)."""
     global decode_bodies, direct_module
     if request.param == "compiled":
-        native, why = decoding.native_module()
-        if native is None:
-            if not _compiler():
-                pytest.skip(f"no C compiler here, so no compiled decoder: {why}")
-            pytest.fail(why)
+        require_compiled_decoder()
+        native, _ = decoding.native_module()
+        assert native is not None
         assert decoding.DECODER == "compiled (mypyc)"
         decode_bodies, direct_module = native.decode_bodies, native
     try:
@@ -57,9 +51,8 @@ def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def test_the_reading_build_is_the_compiled_one_where_it_can_be() -> None:
     """The archive and the codec decode through the compiled build when it was built from the current text."""
+    require_compiled_decoder()
     native, why = decoding.native_module()
-    if native is None and not _compiler():
-        pytest.skip(f"no C compiler here: {why}")
     assert native is not None, why
     assert decoding.decode_bodies is native.decode_bodies
     assert decoding.direct_envelope is native.direct_envelope

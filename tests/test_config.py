@@ -18,6 +18,7 @@ from foldline.config import (
     KAFKA_SECURITY_VARIABLES,
     SETTINGS,
     Config,
+    EmbeddedConfig,
     KafkaConfig,
     read_client_properties,
 )
@@ -348,3 +349,22 @@ def test_the_readme_lists_every_variable_with_its_default() -> None:
     text = README.read_text()
     for name in (*KAFKA_SECURITY_VARIABLES, "FOLDLINE_KAFKA_CLIENT_PROPERTIES"):
         assert f"`{name}`" in text, name
+
+
+def test_the_embedded_log_is_built_in_one_place_from_the_data_dir_and_its_busy_timeout(tmp_path: Path) -> None:
+    from foldline.adapters.sqlite_log import DB_NAME
+    from foldline.config.factories import sqlite_log
+
+    # loops and commands (open_stores), the archiver, restore and doctor all open the embedded log here
+    config = Config(data_dir=tmp_path / "data", embedded=EmbeddedConfig(busy_timeout_s=2.5))
+    with pytest.raises(ConfigError, match="no data directory"):
+        sqlite_log(config, read_only=True)  # an audit never creates one
+    assert not config.data_dir.exists()
+    log = sqlite_log(config)
+    log.close()
+    assert (log.path, log.read_only, log._busy_timeout_s) == (config.data_dir / DB_NAME, False, 2.5)
+    reader = sqlite_log(config, read_only=True)
+    try:
+        assert (reader.read_only, reader.sessions()) == (True, [])
+    finally:
+        reader.close()

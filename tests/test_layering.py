@@ -1,7 +1,7 @@
 """Imports point downward only: every module of the package sits in one layer and imports no higher one.
 
     core, errors                          pure values and the error tree
-    ports                                 the small abstract interfaces
+    ports, backoff                        the small abstract interfaces; the back-off schedule
     adapters, providers, metrics, ...     implementations of the ports; provider adapters; metric families
     config                                settings, and the factories that build adapters from them
     replay                                the request at a boundary, its records, the invariant, verify
@@ -10,8 +10,12 @@
                                           changed agent run over recorded sessions)
     cli                                   the ``foldline`` command (and ``python -m`` entry points), the pytest plugin
 
+Within a layer, modules import each other one way only: the graph of module imports has no cycle (the
+provider registry imports every adapter, and no adapter imports the registry back; the loop's helpers
+never import the Agent that calls them).
+
 The check reads the source (every ``import``, including those under ``TYPE_CHECKING`` and inside
-functions), so a lazy import cannot hide an upward dependency.
+functions), so a lazy import cannot hide an upward dependency or a cycle.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ PACKAGE = Path(foldline.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "errors"}),
-    frozenset({"ports"}),
+    frozenset({"ports", "backoff"}),
     frozenset({"adapters", "providers", "metrics", "metrics_server"}),
     frozenset({"config"}),
     frozenset({"replay"}),
@@ -101,6 +105,74 @@ def _violations() -> list[str]:
     return found
 
 
+def _module_of(path: Path) -> tuple[str, ...]:
+    """The dotted name of a source file under the package, as parts (a package is its ``__init__``)."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def _module_imports() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """module → the package's modules it imports (``from .x import y`` names ``x.y`` when that is a module)."""
+    modules = {_module_of(path): path for path in PACKAGE.rglob("*.py")}
+
+    def known(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+        while parts and parts not in modules:
+            parts = parts[:-1]
+        return parts if parts in modules else None
+
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets: list[tuple[str, ...]] = []
+            if isinstance(node, ast.Import):
+                targets = [tuple(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == "foldline"]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0:
+                    parts = (node.module or "").split(".")
+                    if parts[0] != "foldline":
+                        continue
+                    base = tuple(parts[1:])
+                else:
+                    base = package[: len(package) - (node.level - 1)] + tuple(
+                        (node.module or "").split(".") if node.module else ()
+                    )
+                targets = [(*base, a.name) if (*base, a.name) in modules else base for a in node.names]
+            for target in targets:
+                found = known(target)
+                if found is not None and found != module:
+                    graph[module].add(found)
+    return graph
+
+
+def _cycles() -> list[str]:
+    """Each set of modules that import one another in a circle, as ``a -> b -> a``."""
+    graph = _module_imports()
+    found: list[str] = []
+    done: set[tuple[str, ...]] = set()
+
+    def name(module: tuple[str, ...]) -> str:
+        return ".".join(module) or "foldline"
+
+    for start in sorted(graph):
+        # the shortest path from each import of ``start`` back to it, breadth first
+        paths: dict[tuple[str, ...], list[tuple[str, ...]]] = {t: [start, t] for t in sorted(graph[start])}
+        queue = list(paths)
+        while queue:
+            at = queue.pop(0)
+            if at == start:
+                circle = paths[at]
+                if not set(circle) & done:
+                    found.append(" -> ".join(name(m) for m in circle))
+                break
+            for nxt in sorted(graph[at]):
+                if nxt not in paths:
+                    paths[nxt] = [*paths[at], nxt]
+                    queue.append(nxt)
+        done.add(start)
+    return found
+
+
 def test_every_import_points_downward() -> None:
     assert len(list(PACKAGE.rglob("*.py"))) > 50
     assert _violations() == []
@@ -123,3 +195,22 @@ def test_the_checker_sees_upward_imports(tmp_path: Path, monkeypatch: pytest.Mon
         "core/bad.py:5: core (layer 0) imports dispatcher (layer 6)",
         "mystery.py: module 'mystery' has no layer; add it to LAYERS",
     ]
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert len(_module_imports()) > 50
+    assert _cycles() == []
+
+
+def test_the_checker_sees_circles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry importing an adapter that imports the registry back (lazily) is a circle; a one-way import is not."""
+    fake = tmp_path / "foldline"
+    (fake / "providers").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "providers" / "__init__.py").write_text("from . import registry\n")
+    (fake / "providers" / "registry.py").write_text("from .adapter import V1\n")
+    (fake / "providers" / "adapter.py").write_text("def make() -> None:\n    from . import registry\n")
+    (fake / "providers" / "base.py").write_text("")
+    (fake / "providers" / "other.py").write_text("from .base import x\nfrom foldline.providers import base\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert _cycles() == ["providers.adapter -> providers.registry -> providers.adapter"]

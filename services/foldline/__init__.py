@@ -2,11 +2,16 @@
 
 The public API for people writing agents::
 
-    from foldline import Agent, AgentOptions, CallConfig, Config, Toolset, open_stores
+    from foldline import Agent, AgentOptions, CallConfig, Config, Toolset, open_stores, verify_events
+    from foldline.providers import emulated_provider  # or AnthropicProvider, OpenAIProvider, ...
 
 and for testing a change to an agent against recorded sessions (docs/REPLAY.md)::
 
     from foldline import Change, Recording, ReplayReport, replay_sessions
+
+``__all__`` below is the whole public surface of this package (``tests/test_public_api.py`` holds it, with
+those of :mod:`foldline.loop`, :mod:`foldline.providers` and :mod:`foldline.config`); a module whose name
+starts with ``_`` is not public.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ if TYPE_CHECKING:
     from .config import Config, Stores, open_stores
     from .core import CallConfig, EpochHeader, ImageBlock, TextBlock, ToolSpec
     from .errors import FoldlineError
-    from .loop import Agent, AgentOptions, Enter, Reject, ToolOutput, Toolset, TurnResult
-    from .replay import is_loop_request
+    from .loop import Agent, AgentOptions, Enter, PressurePolicy, Reject, ToolOutput, Toolset, TurnResult
+    from .replay import VerifyReport, is_loop_request, verify_events
     from .replayer import Change, Recording, ReplayReport, replay_sessions
 
 __version__ = "0.1.0"
@@ -29,8 +34,10 @@ _HOMES = {
     **dict.fromkeys(("Config", "Stores", "open_stores"), "config"),
     **dict.fromkeys(("CallConfig", "EpochHeader", "ImageBlock", "TextBlock", "ToolSpec"), "core"),
     "FoldlineError": "errors",
-    **dict.fromkeys(("Agent", "AgentOptions", "Enter", "Reject", "ToolOutput", "Toolset", "TurnResult"), "loop"),
-    "is_loop_request": "replay",
+    **dict.fromkeys(
+        ("Agent", "AgentOptions", "Enter", "PressurePolicy", "Reject", "ToolOutput", "Toolset", "TurnResult"), "loop"
+    ),
+    **dict.fromkeys(("VerifyReport", "is_loop_request", "verify_events"), "replay"),
     **dict.fromkeys(("Change", "Recording", "ReplayReport", "replay_sessions"), "replayer"),
 }
 
@@ -54,6 +61,7 @@ __all__ = [
     "EpochHeader",
     "FoldlineError",
     "ImageBlock",
+    "PressurePolicy",
     "Recording",
     "Reject",
     "ReplayReport",
@@ -63,8 +71,10 @@ __all__ = [
     "ToolSpec",
     "Toolset",
     "TurnResult",
+    "VerifyReport",
     "__version__",
     "is_loop_request",
     "open_stores",
     "replay_sessions",
+    "verify_events",
 ]

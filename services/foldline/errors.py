@@ -5,61 +5,72 @@ Every failure a caller can act on is a subclass of :class:`FoldlineError`, defin
 translate driver exceptions (sqlite3, confluent-kafka, botocore, redis, httpx) at the edge with
 ``raise Mapped(...) from exc``; callers never see a vendor exception.
 
-    FoldlineError
-    ├── ValidationError                 an event or batch breaks a log rule (names seq and rule)
-    │   ├── FormatError                 bytes/JSON/Avro that do not decode into an event
-    │   │   ├── AvroDecodeError         bytes that are not a well-formed foldline Avro record
-    │   │   └── UnknownSchemaError      a record names a writer schema this process does not know
-    │   └── EventTooLarge               an event over the size every backend holds (core/limits.py)
-    ├── ConflictError                   append with a stale expected_seq; nothing was written
-    ├── FencedError                     append by a writer whose epoch was superseded; nothing written
-    ├── SessionNotFound                 no such session in the log
-    ├── SessionExists                   a session id that must be new already has events
-    ├── AttachmentError                 an attachment object cannot be used
-    │   ├── AttachmentNotFound
-    │   ├── AttachmentCorrupt           bytes or metadata do not match the reference
-    │   └── AttachmentReadFailed        the store could not be read (I/O, network, permissions)
-    ├── StoreUnavailable                a backing store (SQLite, Kafka, Redis, S3) failed or did not answer in time
-    │   └── StoreBusy                   another writer holds the store's lock past the bounded wait
-    ├── FoldTimeout                     a fold did not reach the awaited seq within the bounded wait
-    ├── ImportFailed                    an export file has a bad line (names the line)
-    ├── InvariantViolation              a request differs from its rebuild from the log; not sent
-    ├── RequestTooLarge                 a request body over the size limit (core/limits.py); not logged, not sent
-    ├── DispatchFailed                  a dispatcher process reported that a handed-off step failed
-    │   ├── DispatchTimeout             no dispatcher answered a handed-off step within the bounded wait
-    │   └── DispatchLost                the dispatcher holding a send died: it may or may not have been sent
-    ├── ProviderError                   the model provider failed or answered something unusable
-    │   ├── ProviderStatusError         the provider answered with a non-2xx HTTP status
-    │   │   └── ContextOverflow         the request does not fit the model's context window
-    │   ├── ProviderTransportError      the connection failed, before or during the answer
-    │   ├── ProviderStreamError         a streamed answer is malformed, broke off or carried an error event
-    │   ├── AnswerTooLarge              an answer exceeded the configured size limit
-    │   └── RetriesExhausted            the attempts or the deadline ran out; the last failure is its cause
-    ├── ReconstructionError             a logged request cannot be rebuilt (e.g. unknown serializer)
-    │   └── MissingHeader               a request boundary with no request/header before it
-    ├── ConfigError                     configuration names something that does not exist
-    │   ├── AuthenticationFailed        a server refused the configured credentials or TLS handshake
-    │   ├── MissingExtra                the configuration needs an optional part of foldline that is not installed
-    │   ├── UnsafeRetention             a topic setting could delete log events not yet archived (names setting and fix)
-    │   ├── UnsupportedSetting          a call-config setting the chosen model does not accept (names model, setting)
-    │   └── InvalidChange               a replay's change (system file, tools object, config file) cannot be used
-    ├── ArchiveError                    the session archive cannot be used (names the object)
-    │   ├── ArchiveObjectMissing        a manifest names a segment that is not there
-    │   ├── ArchiveCorrupt              a segment or manifest does not match its digest, session or seq range
-    │   ├── ArchiveConflict             another archiver changed a manifest first; re-read it and plan again
-    │   └── ArchiveAhead                the archive holds more of a session than the log: restore before use
-    ├── EventsExpired                   events deleted from Kafka (retention) that the archive does not hold
-    ├── ForkError                       a fork point the parent log cannot be cut at (past the end, inside a step)
-    ├── ReplayError                     a recorded session cannot be replayed (names the session)
-    │   ├── NothingToReplay             the session holds no request/dispatch record to compare a request with
-    │   └── NotReplayable               the recording holds something a replay cannot follow (names seq and why)
-    ├── MetricsServerError              the /metrics + health endpoint could not start (port taken)
-    └── InputError                      a file or stream a command was given cannot be read, written or used
+The first question a caller asks is whether to try again. :attr:`FoldlineError.transient` answers it: may
+the same call succeed if it is made again after a wait? The tree fixes the answer per class — everything
+under :class:`TransientError` yes, everything under :class:`PermanentError` no — and the three families whose
+members differ (attachments, dispatch, providers) mark each member: ``[transient]`` or ``[permanent]`` (it
+also derives from that half), or ``[per error]`` where the error itself decides (a provider's status and
+retry headers, a connection that broke before or after the first answer byte, the kind of error a
+dispatcher process reported). A family's own class is ``[per class]``: permanent when raised as it is.
+
+    FoldlineError                       [per class] the root; .transient says whether to try again
+    ├── TransientError                  the same call may succeed after a wait (an outage, a timeout)
+    │   ├── StoreUnavailable            a backing store (SQLite, Kafka, Redis, S3) failed or did not answer in time
+    │   │   └── StoreBusy               another writer holds the store's lock past the bounded wait
+    │   └── FoldTimeout                 a fold did not reach the awaited seq within the bounded wait
+    ├── PermanentError                  the same call fails again: change the input, configuration or state first
+    │   ├── ValidationError             an event or batch breaks a log rule (names seq and rule)
+    │   │   ├── FormatError             bytes/JSON/Avro that do not decode into an event
+    │   │   │   ├── AvroDecodeError     bytes that are not a well-formed foldline Avro record
+    │   │   │   └── UnknownSchemaError  a record names a writer schema this process does not know
+    │   │   └── EventTooLarge           an event over the size every backend holds (core/limits.py)
+    │   ├── ConflictError               append with a stale expected_seq; nothing was written (re-read, then append)
+    │   ├── FencedError                 append by a writer whose epoch was superseded; nothing written
+    │   ├── SessionNotFound             no such session in the log
+    │   ├── SessionExists               a session id that must be new already has events
+    │   ├── ImportFailed                an export file has a bad line (names the line)
+    │   ├── InvariantViolation          a request differs from its rebuild from the log; not sent
+    │   ├── RequestTooLarge             a request body over the size limit (core/limits.py); not logged, not sent
+    │   ├── ReconstructionError         a logged request cannot be rebuilt (e.g. unknown serializer)
+    │   │   └── MissingHeader           a request boundary with no request/header before it
+    │   ├── ConfigError                 configuration names something that does not exist
+    │   │   ├── AuthenticationFailed    a server refused the configured credentials or TLS handshake
+    │   │   ├── MissingExtra            the configuration needs an optional part of foldline that is not installed
+    │   │   ├── UnsafeRetention         a topic setting could delete log events not yet archived (names setting and fix)
+    │   │   ├── UnsupportedSetting      a call-config setting the chosen model does not accept (names model, setting)
+    │   │   └── InvalidChange           a replay's change (system file, tools object, config file) cannot be used
+    │   ├── ArchiveError                the session archive cannot be used (names the object)
+    │   │   ├── ArchiveObjectMissing    a manifest names a segment that is not there
+    │   │   ├── ArchiveCorrupt          a segment or manifest does not match its digest, session or seq range
+    │   │   ├── ArchiveConflict         another archiver changed a manifest first; re-read it and plan again
+    │   │   └── ArchiveAhead            the archive holds more of a session than the log: restore before use
+    │   ├── EventsExpired               events deleted from Kafka (retention) that the archive does not hold
+    │   ├── ForkError                   a fork point the parent log cannot be cut at (past the end, inside a step)
+    │   ├── ReplayError                 a recorded session cannot be replayed (names the session)
+    │   │   ├── NothingToReplay         the session holds no request/dispatch record to compare a request with
+    │   │   └── NotReplayable           the recording holds something a replay cannot follow (names seq and why)
+    │   ├── MetricsServerError          the /metrics + health endpoint could not start (port taken)
+    │   └── InputError                  a file or stream a command was given cannot be read, written or used
+    ├── AttachmentError                 [per class] an attachment object cannot be used
+    │   ├── AttachmentNotFound          [permanent] the store has no object for the digest
+    │   ├── AttachmentCorrupt           [permanent] bytes or metadata do not match the reference
+    │   └── AttachmentReadFailed        [transient] the store could not be read (I/O, network, permissions)
+    ├── DispatchFailed                  [per error] a dispatcher reported that a handed-off step failed (as its kind)
+    │   ├── DispatchTimeout             [transient] no dispatcher answered a handed-off step within the bounded wait
+    │   └── DispatchLost                [transient] the dispatcher holding a send died: it may or may not have been sent
+    └── ProviderError                   [per class] the model provider failed or answered something unusable
+        ├── ProviderStatusError         [per error] a non-2xx HTTP status (408, 409, 429, 5xx: retry unless final)
+        │   └── ContextOverflow         [permanent] the request does not fit the model's context window
+        ├── ProviderTransportError      [per error] the connection failed (retryable before the first answer byte)
+        ├── ProviderStreamError         [per error] a streamed answer is malformed, broke off or carried an error event
+        ├── AnswerTooLarge              [permanent] an answer exceeded the configured size limit
+        └── RetriesExhausted            [transient] the attempts or the deadline ran out; the last failure is its cause
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AnswerTooLarge",
     "ArchiveAhead",
     "ArchiveConflict",
     "ArchiveCorrupt",
@@ -71,7 +82,6 @@ __all__ = [
     "AttachmentReadFailed",
     "AuthenticationFailed",
     "AvroDecodeError",
-    "AnswerTooLarge",
     "ConfigError",
     "ConflictError",
     "ContextOverflow",
@@ -94,6 +104,7 @@ __all__ = [
     "MissingHeader",
     "NotReplayable",
     "NothingToReplay",
+    "PermanentError",
     "ProviderError",
     "ProviderStatusError",
     "ProviderStreamError",
@@ -106,6 +117,7 @@ __all__ = [
     "SessionNotFound",
     "StoreBusy",
     "StoreUnavailable",
+    "TransientError",
     "UnknownSchemaError",
     "UnsafeRetention",
     "UnsupportedSetting",
@@ -116,8 +128,22 @@ __all__ = [
 class FoldlineError(Exception):
     """Root of every error foldline raises on purpose."""
 
+    @property
+    def transient(self) -> bool:
+        """Whether the same call may succeed if it is made again after a wait (see the module docstring): fixed
+        per class by the tree, decided per error where a class says ``[per error]``."""
+        return isinstance(self, TransientError)
 
-class ValidationError(FoldlineError):
+
+class TransientError(FoldlineError):
+    """The same call may succeed if it is made again after a wait (an outage, a timeout, a lost hand-over)."""
+
+
+class PermanentError(FoldlineError):
+    """The same call fails the same way again: the input, the configuration or the state must change first."""
+
+
+class ValidationError(PermanentError):
     """An event breaks a rule of the session log.
 
     ``seq`` is the offending event's seq (``None`` when the whole batch is at fault) and ``rule``
@@ -163,7 +189,7 @@ class EventTooLarge(ValidationError):
         )
 
 
-class ConflictError(FoldlineError):
+class ConflictError(PermanentError):
     """Optimistic-concurrency failure: the log's head moved since the writer last read it."""
 
     def __init__(self, session_id: str, expected_seq: int, actual_seq: int) -> None:
@@ -176,7 +202,7 @@ class ConflictError(FoldlineError):
         )
 
 
-class FencedError(FoldlineError):
+class FencedError(PermanentError):
     """A writer's epoch was superseded by a newer writer of the same session."""
 
     def __init__(self, session_id: str, epoch: int, current_epoch: int) -> None:
@@ -189,13 +215,13 @@ class FencedError(FoldlineError):
         )
 
 
-class SessionNotFound(FoldlineError):
+class SessionNotFound(PermanentError):
     def __init__(self, session_id: str, where: str = "`foldline sessions` lists the known ones") -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id!r} not found; {where}")
 
 
-class SessionExists(FoldlineError):
+class SessionExists(PermanentError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id!r} already exists; choose another id (e.g. --as NEW_ID)")
@@ -207,19 +233,19 @@ class AttachmentError(FoldlineError):
         super().__init__(f"attachment {attachment_id}: {message}")
 
 
-class AttachmentNotFound(AttachmentError):
+class AttachmentNotFound(AttachmentError, PermanentError):
     """The store has no object for the digest."""
 
 
-class AttachmentCorrupt(AttachmentError):
+class AttachmentCorrupt(AttachmentError, PermanentError):
     """The object's bytes or metadata do not match what the reference records."""
 
 
-class AttachmentReadFailed(AttachmentError):
+class AttachmentReadFailed(AttachmentError, TransientError):
     """The store could not be read; the object may be fine."""
 
 
-class StoreUnavailable(FoldlineError):
+class StoreUnavailable(TransientError):
     """A backing store failed or did not answer within the bounded wait; the message names it and the cause."""
 
 
@@ -227,18 +253,18 @@ class StoreBusy(StoreUnavailable):
     """Another writer held the store's lock for longer than the bounded wait; nothing was written."""
 
 
-class FoldTimeout(FoldlineError):
+class FoldTimeout(TransientError):
     """A fold did not reach the awaited seq within the bounded wait."""
 
 
-class ImportFailed(FoldlineError):
+class ImportFailed(PermanentError):
     def __init__(self, line: int, reason: str) -> None:
         self.line = line
         self.reason = reason
         super().__init__(f"line {line}: {reason}. Nothing was imported.")
 
 
-class InvariantViolation(FoldlineError):
+class InvariantViolation(PermanentError):
     """The request about to be sent differs from its rebuild from the raw log. It is not sent."""
 
     def __init__(self, message: str, diff: str) -> None:
@@ -246,7 +272,7 @@ class InvariantViolation(FoldlineError):
         super().__init__(f"{message}\n{diff}")
 
 
-class RequestTooLarge(FoldlineError):
+class RequestTooLarge(PermanentError):
     """A request body larger than the limit (:data:`~foldline.core.limits.MAX_REQUEST_BODY_BYTES`): nothing was
     logged for it or sent. Trimming or compacting the session (a PressurePolicy) brings it back under."""
 
@@ -269,12 +295,17 @@ class DispatchFailed(FoldlineError):
         self.detail = message
         super().__init__(f"session {session_id!r}: the dispatcher failed the step at seq {boundary}: {kind}: {message}")
 
+    @property
+    def transient(self) -> bool:
+        """As the error the dispatcher reported (``kind``): a store outage over there is one here too."""
+        return isinstance(self, TransientError) or self.kind in _transient_kinds()
 
-class DispatchTimeout(DispatchFailed):
+
+class DispatchTimeout(DispatchFailed, TransientError):
     """No dispatcher answered within the bounded wait; the session log says what, if anything, was sent."""
 
 
-class DispatchLost(DispatchFailed):
+class DispatchLost(DispatchFailed, TransientError):
     """A ``send`` whose dispatcher died while it held it: it may or may not have reached the provider."""
 
 
@@ -316,8 +347,19 @@ class ProviderStatusError(ProviderError):
             retry = " (final: the provider marks it as not worth retrying)"
         super().__init__(f"{provider}: HTTP {status}{retry}: {excerpt}")
 
+    @property
+    def transient(self) -> bool:
+        """As the providers' own rules say (their SDKs do the same): never when the answer marks itself final;
+        as ``x-should-retry`` says when it is there; else for 408, 409, 429 and every 5xx. A kind the tree fixes
+        as permanent (:class:`ContextOverflow`) never is."""
+        if self.final or isinstance(self, PermanentError):
+            return False
+        if self.should_retry is not None:
+            return self.should_retry
+        return self.status in (408, 409, 429) or self.status >= 500
 
-class ContextOverflow(ProviderStatusError):
+
+class ContextOverflow(ProviderStatusError, PermanentError):
     """The request is longer than the model's context window. Retrying the same bytes cannot help: compact
     earlier (a lower ``PressurePolicy`` budget) or choose a model with a larger window."""
 
@@ -330,6 +372,11 @@ class ProviderTransportError(ProviderError):
         self.received_bytes = received_bytes
         self.error_type = error_type
         super().__init__(message)
+
+    @property
+    def transient(self) -> bool:
+        """Only before the first answer byte: after it the request reached the model, so it is not resent."""
+        return self.received_bytes == 0
 
 
 class ProviderStreamError(ProviderError):
@@ -352,8 +399,13 @@ class ProviderStreamError(ProviderError):
         self.request_id = request_id
         super().__init__(message)
 
+    @property
+    def transient(self) -> bool:
+        """Only for an error event of a type the provider uses for transient failures (``retryable``)."""
+        return self.retryable
 
-class AnswerTooLarge(ProviderError):
+
+class AnswerTooLarge(ProviderError, PermanentError):
     """The answer grew past the configured limit (``TransportSettings.max_answer_bytes``); it was not kept."""
 
     def __init__(self, message: str, *, received_bytes: int = 0) -> None:
@@ -361,7 +413,7 @@ class AnswerTooLarge(ProviderError):
         super().__init__(message)
 
 
-class RetriesExhausted(ProviderError):
+class RetriesExhausted(ProviderError, TransientError):
     """Every attempt failed, or the retry deadline passed; ``attempts`` were made and the last failure is the
     ``__cause__``. Each failed attempt is in the session log as an ``llm/retry`` event."""
 
@@ -370,7 +422,7 @@ class RetriesExhausted(ProviderError):
         super().__init__(message)
 
 
-class ReconstructionError(FoldlineError):
+class ReconstructionError(PermanentError):
     """A logged request cannot be rebuilt from the log (unknown serializer, missing events)."""
 
 
@@ -386,7 +438,7 @@ class MissingHeader(ReconstructionError):
         )
 
 
-class ConfigError(FoldlineError):
+class ConfigError(PermanentError):
     """Configuration is invalid or names something unavailable."""
 
 
@@ -433,13 +485,7 @@ class UnsupportedSetting(ConfigError):
         super().__init__(message)
 
 
-class InvalidChange(ConfigError):
-    """A replay's change cannot be used: a system-prompt file that is not text, a tools object that does not
-    import or is not a toolset, a config file that is not JSON or TOML or names fields a call config does not
-    have. The message names the input and what to fix."""
-
-
-class ArchiveError(FoldlineError):
+class ArchiveError(PermanentError):
     """The session archive cannot be used; ``object`` names the manifest or segment (``s3://…`` or a path)."""
 
     def __init__(self, obj: str, message: str) -> None:
@@ -473,7 +519,7 @@ class ArchiveAhead(ArchiveError):
         )
 
 
-class EventsExpired(FoldlineError):
+class EventsExpired(PermanentError):
     """Kafka deleted events of a session (its retention) and the archive does not hold them.
 
     The session cannot be read whole: it is never returned shorter. ``first_seq`` is the first seq that
@@ -486,11 +532,13 @@ class EventsExpired(FoldlineError):
         super().__init__(f"session {session_id!r}: event seq {first_seq} is gone: {message}")
 
 
-class ForkError(FoldlineError):
-    """A fork point the parent log cannot be cut at (past its end, inside a step or a compaction)."""
+class InvalidChange(ConfigError):
+    """A replay's change cannot be used: a system-prompt file that is not text, a tools object that does not
+    import or is not a toolset, a config file that is not JSON or TOML or names fields a call config does not
+    have. The message names the input and what to fix."""
 
 
-class ReplayError(FoldlineError):
+class ReplayError(PermanentError):
     """A recorded session cannot be replayed; ``session_id`` names it (None: no session was found at all)."""
 
     def __init__(self, session_id: str | None, message: str) -> None:
@@ -511,10 +559,25 @@ class NotReplayable(ReplayError):
         super().__init__(session_id, f"seq {seq}: {message}")
 
 
-class MetricsServerError(FoldlineError):
+class ForkError(PermanentError):
+    """A fork point the parent log cannot be cut at (past its end, inside a step or a compaction)."""
+
+
+class MetricsServerError(PermanentError):
     """The metrics and health endpoint could not start (usually: the port is already taken)."""
 
 
-class InputError(FoldlineError):
+class InputError(PermanentError):
     """A file, directory or stream a command was given cannot be read, written or used (unreadable, not
     text, a directory where a file is meant); the message names it and the cause."""
+
+
+def _transient_kinds() -> frozenset[str]:
+    """The names of every class under :class:`TransientError` (a dispatcher reports an error by its name)."""
+    names: set[str] = set()
+    pending: list[type[FoldlineError]] = [TransientError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return frozenset(names)

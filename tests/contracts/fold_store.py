@@ -16,6 +16,7 @@ from foldline.core import TextBlock
 from foldline.core.events import Envelope, ReplaceOp, ToolResult
 from foldline.core.fold import FoldDelta, FoldState, fold_delta, fold_state
 from foldline.core.projection import Session
+from foldline.dispatcher import wait_for_fold, wait_for_fold_tail
 from foldline.errors import FoldTimeout
 from foldline.ports.fold_store import FoldStore
 from tests.factories import HEADER, LogBuilder, env, simple_log
@@ -226,7 +227,7 @@ class FoldStoreContract(abc.ABC):
         thread = threading.Thread(target=later)
         thread.start()
         try:
-            state = store.wait_for(sid, len(log) - 1, timeout_s=5.0)
+            state = wait_for_fold(store, sid, len(log) - 1, timeout_s=5.0)
         finally:
             thread.join()
         assert state.applied_seq == len(log) - 1
@@ -235,7 +236,7 @@ class FoldStoreContract(abc.ABC):
         store.apply(sid, _delta(simple_log()[:3]))
         started = time.monotonic()
         with pytest.raises(FoldTimeout, match="applied seq 2, not 10"):
-            store.wait_for(sid, 10, timeout_s=0.1)
+            wait_for_fold(store, sid, 10, timeout_s=0.1)
         assert time.monotonic() - started < 5.0
 
     def test_tail_answers_only_the_messages_past_what_the_caller_holds(self, store: FoldStore, sid: str) -> None:
@@ -285,7 +286,9 @@ class FoldStoreContract(abc.ABC):
         thread = threading.Thread(target=later)
         thread.start()
         try:
-            tail = store.wait_for_tail(sid, len(log) - 1, 5.0, generation=held.generation, known=len(held.messages))
+            tail = wait_for_fold_tail(
+                store, sid, len(log) - 1, 5.0, generation=held.generation, known=len(held.messages)
+            )
         finally:
             thread.join()
         full = store.get(sid)
@@ -312,20 +315,6 @@ class FoldStoreContract(abc.ABC):
             t.join()
         assert not errors
         assert store.get(sid) == fold_state(Session(sid, log), epoch=1)
-
-    def test_partition_marks_are_set_and_compared(self, store: FoldStore, sid: str) -> None:
-        topic = f"topic-{sid}"
-        assert store.partition_marks(topic, [0, 1, 2]) == {}
-        assert store.set_partition_mark(topic, 1, "rereading:a")
-        assert store.partition_marks(topic, [0, 1, 2]) == {1: "rereading:a"}
-        assert not store.set_partition_mark(topic, 1, "done", expect="rereading:b")
-        assert not store.set_partition_mark(topic, 0, "done", expect="rereading:a")
-        assert store.partition_marks(topic, [0, 1]) == {1: "rereading:a"}
-        assert store.set_partition_mark(topic, 1, "done", expect="rereading:a")
-        assert store.set_partition_mark(topic, 2, "done")
-        assert store.partition_marks(topic, [0, 1, 2]) == {1: "done", 2: "done"}
-        assert store.partition_marks(f"other-{sid}", [1, 2]) == {}
-        assert store.partition_marks(topic, []) == {}
 
 
 def _trim(log: list[Envelope]) -> ToolResult:

@@ -27,6 +27,7 @@ from foldline.config import Config
 from foldline.core import Envelope
 from foldline.core.fold import FoldState, fold_state
 from foldline.core.projection import Session
+from foldline.ports.partition_marks import PartitionMarks
 from foldline.projector import WorkerSettings
 from foldline.projector.runtime import MARK_DONE
 from tests.factories import LogBuilder
@@ -184,10 +185,10 @@ def worker_settings(
     return WorkerSettings(Config().overridden(**fields, **overrides), journal=journal)
 
 
-def all_marked(store: RedisFoldStore, topic: Topic) -> bool:
-    """Whether the store marks every partition of ``topic`` done (it holds the folds of what was consumed)."""
+def all_marked(marks: PartitionMarks, topic: Topic) -> bool:
+    """Whether every partition of ``topic`` is marked done (the store holds the folds of what was consumed)."""
     parts = list(range(topic.partitions))
-    return store.partition_marks(topic.name, parts) == dict.fromkeys(parts, MARK_DONE)
+    return marks.marks(topic.name, parts) == dict.fromkeys(parts, MARK_DONE)
 
 
 def drop_prefix(url: str, prefix: str) -> None:

@@ -1,14 +1,15 @@
 """The dispatcher in-process: requests built from the fold, checked by the loop against the raw log, sent, answered.
 
-The fold store here is the in-process one, fed by a small projector of this module that folds each
-appended batch a little later (on the event loop), so the dispatcher really waits for the fold.
+The fold store here is the in-process one, fed by a small projector (the contract suite's ``ProjectingLog``)
+that folds each appended batch a little later (on the event loop), so the dispatcher really waits for the
+fold. What every StepDispatcher must do is the contract suite's (``tests/contracts/step_dispatch.py``); this
+module tests what is the in-process dispatcher's own: its metrics, its body cache, its waits on the stores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -17,84 +18,29 @@ from hypothesis import strategies as st
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
-from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
-from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, StepStart, ToolCall, TurnEnd, TurnStart
-from foldline.core.fold import decode_message, encode_message, fold_delta, fold_state
+from foldline.core.events import RequestDispatch, StepStart, ToolCall, TurnEnd, TurnStart
+from foldline.core.fold import decode_message, encode_message, fold_state
 from foldline.core.projection import Message, Session
-from foldline.dispatcher import Dispatcher, PreparedStep, StepHandoff
+from foldline.dispatcher import Dispatcher, StepHandoff
 from foldline.dispatcher.decode import MessageCache, decode_fold_messages
 from foldline.errors import (
-    ConflictError,
-    DispatchFailed,
     FoldTimeout,
     FormatError,
     InvariantViolation,
     StoreUnavailable,
 )
-from foldline.loop import Agent, AgentOptions, Toolset
+from foldline.loop import Agent, AgentOptions
 from foldline.loop.pressure import PressurePolicy
 from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
 from foldline.ports.attachments import AttachmentMeta
-from foldline.ports.event_log import EventLog, WriterLease
+from foldline.ports.event_log import EventLog
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
 from foldline.replay.verify import rebuild_requests, verify_events
+from tests.contracts.step_dispatch import CONFIG, SYSTEM, ProjectingLog, shape, ticking_clock, tools
 from tests.factories import LogBuilder
-
-CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
-SYSTEM = "You are a dispatcher test agent. " * 200
-
-
-class ProjectingLog(MemoryEventLog):
-    """An in-memory log whose appends reach a fold store ``lag_s`` later, as a projector would fold them."""
-
-    def __init__(self, folds: FoldStore, lag_s: float = 0.002) -> None:
-        super().__init__()
-        self.folds = folds
-        self.lag_s = lag_s
-        self.paused = False
-
-    def append(
-        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
-    ) -> int:
-        head = super().append(session_id, expected_seq, events, lease=lease)
-        if not self.paused:
-            asyncio.get_running_loop().call_later(self.lag_s, self.project, session_id)
-        return head
-
-    def project(self, session_id: str) -> None:
-        applied = self.folds.applied_seq(session_id)
-        events = self.read(session_id, applied + 1)
-        if not events:
-            return
-        delta = fold_delta(events, 0)
-        if delta is None:
-            self.folds.put(fold_state(Session(session_id, self.read(session_id)), 0))
-        else:
-            assert self.folds.apply(session_id, delta).status == "applied"
-
-
-def tools() -> Toolset:
-    toolset = Toolset()
-
-    @toolset.tool
-    def echo(text: str) -> str:
-        """Echo the text back."""
-        return text
-
-    return toolset
-
-
-def ticking_clock() -> Callable[[], int]:
-    now = [1_700_000_000_000]
-
-    def clock() -> int:
-        now[0] += 1
-        return now[0]
-
-    return clock
 
 
 async def run_session(log: EventLog, session_id: str, dispatcher: Dispatcher | None, emulator: Emulator) -> None:
@@ -118,11 +64,6 @@ def dispatcher_for(
         metrics=metrics,
         max_concurrency=max_concurrency,
     )
-
-
-def shape(events: Sequence[Envelope]) -> list[tuple[int, object]]:
-    """Events without their time."""
-    return [(e.seq, e.data) for e in events]
 
 
 async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
@@ -150,25 +91,6 @@ async def case_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     # message of the last request was decoded exactly once
     *_, (_, _, last) = rebuild_requests("s-1", events)
     assert (dispatcher.messages.misses, dispatcher.messages.hits) == (len(last.messages), 0)
-
-
-async def case_many_sessions_concurrently_keep_their_own_order() -> None:
-    folds = MemoryFoldStore()
-    log = ProjectingLog(folds)
-    emulator = Emulator(ToolLoopScript(tool_steps=1))
-    dispatcher = dispatcher_for(folds, emulator, max_concurrency=4)
-    ids = [f"c-{i:02d}" for i in range(16)]
-    await asyncio.gather(*(run_session(log, sid, dispatcher, emulator) for sid in ids))
-    await dispatcher.aclose()
-    for sid in ids:
-        events = log.read(sid)
-        report = verify_events(sid, events)
-        assert (report.ok, report.checked) == (True, 4), sid
-        # every dispatch is followed by its answer, in the step it names
-        for i, e in enumerate(events):
-            if isinstance(e.data, RequestDispatch):
-                assert isinstance(events[i + 1].data, AssistantMessage)
-    assert dispatcher.dispatched == 4 * len(ids)
 
 
 async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:
@@ -277,33 +199,6 @@ async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> N
     assert loop_metrics.registry.get_sample_value("foldline_invariant_violations_total") == 1
 
 
-async def case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing() -> None:
-    folds = MemoryFoldStore()
-    log = ProjectingLog(folds)
-    emulator = Emulator(ToolLoopScript(tool_steps=0))
-    dispatcher = dispatcher_for(folds, emulator)
-    await run_session(log, "s-f", dispatcher, emulator)
-    await asyncio.sleep(0.05)  # let the fold catch up with the last turn/end
-    sent = emulator.requests
-    events = log.read("s-f")
-    first_dispatch = next(e for e in events if isinstance(e.data, RequestDispatch))
-    stale = StepHandoff("s-f", first_dispatch.seq, 0, 0, 1)
-    with pytest.raises(ConflictError):  # the log moved past this boundary: nothing is built
-        await dispatcher.prepare(stale)
-    # a send whose logged digest the fold does not build is refused, and a prepared body is never
-    # sent for another digest
-    head = log.head("s-f")
-    handoff = StepHandoff("s-f", head, 9, 0, 1)
-    dispatch = first_dispatch.data
-    assert isinstance(dispatch, RequestDispatch)
-    forged = PreparedStep("s-f", head, dispatch.serializer, dispatch.serializer_version, "sha256:" + "0" * 64, 10)
-    with pytest.raises(DispatchFailed, match="not the logged"):
-        await dispatcher.send(handoff, forged)
-    await dispatcher.aclose()
-    assert emulator.requests == sent
-    assert log.head("s-f") == head
-
-
 async def case_a_repeated_prepare_keeps_one_body_and_sends_it_once() -> None:
     folds = MemoryFoldStore()
     builder = LogBuilder().header()
@@ -329,10 +224,6 @@ def test_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     asyncio.run(case_dispatched_steps_log_exactly_what_a_local_loop_logs())
 
 
-def test_many_sessions_concurrently_keep_their_own_order() -> None:
-    asyncio.run(case_many_sessions_concurrently_keep_their_own_order())
-
-
 def test_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:
     asyncio.run(case_a_fold_that_never_arrives_times_out_and_nothing_is_sent())
 
@@ -347,10 +238,6 @@ def test_an_archive_store_outage_longer_than_the_limit_fails_the_step_before_sen
 
 def test_a_fold_that_differs_from_the_log_is_refused_before_sending() -> None:
     asyncio.run(case_a_fold_that_differs_from_the_log_is_refused_before_sending())
-
-
-def test_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing() -> None:
-    asyncio.run(case_a_stale_handoff_or_a_digest_the_fold_does_not_build_sends_nothing())
 
 
 def test_a_repeated_prepare_keeps_one_body_and_sends_it_once() -> None:

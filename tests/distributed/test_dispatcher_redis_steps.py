@@ -1,4 +1,9 @@
-"""Steps handed to dispatchers over a Redis stream (the real local Redis), answered through the reply list."""
+"""Steps handed to dispatchers over a Redis stream (the real local Redis), answered through the reply list.
+
+What every StepDispatcher must do, the transport does in the contract suite (``test_step_dispatch_contract.py``);
+here is what is its own: timeouts that name their cause, a group that vanished, dead dispatchers' hand-overs,
+batching, Redis losing its data.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +21,14 @@ from redis.typing import EncodableT, FieldT
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.config import DispatchConfig, RedisConfig
 from foldline.core import codec
-from foldline.core.events import LlmRetry, RequestDispatch, TurnEnd
+from foldline.core.events import RequestDispatch, TurnEnd
 from foldline.dispatcher import Dispatcher, PreparedStep, RedisStepClient, StepHandoff, serve_steps
 from foldline.errors import DispatchLost, DispatchTimeout, FoldTimeout
 from foldline.loop import Agent, AgentOptions
 from foldline.providers.emulated import emulated_provider
-from foldline.providers.emulator import Emulator, Fault, FaultPlan, ToolLoopScript
+from foldline.providers.emulator import Emulator, FaultPlan, ToolLoopScript
 from foldline.replay.verify import verify_events
-
-from .test_dispatcher import CONFIG, SYSTEM, ProjectingLog, tools
+from tests.contracts.step_dispatch import CONFIG, SYSTEM, ProjectingLog
 
 pytestmark = pytest.mark.redis
 
@@ -105,24 +109,6 @@ def with_rig(
         for key in r.scan_iter(f"{stream}*"):
             r.delete(key)
         r.close()
-
-
-def test_sessions_dispatched_through_the_stream_verify() -> None:
-    async def body(rig: Rig) -> None:
-        async def session(sid: str) -> None:
-            agent = rig.agent(sid, tools=tools())
-            await agent.run_turn(f"[{sid}] question one")
-            await agent.run_turn(f"[{sid}] question two")
-
-        ids = [f"r-{i}" for i in range(6)]
-        await asyncio.gather(*(session(sid) for sid in ids))
-        for sid in ids:
-            report = verify_events(sid, rig.log.read(sid))
-            assert (report.ok, report.checked) == (True, 4), sid
-        assert rig.emulator.requests == 24  # each logged dispatch sent once
-        assert rig.dispatcher.dispatched == 24
-
-    with_rig(body)
 
 
 def test_a_failed_step_comes_back_typed_and_a_missing_dispatcher_times_out_naming_it() -> None:
@@ -307,24 +293,6 @@ def test_hand_overs_read_together_are_answered_in_one_batch_a_send_twice_is_sent
     with_rig(body, serve=False)
 
 
-def test_a_provider_429_behind_the_dispatcher_is_a_logged_retry_of_the_same_bytes() -> None:
-    """The dispatcher sends one attempt; the loop's sender logs the 429 as llm/retry and sends again."""
-
-    async def body(rig: Rig) -> None:
-        agent = rig.agent("retry-1", tools=tools())
-        await agent.run_turn("[retry-1] question")
-        events = rig.log.read("retry-1")
-        retries = [e.data for e in events if isinstance(e.data, LlmRetry)]
-        assert [(r.attempt, r.status) for r in retries] == [(1, 429)]
-        dispatches = [e.data for e in events if isinstance(e.data, RequestDispatch)]
-        assert len(dispatches) == 2  # a tool step and the answer: the retried step was dispatched once
-        assert (rig.emulator.received, rig.emulator.faulted) == (3, 1)  # ... and sent twice
-        report = verify_events("retry-1", events)
-        assert (report.ok, report.checked) == (True, 2)
-
-    with_rig(body, faults=FaultPlan({0: Fault.rate_limited(retry_after_s=0.01)}))
-
-
 async def _entries(r: redis.Redis, stream: str, n: int) -> list[dict[bytes, bytes]]:
     """The fields of the stream's entries once it holds ``n`` of them."""
     for _ in range(400):
@@ -387,7 +355,7 @@ def test_a_take_whose_exec_answer_was_lost_is_retried_and_sent_at_once(monkeypat
     """Redis applies a send's take (its mark set, its ``accepted`` pushed) and the connection drops before the
     answer arrives: the retried transaction finds the take's own mark, so the send goes out at once and once —
     not after the loop's answer timeout as a lost dispatch."""
-    from foldline.dispatcher import redis_steps
+    from foldline.adapters import redis_steps
 
     real_send = redis_steps._Writes._send
     armed: list[bool] = []

@@ -22,6 +22,7 @@ from foldline.core.content import ImageBlock
 from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
 from foldline.core.fold import fold_state
 from foldline.core.projection import Session
+from foldline.dispatcher import wait_for_fold
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
 
@@ -51,7 +52,7 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
             seqs = {e.seq for e in events}
             assert all(isinstance(events[d.seq + 1].data, AssistantMessage) for d in dispatches if d.seq + 1 in seqs)
             # the projector's fold is the fold of the log
-            fold = folds.wait_for(sid, events[-1].seq, 30)
+            fold = wait_for_fold(folds, sid, events[-1].seq, 30)
             fresh = fold_state(Session(sid, events), fold.epoch)
             assert (fold.applied_seq, fold.header, fold.messages) == (fresh.applied_seq, fresh.header, fresh.messages)
         # demo-001's image is an object in the S3 bucket, under its digest

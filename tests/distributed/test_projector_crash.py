@@ -36,6 +36,7 @@ from foldline.adapters.kafka import (
 )
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
+from foldline.dispatcher import wait_for_fold
 from foldline.errors import FencedError
 from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
@@ -297,7 +298,7 @@ def test_a_writer_fenced_mid_run_never_reaches_the_fold(topic: Topic, prefix: st
     try:
         old = old_writer.acquire(sid)
         old_writer.append(sid, 0, events[:20], lease=old)
-        store.wait_for(sid, 19, 30)
+        wait_for_fold(store, sid, 19, 30)
         new = new_writer.acquire(sid)  # a second instance takes the session over: epoch + 1
         assert new.epoch == old.epoch + 1
         with pytest.raises(FencedError):
@@ -316,7 +317,7 @@ def test_a_writer_fenced_mid_run_never_reaches_the_fold(topic: Topic, prefix: st
         )
         assert rogue.flush(10) == 0
         new_writer.append(sid, 40, events[40:], lease=new)
-        state = store.wait_for(sid, len(events) - 1, 30)
+        state = wait_for_fold(store, sid, len(events) - 1, 30)
     finally:
         totals = handle.stop()
         old_writer.close()

@@ -30,6 +30,7 @@ from foldline.adapters.kafka import (
 )
 from foldline.config import Config, FoldsConfig, RedisConfig
 from foldline.config.factories import fold_store
+from foldline.dispatcher import wait_for_fold
 from foldline.errors import FencedError
 from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
@@ -115,7 +116,7 @@ def test_both_runtimes_dead_letter_the_same_records_byte_for_byte(topic: Topic, 
     }
     try:
         for name, store in stores.items():
-            store.wait_for(sid, 3, 60)  # each runtime folded the session so far (epoch 1)
+            wait_for_fold(store, sid, 3, 60)  # each runtime folded the session so far (epoch 1)
             store.raise_epoch(sid, lease.epoch + 4)  # a newer writer's epoch, unseen by the runtimes
             assert store.get(sid) is not None, name
         writer.append(sid, 4, events[4:], lease=lease)  # the old writer once more: stale for both folds

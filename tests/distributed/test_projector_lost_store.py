@@ -16,7 +16,7 @@ import pytest
 
 from foldline.adapters.kafka import read_partition_span
 from foldline.config import Config, FoldsConfig, RedisConfig
-from foldline.config.factories import fold_store
+from foldline.config.factories import fold_store, partition_marks
 from foldline.projector import runtime as projector_runtime
 from foldline.projector import start_worker
 from tests.distributed.projector_harness import (
@@ -55,10 +55,11 @@ def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic
     args += ["--partitions", str(topic.partitions), "--fold-prefix", prefix]
     worker = WorkerProcess(args, worker_env({"FOLDLINE_REDIS_URL": redis_url})).start()
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
+    marks = partition_marks(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the first folds")
         # the marks follow within a check round of the first assignment
-        wait_until(lambda: all_marked(store, topic), 60, "every partition marked")
+        wait_until(lambda: all_marked(marks, topic), 60, "every partition marked")
         assert fold_mismatches(log, store, heads, epoch=0) == []
         assert "re-reading offsets" not in worker.stderr()  # a first start only marks its partitions
 
@@ -67,11 +68,12 @@ def test_folds_lost_with_the_store_are_refolded_without_a_new_event(topic: Topic
 
         wait_until(lambda: all_applied(store, heads), 60, "the folds refolded from the log")
         assert fold_mismatches(log, store, heads, epoch=0) == []
-        wait_until(lambda: all_marked(store, topic), 60, "every partition marked again")
+        wait_until(lambda: all_marked(marks, topic), 60, "every partition marked again")
         assert "re-reading offsets" in worker.stderr()
     finally:
         worker.kill()
         store.close()
+        marks.close()
         log.close()
         drop_prefix(redis_url, prefix)
 
@@ -99,10 +101,11 @@ def test_the_group_keeps_folding_while_a_lost_partition_is_re_read(
     monkeypatch.setattr(projector_runtime, "read_partition_span", held_span)
     settings = worker_settings(topic, redis_url=redis_url, prefix=prefix)
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
+    marks = partition_marks(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     worker = start_worker(settings)
     try:
         wait_until(lambda: all_applied(store, heads), 60, "the first folds")
-        wait_until(lambda: all_marked(store, topic), 60, "every partition marked")
+        wait_until(lambda: all_marked(marks, topic), 60, "every partition marked")
         drop_prefix(redis_url, prefix)  # folds and marks gone
         assert reread_started.wait(30), "no partition was re-read"
         for sid, events in full.items():  # new events for every session while the re-read is held
@@ -111,10 +114,11 @@ def test_the_group_keeps_folding_while_a_lost_partition_is_re_read(
         wait_until(lambda: all_applied(store, heads), 30, "the new events folded while the re-read is held")
         assert not release.is_set()
         release.set()
-        wait_until(lambda: all_marked(store, topic), 60, "every partition re-read and marked again")
+        wait_until(lambda: all_marked(marks, topic), 60, "every partition re-read and marked again")
         assert fold_mismatches(log, store, heads, epoch=0) == []
     finally:
         release.set()
         worker.stop()
         store.close()
+        marks.close()
         log.close()

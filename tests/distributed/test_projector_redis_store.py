@@ -10,12 +10,14 @@ import pytest
 import redis
 
 from foldline.config import Config, FoldsConfig, RedisConfig
-from foldline.config.factories import fold_store
+from foldline.config.factories import fold_store, partition_marks
 from foldline.core.fold import fold_delta, fold_state
 from foldline.core.projection import Session
 from foldline.errors import StoreUnavailable
 from foldline.ports.fold_store import FoldStore
+from foldline.ports.partition_marks import PartitionMarks
 from tests.contracts.fold_store import FoldStoreContract
+from tests.contracts.partition_marks import PartitionMarksContract
 from tests.factories import LogBuilder, simple_log
 
 pytestmark = pytest.mark.redis
@@ -52,6 +54,32 @@ class TestRedisFoldStore(FoldStoreContract):
 
     def make_store(self) -> FoldStore:
         return fold_store(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(self.prefix)))
+
+
+class TestRedisPartitionMarks(PartitionMarksContract):
+    @pytest.fixture(autouse=True)
+    def _prefix(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def make_marks(self) -> PartitionMarks:
+        return partition_marks(Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(self.prefix)))
+
+
+def test_the_marks_live_with_the_folds_and_are_lost_with_them(prefix: str) -> None:
+    """Marks and folds of one prefix share one Redis: whatever loses the folds (a flush, a restart without
+    persistence, here their keys dropped) loses the marks — which is how a projector notices."""
+    config = Config(redis=RedisConfig(redis_url()), folds=FoldsConfig(prefix))
+    store, marks = fold_store(config), partition_marks(config)
+    try:
+        delta = fold_delta(simple_log(), 1)
+        assert delta is not None
+        store.apply("s", delta)
+        assert marks.set_mark("t", 0, "done")
+        _drop_prefix(prefix)
+        assert (store.get("s"), marks.marks("t", [0])) == (None, {})
+    finally:
+        store.close()
+        marks.close()
 
 
 def test_journal_records_every_change(prefix: str) -> None:

@@ -23,6 +23,7 @@ from foldline.config.factories import fold_store
 from foldline.core import TextBlock
 from foldline.core.events import Envelope, ReplaceOp, ToolResult
 from foldline.core.projection import Session
+from foldline.dispatcher import wait_for_fold
 from foldline.projector import WorkerHandle, start_worker
 from tests.distributed.projector_harness import (
     Topic,
@@ -150,7 +151,7 @@ def test_undecodable_records_are_dead_lettered_and_the_rest_folds(topic: Topic, 
     handle = _start_in_process(topic, redis_url, prefix)
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
-        store.wait_for("d", len(events) - 1, 60)
+        wait_for_fold(store, "d", len(events) - 1, 60)
     finally:
         totals = handle.stop()
     assert (totals.dead_letters, totals.applied) == (1, len(events))
@@ -181,9 +182,9 @@ def test_a_surface_replace_on_the_log_rebuilds_the_fold(topic: Topic, prefix: st
     handle = _start_in_process(topic, redis_url, prefix)
     store = fold_store(Config(redis=RedisConfig(redis_url), folds=FoldsConfig(prefix)))
     try:
-        store.wait_for("t", len(events) - 1, 60)
+        wait_for_fold(store, "t", len(events) - 1, 60)
         log.append("t", len(events), [trim])
-        state = store.wait_for("t", len(events), 60)
+        state = wait_for_fold(store, "t", len(events), 60)
     finally:
         totals = handle.stop()
     assert state.generation == 1

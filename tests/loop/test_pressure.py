@@ -173,7 +173,7 @@ def test_summarize_request_is_not_a_loop_request() -> None:
     log = MemoryEventLog()
     agent, _ = make(log, fixed_emulator(), pressure=None)
     run_turns(agent, ["one", "two", "three"])
-    action = asyncio.run(relieve_pressure(agent, PressurePolicy(budget_tokens=50, keep_recent_tokens=10)))
+    action = asyncio.run(relieve_pressure(agent.context, PressurePolicy(budget_tokens=50, keep_recent_tokens=10)))
     assert action is not None
     assert action.kind == "compaction"
     assert action.summarize_request is not None
@@ -265,7 +265,7 @@ def test_trims_are_batched_into_one_logged_replace_run_and_one_drop() -> None:
     policy = PressurePolicy(
         budget_tokens=estimate - 200, keep_recent_tokens=150, trim_over_tokens=100, trim_keep_chars=40
     )
-    action = asyncio.run(relieve_pressure(agent, policy))
+    action = asyncio.run(relieve_pressure(agent.context, policy))
     assert action is not None
     assert action.kind == "trim"
     assert action.trimmed >= 2
@@ -412,7 +412,7 @@ def test_a_corrupt_image_in_a_compacted_region_fails_the_summarize_call(tmp_path
     _corrupt(store, meta.attachment_id)
     sent = len(provider.bodies)
     with pytest.raises(AttachmentCorrupt):
-        asyncio.run(relieve_pressure(agent, PressurePolicy(budget_tokens=50, keep_recent_tokens=10)))
+        asyncio.run(relieve_pressure(agent.context, PressurePolicy(budget_tokens=50, keep_recent_tokens=10)))
     assert len(provider.bodies) == sent
     tail = [e.type for e in log.read("s")][-3:]
     assert tail == ["compaction/start", "attachment/quarantine", "compaction/end"]

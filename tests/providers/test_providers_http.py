@@ -19,11 +19,11 @@ from foldline.core import ReasoningBlock, TextBlock, ToolCallBlock, Usage
 from foldline.core.codec import canonical_json
 from foldline.errors import ConfigError, ProviderError, ProviderStatusError
 from foldline.providers import AnthropicMessagesSerializer, AnthropicProvider, OpenAIProvider, ProviderResponse
+from foldline.providers._openai_http import bearer_headers
 from foldline.providers.anthropic import parse_response as parse_anthropic
 from foldline.providers.base import Body, BodyParts, Provider
 from foldline.providers.http import JsonHttpProvider
 from foldline.providers.openai import parse_response as parse_openai
-from foldline.providers.openai_http import bearer_headers
 from foldline.providers.openai_responses import OpenAIResponsesProvider
 from foldline.providers.reasoning_chat import ReasoningChatProvider
 

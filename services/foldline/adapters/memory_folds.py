@@ -1,4 +1,5 @@
-"""The in-process fold store: the embedded default, and the reference the Redis store is tested against."""
+"""The in-process fold store and partition marks: the embedded default, and the reference the Redis ones are
+tested against."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from collections.abc import Sequence
 
 from ..core.fold import FoldDelta, FoldState
 from ..ports.fold_store import ApplyResult, FoldStore
+from ..ports.partition_marks import PartitionMarks
 
-__all__ = ["MemoryFoldStore"]
+__all__ = ["MemoryFoldStore", "MemoryPartitionMarks"]
 
 
 class MemoryFoldStore(FoldStore):
     def __init__(self) -> None:
         self._folds: dict[str, FoldState] = {}
-        self._marks: dict[tuple[str, int], str] = {}
         self._lock = threading.Lock()
 
     def apply(self, session_id: str, delta: FoldDelta) -> ApplyResult:
@@ -74,11 +75,17 @@ class MemoryFoldStore(FoldStore):
         with self._lock:
             self._folds.pop(session_id, None)
 
-    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
+
+class MemoryPartitionMarks(PartitionMarks):
+    def __init__(self) -> None:
+        self._marks: dict[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+
+    def marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
         with self._lock:
             return {p: self._marks[(topic, p)] for p in partitions if (topic, p) in self._marks}
 
-    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
+    def set_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
         with self._lock:
             if expect is not None and self._marks.get((topic, partition)) != expect:
                 return False

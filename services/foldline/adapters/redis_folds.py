@@ -1,4 +1,5 @@
-"""The Redis fold store: each session's fold in two keys, changed only by Lua scripts fenced by seq and epoch.
+"""The Redis fold store (each session's fold in two keys, changed only by Lua scripts fenced by seq and epoch)
+and the projectors' partition marks beside it.
 
 Layout per session (``<prefix>`` is the configuration's ``folds.prefix``, ``foldline:fold:`` by default;
 the ``{...}`` hash tag keeps a session's keys in one cluster slot):
@@ -9,8 +10,8 @@ the ``{...}`` hash tag keeps a session's keys in one cluster slot):
 * ``<prefix>{<session>}:msgs`` — a list: entry 0 is the folded header's canonical bytes (empty when
   ``hs`` is -1), then each derived message's canonical bytes, in order.
 * ``<prefix>partitions:<topic>`` — a hash: the projectors' mark of each partition of the topic
-  (:meth:`RedisFoldStore.partition_marks`): ``done`` once the folds of everything the group consumed
-  there are in this Redis. A Redis that lost its data lost these too, and projectors re-read the
+  (:class:`RedisPartitionMarks`, the other port kept here): ``done`` once the folds of everything the group
+  consumed there are in this Redis. A Redis that lost its data lost these too, and projectors re-read the
   partitions whose mark is gone (docs/PROJECTOR.md).
 * ``<prefix>{<session>}:journal`` — only with ``journal=True``: one entry per change, ``a:<from>:<to>``
   for a delta that applied events ``from..to`` and ``p:<seq>`` for a whole-fold replace. Tests read it
@@ -41,8 +42,9 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
 from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore, FoldTail
+from ..ports.partition_marks import PartitionMarks
 
-__all__ = ["RedisFoldStore"]
+__all__ = ["RedisFoldStore", "RedisPartitionMarks"]
 _CHUNK = 4000  # Lua's unpack() is bounded by the C stack (8000 in Redis): push at most this many at once
 
 _PUSH = """
@@ -186,21 +188,11 @@ class RedisFoldStore(FoldStore):
         self.url = _without_password(url)  # as it appears in messages
         self.prefix = prefix
         self.journal = journal
-        try:
-            self._redis: redis.Redis = client or redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=connect_timeout_s,
-                max_connections=max_connections,
-                health_check_interval=30,
-            )
-        except ValueError as exc:
-            raise ConfigError(f"bad Redis URL (FOLDLINE_REDIS_URL): {exc}") from exc
+        self._redis: redis.Redis = client or _client(url, socket_timeout_s, connect_timeout_s, max_connections)
         self._apply: Script = self._redis.register_script(_APPLY)
         self._put: Script = self._redis.register_script(_PUT)
         self._raise_epoch: Script = self._redis.register_script(_RAISE_EPOCH)
         self._tail: Script = self._redis.register_script(_TAIL)
-        self._set_mark_if: Script = self._redis.register_script(_SET_MARK_IF)
 
     # ---------------------------------------------------------------- keys
 
@@ -314,23 +306,6 @@ class RedisFoldStore(FoldStore):
         keys = self.keys_of(session_id)
         self._call(lambda: self._redis.delete(*keys), f"deleting the fold of {session_id!r}")
 
-    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
-        if not partitions:
-            return {}
-        key = f"{self.prefix}partitions:{topic}"
-        raw = self._call(lambda: self._redis.hmget(key, [str(p) for p in partitions]), "reading partition marks")
-        return {p: v.decode() for p, v in zip(partitions, raw, strict=True) if v is not None}
-
-    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
-        key = f"{self.prefix}partitions:{topic}"
-        if expect is None:
-            self._call(lambda: self._redis.hset(key, str(partition), mark), "setting a partition mark")
-            return True
-        done = self._call(
-            lambda: self._set_mark_if(keys=[key], args=[partition, mark, expect]), "setting a partition mark"
-        )
-        return bool(done)
-
     def close(self) -> None:
         self._redis.close()
 
@@ -377,14 +352,7 @@ class RedisFoldStore(FoldStore):
         return list(self._call(pipe.execute, what))
 
     def _call(self, fn: Any, what: str) -> Any:
-        try:
-            return fn()
-        except NoScriptError as exc:  # pragma: no cover - redis-py reloads scripts itself
-            raise _unavailable(self.url, what, exc) from exc
-        except ResponseError as exc:
-            raise StoreUnavailable(f"Redis at {self.url} refused {what}: {exc}") from exc
-        except RedisError as exc:
-            raise _unavailable(self.url, what, exc) from exc
+        return _translated(self.url, fn, what)
 
 
 # KEYS: the marks hash. ARGV: partition, mark, expected mark. Sets the mark only while it is the expected one.
@@ -393,6 +361,77 @@ if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[3] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
+
+
+class RedisPartitionMarks(PartitionMarks):
+    """:class:`~foldline.ports.partition_marks.PartitionMarks` on Redis: ``<prefix>partitions:<topic>``, a hash
+    of each partition's mark, under the prefix of the folds it vouches for (so a Redis that lost the folds lost
+    the marks too). Built from the configuration by :func:`foldline.config.factories.partition_marks`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        socket_timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int,
+        client: redis.Redis | None = None,
+    ) -> None:
+        if not prefix:
+            raise ConfigError("the Redis partition marks need a non-empty key prefix (that of the folds)")
+        self.url = _without_password(url)
+        self.prefix = prefix
+        self._redis: redis.Redis = client or _client(url, socket_timeout_s, connect_timeout_s, max_connections)
+        self._set_mark_if: Script = self._redis.register_script(_SET_MARK_IF)
+
+    def marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
+        if not partitions:
+            return {}
+        key = f"{self.prefix}partitions:{topic}"
+        raw = _translated(
+            self.url, lambda: self._redis.hmget(key, [str(p) for p in partitions]), "reading partition marks"
+        )
+        return {p: v.decode() for p, v in zip(partitions, raw, strict=True) if v is not None}
+
+    def set_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
+        key = f"{self.prefix}partitions:{topic}"
+        if expect is None:
+            _translated(self.url, lambda: self._redis.hset(key, str(partition), mark), "setting a partition mark")
+            return True
+        done = _translated(
+            self.url, lambda: self._set_mark_if(keys=[key], args=[partition, mark, expect]), "setting a partition mark"
+        )
+        return bool(done)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def _client(url: str, socket_timeout_s: float, connect_timeout_s: float, max_connections: int) -> redis.Redis:
+    try:
+        return redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            max_connections=max_connections,
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL (FOLDLINE_REDIS_URL): {exc}") from exc
+
+
+def _translated(url: str, fn: Any, what: str) -> Any:
+    """``fn()``, a Redis error turned into :class:`~foldline.errors.StoreUnavailable` naming ``what``."""
+    try:
+        return fn()
+    except NoScriptError as exc:  # pragma: no cover - redis-py reloads scripts itself
+        raise _unavailable(url, what, exc) from exc
+    except ResponseError as exc:
+        raise StoreUnavailable(f"Redis at {url} refused {what}: {exc}") from exc
+    except RedisError as exc:
+        raise _unavailable(url, what, exc) from exc
+
 
 _STATUSES: dict[str, ApplyStatus] = {s: s for s in ("applied", "duplicate", "gap", "fenced")}
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import random
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..errors import ArchiveConflict, ArchiveCorrupt, ArchiveError, ConfigError, FoldlineError, StoreUnavailable
 from ..ports.archive import ArchiveStore, StoredObject
 from .s3_attachments import BucketProbe
-from .s3_errors import classify, describe_endpoint, status_code
+from .s3_errors import CONFLICT_BACKOFF, UNAVAILABLE_BACKOFF, classify, describe_endpoint, status_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -103,7 +102,7 @@ class S3ArchiveStore(ArchiveStore):
                 if status == 412 or code == "PreconditionFailed":
                     return False
                 if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
-                    time.sleep(random.random() * min(2.0, 0.05 * 2**attempt))
+                    time.sleep(CONFLICT_BACKOFF.pause(attempt))
                     continue
                 self._raise(exc, "PutObject", key)
             except BotoCoreError as exc:
@@ -132,7 +131,7 @@ class S3ArchiveStore(ArchiveStore):
                         self.where(key), "another writer changed it since it was read (conditional write refused)"
                     ) from exc
                 if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
-                    time.sleep(random.random() * min(2.0, 0.05 * 2**attempt))
+                    time.sleep(CONFLICT_BACKOFF.pause(attempt))
                     continue
                 self._raise(exc, "PutObject", key)
             except BotoCoreError as exc:
@@ -196,7 +195,7 @@ class S3ArchiveStore(ArchiveStore):
                 body = response.content
             except BotoCoreError as exc:
                 if attempt < self.max_attempts and classify(exc, "GetObject", "").kind == "unreachable":
-                    time.sleep(_backoff(attempt))
+                    time.sleep(UNAVAILABLE_BACKOFF.pause(attempt))
                     continue
                 self._raise(exc, "GetObject", key)
             if status == 200:
@@ -206,7 +205,7 @@ class S3ArchiveStore(ArchiveStore):
             if status == 404 and code != "NoSuchBucket":
                 return None
             if (status >= 500 or status == 429) and attempt < self.max_attempts:
-                time.sleep(_backoff(attempt))
+                time.sleep(UNAVAILABLE_BACKOFF.pause(attempt))
                 continue
             self._raise(error, "GetObject", key)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -241,11 +240,6 @@ class S3ArchiveStore(ArchiveStore):
 
 _PRESIGNED_S = 300  # a presigned GET is sent at once; its signature need not outlive the retries
 _XML_FIELD = re.compile(rb"<(Code|RequestId)>([^<]{1,256})</\1>")
-
-
-def _backoff(attempt: int) -> float:
-    """botocore's standard retry delay before attempt ``attempt + 1``: random up to 2**attempt s, at most 20 s."""
-    return min(20.0, random.random() * 2.0**attempt)
 
 
 def _answer_error(status: int, body: bytes, headers: Any, op: str) -> ClientError:

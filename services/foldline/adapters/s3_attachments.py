@@ -30,7 +30,6 @@ import base64
 import contextlib
 import functools
 import hashlib
-import random
 import tempfile
 import threading
 import time
@@ -56,7 +55,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..ports.attachments import AttachmentMeta, AttachmentStore, ByteSink, ByteSource, describe, verify
-from .s3_errors import classify, describe_endpoint, status_code
+from .s3_errors import CONFLICT_BACKOFF, classify, describe_endpoint, status_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -407,7 +406,7 @@ class S3AttachmentStore(AttachmentStore):
                 if status == 412 or code == "PreconditionFailed":
                     return None
                 if (status == 409 or code == "ConditionalRequestConflict") and attempt < self.max_attempts:
-                    time.sleep(random.random() * min(2.0, 0.05 * 2**attempt))
+                    time.sleep(CONFLICT_BACKOFF.pause(attempt))
                     continue
                 self._raise(exc, meta.attachment_id, op, key)
             except BotoCoreError as exc:

@@ -27,7 +27,25 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-__all__ = ["DIGEST_CODES", "FaultKind", "S3Fault", "classify", "describe_endpoint", "status_code"]
+from ..backoff import Backoff
+
+__all__ = [
+    "CONFLICT_BACKOFF",
+    "DIGEST_CODES",
+    "UNAVAILABLE_BACKOFF",
+    "FaultKind",
+    "S3Fault",
+    "classify",
+    "describe_endpoint",
+    "status_code",
+]
+
+#: A conditional write answered 409 ConditionalRequestConflict (another write of the key in flight): tried
+#: again after a random pause of up to 100 ms, doubling to 2 s.
+CONFLICT_BACKOFF = Backoff(initial_s=0.1, cap_s=2.0, jitter=1.0)
+#: botocore's standard retry delay, for requests sent without botocore's retries: a random pause of up to
+#: 2**attempt s, at most 20 s.
+UNAVAILABLE_BACKOFF = Backoff(initial_s=2.0, cap_s=20.0, jitter=1.0)
 
 FaultKind = Literal[
     "no-bucket",  # NoSuchBucket

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ..config import Config
-from ..config.factories import archive_store, check_data_dir, check_kafka, topic_policy
+from ..config.factories import archive_store, check_kafka, sqlite_log, topic_policy
 from ..errors import FoldlineError
 from ..ports.archive import ArchiveStore
 from ..ports.event_log import EventLog
@@ -100,13 +100,8 @@ def _decoder() -> Check:
 
 
 def _embedded(config: Config) -> list[Check]:
-    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
-
     try:
-        check_data_dir(config, read_only=True)  # an audit never creates a data directory
-        with SqliteEventLog(
-            config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=True
-        ) as log:
+        with sqlite_log(config, read_only=True) as log:  # an audit never creates a data directory
             count = len(log.sessions())
     except FoldlineError as exc:
         return [Check("log", "embedded log", "fail", f"{type(exc).__name__}: {exc}")]
@@ -245,12 +240,10 @@ def _embedded_coverage(config: Config, store: ArchiveStore, *, now_ms: int | Non
 
 
 def _log_of(config: Config) -> EventLog:
-    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
     from ..config.factories import kafka_log
 
     if config.backend == "embedded":
-        check_data_dir(config, read_only=True)
-        return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=True)
+        return sqlite_log(config, read_only=True)
     return kafka_log(config, archive=False, create_topics=False)  # an audit never creates the topics
 
 

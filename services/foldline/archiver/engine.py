@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..adapters.archive import ArchiveAppender, build_segment
+from ..backoff import Backoff
 from ..errors import EventsExpired, FoldlineError
 from ..metrics import ArchiverMetrics
 from ..ports.archive import RawEvent
@@ -40,8 +41,7 @@ from ..ports.archive import RawEvent
 __all__ = ["ArchivePolicy", "ArchiveSource", "Archiver", "FlushOutcome"]
 
 _LOG = logging.getLogger("foldline.archiver")
-_RETRY_FIRST_S = 0.5
-_RETRY_MAX_S = 30.0
+_RETRY = Backoff(initial_s=0.5, cap_s=30.0)  # a session whose flush failed is tried again after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +259,7 @@ class Archiver:
             return
         if outcome.error is not None:
             buf.failures += 1
-            buf.retry_at = self._clock() + min(_RETRY_MAX_S, _RETRY_FIRST_S * 2 ** (buf.failures - 1))
+            buf.retry_at = self._clock() + _RETRY.pause(buf.failures)
             if isinstance(outcome.error, EventsExpired):
                 _LOG.error("session %r cannot be archived: %s", outcome.session_id, outcome.error)
             else:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..adapters.archive import ArchiveAppender, SessionArchive
-from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 from ..config import Config
-from ..config.factories import archive_store, check_data_dir, check_kafka, kafka_log, topic_policy
+from ..config.factories import archive_store, check_kafka, kafka_log, sqlite_log, topic_policy
 from ..errors import ConfigError
 from ..metrics import ArchiverMetrics
 from ..ports.event_log import EventLog
@@ -63,10 +62,7 @@ def open_archiver(
     port, host = config.metrics.port, config.metrics.host
     concurrency = config.archive.concurrency
     if config.backend == "embedded":
-        check_data_dir(config)
-        log_feed = LogFeed(
-            SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s), archive, policy
-        )
+        log_feed = LogFeed(sqlite_log(config), archive, policy)
         engine = Archiver(appender, log_feed, policy, concurrency=concurrency, metrics=metrics)
         return LogArchiverWorker(engine, log_feed, metrics_port=port, metrics_host=host, on_ready=on_ready)
     from ..adapters.kafka import ArchiveFeed
@@ -110,8 +106,7 @@ def open_archiver(
 def restore_target(config: Config) -> EventLog:
     """The log ``foldline restore`` writes to: the configured backend's, read without the archive."""
     if config.backend == "embedded":
-        check_data_dir(config)
-        return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s)
+        return sqlite_log(config)
     log = kafka_log(config, archive=False)
     try:
         log.check_topics()

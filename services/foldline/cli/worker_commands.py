@@ -204,7 +204,9 @@ def _report(totals: BatchReport, json: bool) -> None:
 def _run(parts: ProjectorParts, json: bool) -> None:
     from ..projector import ProjectorWorker
 
-    worker = ProjectorWorker(parts.settings, store=parts.store, log=parts.log, on_ready=_announcer(json))
+    worker = ProjectorWorker(
+        parts.settings, store=parts.store, marks=parts.marks, log=parts.log, on_ready=_announcer(json)
+    )
 
     def stop(_signum: int, _frame: object) -> None:
         worker.stop()
@@ -218,7 +220,10 @@ def _run_faust(parts: ProjectorParts, json: bool) -> None:
     from ..projector.faust_runtime import FaustProjector
 
     # faust's worker installs its own SIGTERM/SIGINT handlers: a signal stops the app cleanly
-    _report(FaustProjector(parts.settings, store=parts.store, log=parts.log, on_ready=_announcer(json)).run(), json)
+    faust = FaustProjector(
+        parts.settings, store=parts.store, marks=parts.marks, log=parts.log, on_ready=_announcer(json)
+    )
+    _report(faust.run(), json)
 
 
 # ------------------------------------------------------------------ foldline dispatcher

@@ -1,20 +1,25 @@
 """Configuration: every setting and its one default (:mod:`.settings`), and the adapters it names (:mod:`.factories`).
 
 ``Config.from_env()`` reads the environment; ``open_stores(config)`` opens the stores of a loop or a
-command. The worker processes build theirs with :func:`foldline.projector.factory.open_projector` and
+command. The package's ``__all__`` below is its public surface, kept here only: each module lists what it
+defines itself. The worker processes build theirs with :func:`foldline.projector.factory.open_projector` and
 :func:`foldline.dispatcher.factory.open_dispatcher`, from the same single adapter factories.
 """
 
 from __future__ import annotations
 
-from .factories import Stores, open_stores
-from .settings import (
+from .environment import (
     ARCHIVE_STORES,
     BACKENDS,
     KAFKA_SECURITY_VARIABLES,
     SETTINGS,
-    ArchiveConfig,
     Backend,
+    Setting,
+    read_client_properties,
+)
+from .factories import Stores, open_stores
+from .settings import (
+    ArchiveConfig,
     Config,
     DispatchConfig,
     EmbeddedConfig,
@@ -25,10 +30,8 @@ from .settings import (
     ProvidersConfig,
     RedisConfig,
     S3Config,
-    Setting,
     masked,
     masked_url,
-    read_client_properties,
 )
 
 __all__ = [

@@ -2,10 +2,11 @@
 
 * :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
   ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
-* :func:`kafka_log`, :func:`fold_store`, :func:`attachment_store`, :func:`archive_store`,
-  :func:`session_archive`, :func:`providers` — one adapter each, for the factories of the worker processes
-  (:func:`foldline.projector.factory.open_projector`, :func:`foldline.dispatcher.factory.open_dispatcher`,
-  :func:`foldline.archiver.factory.open_archiver`) and for tests.
+* :func:`sqlite_log`, :func:`kafka_log`, :func:`fold_store`, :func:`partition_marks`, :func:`attachment_store`,
+  :func:`archive_store`, :func:`session_archive`, :func:`providers` — one adapter each, for the factories of
+  the worker processes (:func:`foldline.projector.factory.open_projector`,
+  :func:`foldline.dispatcher.factory.open_dispatcher`, :func:`foldline.archiver.factory.open_archiver`) and
+  for tests.
 
 The Kafka log reads below each session's archive watermark from the archive when one is configured
 (``config.archive``), and its topics are created with and checked against :func:`topic_policy`: a
@@ -34,8 +35,9 @@ if TYPE_CHECKING:
 
     from ..adapters.archive import SessionArchive
     from ..adapters.kafka import KafkaEventLog, TopicPolicy
-    from ..adapters.redis_folds import RedisFoldStore
+    from ..adapters.redis_folds import RedisFoldStore, RedisPartitionMarks
     from ..adapters.s3_attachments import S3AttachmentStore
+    from ..adapters.sqlite_log import SqliteEventLog
     from ..ports.archive import ArchiveStore
     from ..ports.attachments import AttachmentStore
     from ..ports.event_log import EventLog
@@ -53,9 +55,11 @@ __all__ = [
     "fold_store",
     "kafka_log",
     "open_stores",
+    "partition_marks",
     "providers",
     "s3",
     "session_archive",
+    "sqlite_log",
     "topic_policy",
 ]
 
@@ -74,6 +78,16 @@ class Stores:
 
 
 # ------------------------------------------------------------------ one adapter each
+
+
+def sqlite_log(config: Config, *, read_only: bool = False) -> SqliteEventLog:
+    """The embedded log: ``foldline.db`` in ``config.data_dir``, waiting ``embedded.busy_timeout_s`` for another
+    writer's lock. ``read_only`` (audits, listings, ``foldline doctor``) opens it for reading and never creates
+    the data directory: a missing one is a :class:`ConfigError` (:func:`check_data_dir`)."""
+    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
+
+    check_data_dir(config, read_only=read_only)
+    return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only)
 
 
 def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEventLog:
@@ -161,6 +175,20 @@ def fold_store(config: Config, *, journal: bool = False) -> RedisFoldStore:
         connect_timeout_s=r.connect_timeout_s,
         max_connections=r.max_connections,
         journal=journal,
+    )
+
+
+def partition_marks(config: Config) -> RedisPartitionMarks:
+    """The projectors' partition marks, beside the folds of :func:`fold_store` (the same Redis and key prefix)."""
+    from ..adapters.redis_folds import RedisPartitionMarks
+
+    r = config.redis
+    return RedisPartitionMarks(
+        r.url,
+        prefix=config.folds.prefix,
+        socket_timeout_s=r.socket_timeout_s,
+        connect_timeout_s=r.connect_timeout_s,
+        max_connections=r.max_connections,
     )
 
 
@@ -261,13 +289,9 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
     so the loops' invariant companions read back what they appended without a fetch per read.
     """
     from ..adapters.fs_attachments import FilesystemAttachmentStore
-    from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 
     if config.backend == "embedded":
-        check_data_dir(config, read_only=read_only)
-        sqlite = SqliteEventLog(
-            config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only
-        )
+        sqlite = sqlite_log(config, read_only=read_only)
         try:
             return Stores(sqlite, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
         except BaseException:

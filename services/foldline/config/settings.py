@@ -33,27 +33,19 @@ from ..providers.settings import TransportSettings
 from .environment import (
     ARCHIVE_STORES,
     BACKENDS,
-    KAFKA_SECURITY_VARIABLES,
     PROVIDER_KINDS,
     RUNTIMES,
     SETTINGS,
     ArchiveStoreKind,
     Backend,
     ProjectorRuntime,
-    Setting,
     kafka_properties,
     key_variable,
-    read_client_properties,
     servers,
 )
 
 __all__ = [
-    "ARCHIVE_STORES",
-    "BACKENDS",
-    "KAFKA_SECURITY_VARIABLES",
-    "SETTINGS",
     "ArchiveConfig",
-    "Backend",
     "Config",
     "DispatchConfig",
     "EmbeddedConfig",
@@ -64,10 +56,8 @@ __all__ = [
     "ProvidersConfig",
     "RedisConfig",
     "S3Config",
-    "Setting",
     "masked",
     "masked_url",
-    "read_client_properties",
 ]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

@@ -2,15 +2,16 @@
 
 * :class:`Dispatcher` — the work itself; usable in-process as ``AgentOptions(dispatcher=...)``.
 * :class:`RedisStepClient` / :func:`serve_steps` — the same across processes: loops hand steps over a
-  Redis stream to ``foldline dispatcher`` workers (docs/DISPATCHER.md).
+  Redis stream to ``foldline dispatcher`` workers (docs/DISPATCHER.md); the transport is an adapter of the
+  StepDispatcher port, :mod:`foldline.adapters.redis_steps`.
 """
 
 from __future__ import annotations
 
+from ..adapters.redis_steps import RedisStepClient, serve_steps
 from ..errors import DispatchLost
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepDispatcher, StepHandoff
-from .dispatcher import Dispatcher, FoldWatcher, request_from_fold
-from .redis_steps import RedisStepClient, serve_steps
+from .dispatcher import Dispatcher, FoldWatcher, request_from_fold, wait_for_fold, wait_for_fold_tail
 
 __all__ = [
     "DispatchLost",
@@ -23,4 +24,6 @@ __all__ = [
     "StepHandoff",
     "request_from_fold",
     "serve_steps",
+    "wait_for_fold",
+    "wait_for_fold_tail",
 ]

@@ -39,21 +39,23 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from ..backoff import Backoff
 from ..core.fold import FoldState, decode_header
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
 from ..errors import (
-    AttachmentReadFailed,
     ConfigError,
     ConflictError,
     DispatchFailed,
     FoldlineError,
     FoldTimeout,
     StoreUnavailable,
+    TransientError,
 )
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
@@ -65,7 +67,10 @@ from ..replay.registry import mark_loop_request
 from ..replay.step import request_at
 from .decode import MessageCache, decode_fold_messages
 
-__all__ = ["Dispatcher", "FoldWatcher", "request_from_fold"]
+__all__ = ["Dispatcher", "FoldWatcher", "request_from_fold", "wait_for_fold", "wait_for_fold_tail"]
+
+#: The attachment store not answering (writing an archived body, reading an image): 100 ms doubling to 2 s.
+_STORE_OUTAGE = Backoff(initial_s=0.1, cap_s=2.0)
 
 
 def request_from_fold(state: FoldState, cache: MessageCache | None = None) -> GenerateOptions:
@@ -140,7 +145,7 @@ class FoldWatcher:
             raise
 
     def _serve(self) -> None:
-        pause = self._poll_s
+        pauses = Backoff(self._poll_s, self._max_poll_s).pauses()
         while True:
             with self._cond:
                 while not self._waits and not self._closed:
@@ -159,8 +164,9 @@ class FoldWatcher:
                         done.add(w)
                         w.loop.call_soon_threadsafe(_fail, w.future, _timeout(w))
                 self._waits = [w for w in self._waits if w not in done]
-            pause = self._poll_s if done else min(pause * 2, self._max_poll_s)
-            time.sleep(pause)
+            if done:
+                pauses.reset()  # folds are arriving: look again soon
+            time.sleep(pauses.next())
 
     def _round(self, waits: list[_Wait]) -> set[_Wait]:
         """One round: the waits it settled."""
@@ -173,7 +179,7 @@ class FoldWatcher:
             if not ready:
                 return settled
             tails = self._folds.tails([(w.session_id, w.generation, w.known) for w in ready])
-        except StoreUnavailable as exc:
+        except TransientError as exc:
             for w in waits:
                 w.cause = f"the fold store failed: {exc}"
             return settled
@@ -192,6 +198,40 @@ def _deliver(future: asyncio.Future[FoldTail], tail: FoldTail) -> None:
 def _fail(future: asyncio.Future[FoldTail], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+_FOLD_POLL = Backoff(initial_s=0.0005, cap_s=0.02)  # one session's fold, polled: 0.5 ms apart, doubling to 20 ms
+_F = TypeVar("_F", FoldState, FoldTail)
+
+
+def wait_for_fold(folds: FoldStore, session_id: str, seq: int, timeout_s: float) -> FoldState:
+    """The session's fold once it has applied ``seq``, or :class:`~foldline.errors.FoldTimeout` after
+    ``timeout_s`` — a bounded wait, never a hang. One session, polled from this thread (tools, tests); a
+    dispatcher waits for many at once with :class:`FoldWatcher`."""
+    return _wait(folds, session_id, seq, timeout_s, lambda: folds.get(session_id))
+
+
+def wait_for_fold_tail(
+    folds: FoldStore, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int
+) -> FoldTail:
+    """:func:`wait_for_fold`, answered with :meth:`FoldStore.tail` (the messages past the ``known`` ones)."""
+    return _wait(folds, session_id, seq, timeout_s, lambda: folds.tail(session_id, generation=generation, known=known))
+
+
+def _wait(folds: FoldStore, session_id: str, seq: int, timeout_s: float, fetch: Callable[[], _F | None]) -> _F:
+    waits = _FOLD_POLL.until(timeout_s, clip=True)
+    while True:
+        if folds.applied_seq(session_id) >= seq:
+            state = fetch()
+            if state is not None and state.applied_seq >= seq:
+                return state
+        pause = waits.next()
+        if pause is None:
+            raise FoldTimeout(
+                f"session {session_id!r}: the fold has applied seq {folds.applied_seq(session_id)}, not {seq}, "
+                f"after {timeout_s:.3f}s; check that a projector is running and consuming the session's partition"
+            )
+        time.sleep(pause)
 
 
 def _timeout(w: _Wait) -> FoldTimeout:
@@ -363,31 +403,29 @@ class Dispatcher:
         parts are joined there); a store that does not answer is waited out (``outage_s``)."""
         store = self.attachments
         assert store is not None
-        deadline = time.monotonic() + self.outage_s
-        pause = 0.1
+        waits = _STORE_OUTAGE.until(self.outage_s)
         while True:
             try:
                 await asyncio.to_thread(lambda: store.put(bytes(body), "application/json"))
                 return
-            except StoreUnavailable:
-                if time.monotonic() + pause > deadline:
+            except TransientError:
+                pause = waits.next()
+                if pause is None:
                     raise
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
 
     async def _serialize(self, cache: IncrementalBody, request: GenerateOptions) -> tuple[Body, str]:
         """The body (in parts) and its digest; an attachment store that does not answer is waited out
         (``outage_s``)."""
-        deadline = time.monotonic() + self.outage_s
-        pause = 0.1
+        waits = _STORE_OUTAGE.until(self.outage_s)
         while True:
             try:
                 return cache.parts(request, self.attachments)
-            except AttachmentReadFailed:
-                if time.monotonic() + pause > deadline:
+            except TransientError:  # an object the store could not read now; one it lacks or that is corrupt: at once
+                pause = waits.next()
+                if pause is None:
                     raise
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
 
     async def _send(self, h: StepHandoff, prepared: PreparedStep) -> StepAnswer:
         started = time.perf_counter()

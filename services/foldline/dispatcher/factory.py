@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..adapters.redis_steps import RedisStepClient
 from ..config import Config
 from ..config.factories import attachment_store, fold_store, providers
 from .dispatcher import Dispatcher
-from .redis_steps import RedisStepClient
 
 if TYPE_CHECKING:
     from ..metrics import DispatcherMetrics

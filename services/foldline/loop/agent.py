@@ -86,13 +86,13 @@ from ..providers.streaming import AnswerProgress
 from ..replay.invariant import InvariantCompanion
 from ..replay.registry import mark_loop_request
 from ..replay.step import answer_records, dispatch_record, quarantine_record, retry_record, session_request
-from .durable import append_durably
+from ._durable import append_durably
+from ._refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
+from ._remote import dispatch_remote
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
 from .pressure import relieve_pressure
-from .refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
-from .remote import dispatch_remote
 from .tools import fit_result
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
@@ -170,6 +170,8 @@ class Agent:
         self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
         self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
+        #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/_remote.py) use it
+        self.context = LoopContext(self)
 
     @classmethod
     async def open(
@@ -230,7 +232,7 @@ class Agent:
         try:
             while True:
                 if self.options.pressure is not None:
-                    await relieve_pressure(self, self.options.pressure)
+                    await relieve_pressure(self.context, self.options.pressure)
                 outcome = await self._step(turn, step)
                 if outcome is None:
                     reason = "blocked"
@@ -269,7 +271,7 @@ class Agent:
         return TurnResult(turn, reason, tuple(records), final_text, detail)
 
     def _refusal_reset(self, seq: int) -> UserMessage | None:
-        """The ``user/message`` that removes a refused last turn, where one is owed (loop/refusal.py)."""
+        """The ``user/message`` that removes a refused last turn, where one is owed (loop/_refusal.py)."""
         if self._refused is None or not self.options.reset_after_refusal:
             return None
         return refusal_reset(self.session, self._refused, seq)
@@ -304,7 +306,8 @@ class Agent:
             await self._append(*entered)
             self._step_open = True
             self._refused = None
-            return await dispatch_remote(self, self.options.dispatcher, turn, step, reason)
+            request = self.last_request = mark_loop_request(session_request(self.session))
+            return await dispatch_remote(self.context, self.options.dispatcher, request, turn, step, reason)
         try:
             dispatch_seq, body, digest = await self._open_step(turn, step, entered)
         except BaseException:
@@ -521,3 +524,62 @@ class Agent:
                 await self._append(*closing)
         except FoldlineError:
             pass  # the original error is what the caller needs to see; the log stays valid either way
+
+
+class LoopContext:
+    """One loop instance as the code that does part of its step sees it: pressure relief
+    (:class:`~.pressure.PressureContext`) and a dispatched step (:class:`~._remote.DispatchContext`). It reads
+    the instance's live state and appends, sends and answers through the instance's own paths — the only
+    ways those modules reach the loop."""
+
+    __slots__ = ("__weakref__", "_agent")
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    @property
+    def session_id(self) -> str:
+        return self._agent.session_id
+
+    @property
+    def session(self) -> Session:
+        return self._agent.session
+
+    @property
+    def epoch(self) -> int:
+        return self._agent.lease.epoch
+
+    @property
+    def provider(self) -> Provider:
+        return self._agent.provider
+
+    @property
+    def attachments(self) -> AttachmentStore | None:
+        return self._agent.attachments
+
+    @property
+    def config(self) -> CallConfig:
+        return self._agent.options.config
+
+    @property
+    def archive_requests(self) -> bool:
+        return self._agent.options.archive_requests
+
+    @property
+    def invariant(self) -> InvariantCompanion | None:
+        return self._agent.invariant
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return self._agent.last_timings
+
+    async def append(self, *datas: EventData) -> None:
+        await self._agent._append(*datas)
+
+    async def send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
+        return await self._agent._send(turn, step, provider, body, stream)
+
+    async def answer(
+        self, turn: int, step: int, dispatch_seq: int, digest: str, reason: str | None, response: ProviderResponse
+    ) -> tuple[StepRecord, ProviderResponse]:
+        return await self._agent._answer(turn, step, dispatch_seq, digest, reason, response)

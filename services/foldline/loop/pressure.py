@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from ..core import codec
 from ..core import compaction as cc
@@ -42,15 +42,38 @@ from ..core.events import (
 )
 from ..core.header import CallConfig
 from ..core.limits import check_request_size
-from ..core.projection import Message, MessageSequence
+from ..core.projection import Message, MessageSequence, Session
 from ..core.request import GenerateOptions
 from ..errors import AttachmentError, ConfigError
+from ..ports.attachments import AttachmentStore
+from ..providers.base import Provider
 from ..replay.step import quarantine_record
 
-if TYPE_CHECKING:
-    from .agent import Agent
+__all__ = ["PressureAction", "PressureContext", "PressurePolicy", "relieve_pressure"]
 
-__all__ = ["PressureAction", "PressurePolicy", "relieve_pressure"]
+
+class PressureContext(Protocol):
+    """What relieving pressure uses of a loop instance (its :attr:`~foldline.loop.Agent.context`): the live
+    session, the provider and attachment store the loop sends with, the call config it was given, and the
+    loop's own append (durable, then folded into the live session)."""
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def attachments(self) -> AttachmentStore | None: ...
+
+    @property
+    def config(self) -> CallConfig:
+        """The call config the loop instance was given (``AgentOptions.config``)."""
+        ...
+
+    async def append(self, *datas: EventData) -> None:
+        """Append the events as one batch at the session's head."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,16 +141,16 @@ class _RunningEstimate:
         return self.total
 
 
-_ESTIMATES: weakref.WeakKeyDictionary[Agent, _RunningEstimate] = weakref.WeakKeyDictionary()
+_ESTIMATES: weakref.WeakKeyDictionary[PressureContext, _RunningEstimate] = weakref.WeakKeyDictionary()
 
 
-async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureAction | None:
+async def relieve_pressure(loop: PressureContext, policy: PressurePolicy) -> PressureAction | None:
     """Trim or compact when the context is over budget; None when nothing was (or could be) done."""
-    session = agent.session
+    session = loop.session
     messages = session.derive_messages()
-    running = _ESTIMATES.get(agent)
+    running = _ESTIMATES.get(loop)
     if running is None:
-        running = _ESTIMATES[agent] = _RunningEstimate()
+        running = _ESTIMATES[loop] = _RunningEstimate()
     estimate = running.of(messages)
     if estimate <= policy.budget_tokens:
         return None
@@ -146,7 +169,7 @@ async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureActi
     )
     if trims and (estimate - saved <= policy.budget_tokens or span is None):
         first = session.next_seq
-        await agent._append(
+        await loop.append(
             *(
                 ToolResult(t.call_id, t.name, t.parts, t.is_error, ReplaceOp(t.position, t.position), (t.seq,))
                 for t in trims
@@ -155,35 +178,37 @@ async def relieve_pressure(agent: Agent, policy: PressurePolicy) -> PressureActi
         return PressureAction("trim", estimate, first, trimmed=len(trims))
     if span is None:
         return None
-    return await _compact(agent, policy, estimate, span)
+    return await _compact(loop, policy, estimate, span)
 
 
-async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tuple[int, int]) -> PressureAction:
-    session = agent.session
+async def _compact(
+    loop: PressureContext, policy: PressurePolicy, estimate: int, span: tuple[int, int]
+) -> PressureAction:
+    session = loop.session
     start, end = span
     region = session.derive_messages()[start : end + 1]
     hidden = tuple(node.seq for node in session.rules.surface[start : end + 1])
     folded = session.header()
-    base = policy.summarize_config or (folded.config if folded is not None else agent.options.config)
+    base = policy.summarize_config or (folded.config if folded is not None else loop.config)
     config = CallConfig(base.provider, base.model, max_tokens=policy.summary_max_tokens)
-    if config.provider != agent.provider.name:
+    if config.provider != loop.provider.name:
         raise ConfigError(
-            f"the summarize call goes through the loop's {agent.provider.name!r} adapter, but its config names "
-            f"provider {config.provider!r}; set PressurePolicy.summarize_config to a {agent.provider.name} model"
+            f"the summarize call goes through the loop's {loop.provider.name!r} adapter, but its config names "
+            f"provider {config.provider!r}; set PressurePolicy.summarize_config to a {loop.provider.name} model"
         )
     request = cc.summarize_request(region, config)  # not marked: a one-shot, outside the invariant
     first = session.next_seq
-    await agent._append(CompactionStart(start, end, estimate))
+    await loop.append(CompactionStart(start, end, estimate))
     try:
-        serializer = agent.provider.serializer
-        body = serializer.serialize(request, agent.attachments)
+        serializer = loop.provider.serializer
+        body = serializer.serialize(request, loop.attachments)
         check_request_size(len(body))
-        response = await agent.provider.send(body)
+        response = await loop.provider.send(body)
     except AttachmentError as exc:
-        await agent._append(quarantine_record(exc), CompactionEnd())
+        await loop.append(quarantine_record(exc), CompactionEnd())
         raise
     except BaseException:
-        await agent._append(CompactionEnd())
+        await loop.append(CompactionEnd())
         raise
     summary = "".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()
     events: list[EventData] = [
@@ -199,9 +224,9 @@ async def _compact(agent: Agent, policy: PressurePolicy, estimate: int, span: tu
             cc.SUMMARIZE_PROMPT_VERSION,
         ),
         UserMessage(
-            f"u{agent.session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
+            f"u{loop.session.next_seq + 1}", cc.summary_content(summary), "compaction", ReplaceOp(start, end), hidden
         ),
         CompactionEnd(),
     ]
-    await agent._append(*events)
+    await loop.append(*events)
     return PressureAction("compaction", estimate, first, compacted=span, summarize_request=request)

@@ -27,32 +27,25 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
   messages of the fold at surface generation ``g``: while the fold is still at generation ``g`` and holds
   at least ``k`` messages (a fold only appends between surface replaces, so those ``k`` are unchanged) it
   returns only the messages after them (``offset = k``); otherwise all of them (``offset = 0``).
-* ``partition_marks(topic, partitions)`` and ``set_partition_mark(topic, partition, mark, expect=)``: a
-  projector's note, per partition of the topic it folds, that the store holds the folds of everything the
-  consumer group consumed there (``done``), or that a re-read of the partition is under way. The marks
-  live with the folds, so a store that lost its data (Redis flushed, or restarted without persistence)
-  lost them too — which is how projectors notice and re-read their partitions. ``set_partition_mark``
-  with ``expect`` sets the mark only while it still is ``expect`` (answering whether it did).
-* ``wait_for(session, seq, timeout_s)`` returns the fold once ``A >= seq``, or raises
-  :class:`~foldline.errors.FoldTimeout` after ``timeout_s`` — a bounded wait, never a hang;
-  ``wait_for_tail`` is the same for ``tail``.
+
+What is not a fold store lives elsewhere: the projectors' partition marks, kept beside the folds, are their
+own port (:mod:`foldline.ports.partition_marks`); waiting until a fold reaches a seq is the dispatcher's
+(:class:`foldline.dispatcher.FoldWatcher` for many sessions at once, :func:`foldline.dispatcher.wait_for_fold`
+for one).
 """
 
 from __future__ import annotations
 
 import abc
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
 from ..core.fold import FoldDelta, FoldState
-from ..errors import FoldTimeout
 
 __all__ = ["ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
 
 ApplyStatus = Literal["applied", "duplicate", "gap", "fenced"]
-_F = TypeVar("_F", "FoldState", "FoldTail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,39 +132,6 @@ class FoldStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, session_id: str) -> None:
         """Forget one session's fold (it will be rebuilt from the log)."""
-
-    @abc.abstractmethod
-    def partition_marks(self, topic: str, partitions: Sequence[int]) -> dict[int, str]:
-        """The projectors' mark of each of ``partitions`` of ``topic`` (unmarked partitions left out)."""
-
-    @abc.abstractmethod
-    def set_partition_mark(self, topic: str, partition: int, mark: str, *, expect: str | None = None) -> bool:
-        """Set a partition's mark; with ``expect``, only while the mark is ``expect``. True if it was set."""
-
-    def wait_for(self, session_id: str, seq: int, timeout_s: float) -> FoldState:
-        """Block until the fold has applied ``seq``; :class:`FoldTimeout` after ``timeout_s``."""
-        return self._wait(session_id, seq, timeout_s, lambda: self.get(session_id))
-
-    def wait_for_tail(self, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int) -> FoldTail:
-        """:meth:`wait_for`, answered with :meth:`tail`."""
-        return self._wait(session_id, seq, timeout_s, lambda: self.tail(session_id, generation=generation, known=known))
-
-    def _wait(self, session_id: str, seq: int, timeout_s: float, fetch: Callable[[], _F | None]) -> _F:
-        deadline = time.monotonic() + timeout_s
-        pause = 0.0005
-        while True:
-            if self.applied_seq(session_id) >= seq:
-                state = fetch()
-                if state is not None and state.applied_seq >= seq:
-                    return state
-            now = time.monotonic()
-            if now >= deadline:
-                raise FoldTimeout(
-                    f"session {session_id!r}: the fold has applied seq {self.applied_seq(session_id)}, not {seq}, "
-                    f"after {timeout_s:.3f}s; check that a projector is running and consuming the session's partition"
-                )
-            time.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, 0.02)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

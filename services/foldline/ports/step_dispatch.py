@@ -18,7 +18,9 @@ The loop stays the session's only writer. It appends the step's opening (``step/
 So a hand-over moves no write ownership anywhere: the dispatcher writes nothing to the log.
 
 Adapters: :class:`foldline.dispatcher.Dispatcher` (in-process) and
-:class:`foldline.dispatcher.RedisStepClient` (``foldline dispatcher`` processes, over Redis).
+:class:`foldline.adapters.redis_steps.RedisStepClient` (``foldline dispatcher`` processes, over Redis: the
+other end serves each call with a StepDispatcher, :func:`~foldline.adapters.redis_steps.serve_steps`). Both
+run the one contract suite, ``tests/contracts/step_dispatch.py``.
 """
 
 from __future__ import annotations

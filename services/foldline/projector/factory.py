@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..adapters.kafka import KafkaEventLog
-from ..adapters.redis_folds import RedisFoldStore
+from ..adapters.redis_folds import RedisFoldStore, RedisPartitionMarks
 from ..config import Config
-from ..config.factories import fold_store, kafka_log
+from ..config.factories import fold_store, kafka_log, partition_marks
 from .runtime import WorkerSettings
 
 __all__ = ["ProjectorParts", "open_projector"]
@@ -20,23 +20,27 @@ __all__ = ["ProjectorParts", "open_projector"]
 
 @dataclass(slots=True)
 class ProjectorParts:
-    """What a projector process runs on: its worker settings, the log it reads and the folds it writes."""
+    """What a projector process runs on: its worker settings, the log it reads, the folds it writes and the
+    partition marks beside them."""
 
     settings: WorkerSettings
     log: KafkaEventLog
     store: RedisFoldStore
+    marks: RedisPartitionMarks
 
     def close(self) -> None:
+        self.marks.close()
         self.store.close()
         self.log.close()
 
 
 def open_projector(config: Config, *, journal: bool = False) -> ProjectorParts:
-    """A projector's settings, event log and fold store (``journal``: keep the store's change journal)."""
+    """A projector's settings, event log, fold store and partition marks (``journal``: keep the store's change
+    journal)."""
     log = kafka_log(config)
     try:
         store = fold_store(config, journal=journal)
     except BaseException:
         log.close()
         raise
-    return ProjectorParts(WorkerSettings(config, journal=journal), log, store)
+    return ProjectorParts(WorkerSettings(config, journal=journal), log, store, partition_marks(config))

@@ -17,8 +17,9 @@ the dead-letter writer) and owns:
 * **readiness** — assigned partitions (possibly none), the fold store applying, not stopping, no failure
   (``/readyz``), and the one-time ``on_ready`` announcement;
 * **lag and totals** — per partition, from its end offset and how far the runtime got; the metrics server;
-* **a fold store that lost its data** — each assigned partition carries a mark in the fold store
-  (:meth:`FoldStore.partition_marks`), checked about every second (:meth:`ProjectorRuntime._check_marks`).
+* **a fold store that lost its data** — each assigned partition carries a mark beside the folds
+  (:class:`~foldline.ports.partition_marks.PartitionMarks`), checked about every second
+  (:meth:`ProjectorRuntime._check_marks`).
   A store that lost its data (Redis flushed, or restarted without persistence) lost the marks with the
   folds; a partition the group already consumed past its start is then re-read from its start up to its
   end — on a thread of its own, while the group's consumption goes on — and folded again (the folds
@@ -56,11 +57,13 @@ from ..adapters.kafka import (
     read_partition_span,
     wait_for_topic,
 )
+from ..backoff import OUTAGE, Pauses
 from ..config import Config
-from ..config.factories import fold_store, kafka_log
-from ..errors import FencedError, StoreUnavailable
+from ..config.factories import fold_store, kafka_log, partition_marks
+from ..errors import FencedError, StoreUnavailable, TransientError
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
+from ..ports.partition_marks import PartitionMarks
 from .fold_apply import BatchProjector, BatchReport
 
 if TYPE_CHECKING:
@@ -70,8 +73,6 @@ if TYPE_CHECKING:
 __all__ = ["ProjectorRuntime", "RuntimeOptions", "WorkerSettings"]
 
 _LOG = logging.getLogger("foldline.projector")
-_FIRST_PAUSE_S = 0.05
-_MAX_PAUSE_S = 2.0
 _MARKS_EVERY_S = 1.0  # how often the partition marks are checked
 MARK_DONE = "done"  # a partition's mark: the store holds the folds of everything the group consumed there
 
@@ -133,6 +134,7 @@ class RuntimeOptions(TypedDict, Generic[_R], total=False):
     """The keyword arguments of :class:`ProjectorRuntime`, for a runtime that adds its own."""
 
     store: FoldStore | None
+    marks: PartitionMarks | None
     log: EventLog | None
     projector: BatchProjector | None
     metrics: ProjectorMetrics | None
@@ -143,8 +145,9 @@ class RuntimeOptions(TypedDict, Generic[_R], total=False):
 class ProjectorRuntime(ABC):
     """One projector: a consumer-group member folding the topic into the fold store; see the module docstring.
 
-    ``store`` and ``log`` (or a ready ``projector``, which brings both) are built from ``settings.config`` by
-    the adapter factories (:mod:`foldline.config.factories`) when not given, and then closed by the runtime.
+    ``store`` and ``log`` (or a ready ``projector``, which brings both) and the partition ``marks`` (which must
+    live with the store's folds) are built from ``settings.config`` by the adapter factories
+    (:mod:`foldline.config.factories`) when not given, and then closed by the runtime.
     ``on_batch`` sees every applied batch's report; ``on_ready`` is called once, the first time the runtime
     is ready.
     """
@@ -157,6 +160,7 @@ class ProjectorRuntime(ABC):
         settings: WorkerSettings,
         *,
         store: FoldStore | None = None,
+        marks: PartitionMarks | None = None,
         log: EventLog | None = None,
         projector: BatchProjector | None = None,
         metrics: ProjectorMetrics | None = None,
@@ -165,6 +169,8 @@ class ProjectorRuntime(ABC):
     ) -> None:
         self.settings = settings
         self._owns_store = store is None and projector is None
+        self._owns_marks = marks is None
+        self.marks = marks if marks is not None else partition_marks(settings.config)
         self._owns_log = log is None and projector is None
         if projector is None:
             if store is None:
@@ -290,31 +296,30 @@ class ProjectorRuntime(ABC):
         """Apply ``batch`` on this thread, retrying while the fold store is down; None if stopped first.
         ``reread``: a batch of a partition re-read from its start (its stale events were dead-lettered when
         the group consumed them first)."""
-        pause = _FIRST_PAUSE_S
-        while (report := self._try_apply(batch, pause, reread=reread)) is None:
-            if self._stop.wait(pause):
+        pauses = OUTAGE.pauses()
+        while (report := self._try_apply(batch, pauses, reread=reread)) is None:
+            if self._stop.wait(pauses.last):
                 return None
-            pause = min(pause * 2, _MAX_PAUSE_S)
         return report
 
     async def _apply_until_done_async(self, batch: Sequence[ConsumedItem]) -> BatchReport:
         """:meth:`_apply_until_done` on an asyncio loop: each attempt on a thread, the pauses on the loop."""
-        pause = _FIRST_PAUSE_S
-        while (report := await asyncio.to_thread(self._try_apply, batch, pause)) is None:
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _MAX_PAUSE_S)
+        pauses = OUTAGE.pauses()
+        while (report := await asyncio.to_thread(self._try_apply, batch, pauses)) is None:
+            await asyncio.sleep(pauses.last)
         return report
 
-    def _try_apply(self, batch: Sequence[ConsumedItem], pause: float, *, reread: bool = False) -> BatchReport | None:
+    def _try_apply(self, batch: Sequence[ConsumedItem], pauses: Pauses, *, reread: bool = False) -> BatchReport | None:
         """One attempt: the batch applied and its stale events dead-lettered, or None (store down: retry
-        after ``pause``)."""
+        after the next of ``pauses``, which is counted here and named in the log)."""
         try:
             report = self.projector.project(batch)
             if report.fenced and not reread:
                 self._dead_letter_fenced(report.fenced)
-        except StoreUnavailable as exc:
+        except TransientError as exc:  # the store is down: the batch is kept and tried again
             with self._lock:
                 self._store_ok = False
+            pause = pauses.next()
             _LOG.error("applying a batch of %d records failed (%s); retrying in %.2fs", len(batch), exc, pause)
             return None
         with self._lock:
@@ -367,7 +372,7 @@ class ProjectorRuntime(ABC):
         if not parts:
             return
         try:
-            marks = self.store.partition_marks(s.topic, parts)
+            marks = self.marks.marks(s.topic, parts)
             unmarked = [p for p in parts if marks.get(p) != MARK_DONE]
             self._seen_done.update(p for p in parts if marks.get(p) == MARK_DONE)
             if not unmarked:
@@ -384,7 +389,7 @@ class ProjectorRuntime(ABC):
             try:
                 if not consumed and part not in self._seen_done:
                     # nothing consumed here yet: the group reads the partition from its start anyway
-                    self.store.set_partition_mark(s.topic, part, MARK_DONE)
+                    self.marks.set_mark(s.topic, part, MARK_DONE)
                     self._seen_done.add(part)
                     continue
                 assert p is not None
@@ -440,7 +445,7 @@ class ProjectorRuntime(ABC):
             low,
             high,
         )
-        self.store.set_partition_mark(s.topic, part, token)
+        self.marks.set_mark(s.topic, part, token)
         # its own rule state, from each session's first event; records the checks refuse were dead-lettered
         # when the group consumed them, so they are only skipped here
         checker = RecordChecker(self.dead_letters, topic=s.topic, registry_url=s.registry_url, log=self.log)
@@ -454,7 +459,7 @@ class ProjectorRuntime(ABC):
             if done is None:  # stopped
                 return
             report.merge(done)
-        if self.store.set_partition_mark(s.topic, part, MARK_DONE, expect=token):
+        if self.marks.set_mark(s.topic, part, MARK_DONE, expect=token):
             with self._lock:
                 self._seen_done.add(part)
                 self.reread_partitions += 1
@@ -527,5 +532,7 @@ class ProjectorRuntime(ABC):
         finally:
             if self._owns_store:
                 self.store.close()
+            if self._owns_marks:
+                self.marks.close()
             if self._owns_log:
                 self.log.close()

@@ -70,7 +70,7 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, token_count
 from .base import STOP_REASONS, ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
 from .http import JsonHttpProvider
@@ -80,6 +80,9 @@ from .streaming import AnthropicMessagesStream, StreamAssembler
 
 __all__ = [
     "ANTHROPIC_EFFORTS",
+    "ANTHROPIC_MESSAGES_V1",
+    "ANTHROPIC_MESSAGES_V2",
+    "ANTHROPIC_MESSAGES_V3",
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
     "MESSAGES_PATH",
@@ -345,6 +348,12 @@ class AnthropicMessagesV3Serializer(AnthropicMessagesV2Serializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
 
 
+# Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
+ANTHROPIC_MESSAGES_V1: Final = AnthropicMessagesSerializer()
+ANTHROPIC_MESSAGES_V2: Final = AnthropicMessagesV2Serializer()
+ANTHROPIC_MESSAGES_V3: Final = AnthropicMessagesV3Serializer()  # v2 + streaming: what the adapter sends with
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -402,14 +411,12 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         base_url: str = "https://api.anthropic.com",
         *,
         anthropic_version: str = ANTHROPIC_VERSION,
-        serializer: AnthropicMessagesSerializer | None = None,  # default: v3 (v2 and streaming)
+        serializer: AnthropicMessagesSerializer | None = None,  # default: ANTHROPIC_MESSAGES_V3 (v2 and streaming)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this API: the provider name its CallConfig gives
     ) -> None:
-        from . import registry
-
-        self.serializer = serializer or registry.ANTHROPIC_MESSAGES_V3
+        self.serializer = serializer or ANTHROPIC_MESSAGES_V3
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key

@@ -52,15 +52,17 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, token_count
+from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
-from .openai_http import OpenAIHttpProvider
 from .streaming import OpenAIChatStream, StreamAssembler
 
 __all__ = [
     "CHAT_COMPLETIONS_PATH",
+    "OPENAI_CHAT_V1",
+    "OPENAI_CHAT_V2",
     "OpenAIChatSerializer",
     "OpenAIChatV2Serializer",
     "OpenAIProvider",
@@ -250,6 +252,11 @@ class OpenAIChatV2Serializer(OpenAIChatSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
+# Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
+OPENAI_CHAT_V1: Final = OpenAIChatSerializer()
+OPENAI_CHAT_V2: Final = OpenAIChatV2Serializer()  # v1 + streaming: what the adapter sends with
+
+
 # ---------------------------------------------------------------------- responses
 
 _FINISH: Final = {
@@ -322,9 +329,7 @@ class OpenAIProvider(OpenAIHttpProvider[OpenAIChatSerializer], name=PROVIDER, pa
     """
 
     def default_serializer(self) -> OpenAIChatSerializer:
-        from . import registry
-
-        return registry.OPENAI_CHAT_V2  # v2: v1 and streaming
+        return OPENAI_CHAT_V2  # v2: v1 and streaming
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

@@ -47,15 +47,17 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from .answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, token_count
+from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
 from .openai import openai_effort
-from .openai_http import OpenAIHttpProvider
 from .streaming import OpenAIResponsesStream, StreamAssembler
 
 __all__ = [
+    "OPENAI_RESPONSES_V1",
+    "OPENAI_RESPONSES_V2",
     "RESPONSES_PATH",
     "OpenAIResponsesProvider",
     "OpenAIResponsesSerializer",
@@ -226,6 +228,11 @@ class OpenAIResponsesV2Serializer(OpenAIResponsesSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
 
 
+# Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
+OPENAI_RESPONSES_V1: Final = OpenAIResponsesSerializer()
+OPENAI_RESPONSES_V2: Final = OpenAIResponsesV2Serializer()  # v1 + streaming: what the adapter sends with
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -296,9 +303,7 @@ class OpenAIResponsesProvider(OpenAIHttpProvider[OpenAIResponsesSerializer], nam
     :class:`~foldline.providers.streaming.OpenAIResponsesStream`."""
 
     def default_serializer(self) -> OpenAIResponsesSerializer:
-        from . import registry
-
-        return registry.OPENAI_RESPONSES_V2  # v2: v1 and streaming
+        return OPENAI_RESPONSES_V2  # v2: v1 and streaming
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

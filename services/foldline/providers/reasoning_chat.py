@@ -24,14 +24,21 @@ from typing import Any, ClassVar, Final
 
 import httpx
 
+from ._openai_http import bearer_headers
 from .base import ProviderResponse
 from .http import JsonHttpProvider
 from .openai import OpenAIChatSerializer, parse_response
-from .openai_http import bearer_headers
 from .settings import TransportSettings
 from .streaming import OpenAIChatStream, StreamAssembler
 
-__all__ = ["REASONING_CHAT_PATH", "ReasoningChatProvider", "ReasoningChatSerializer", "ReasoningChatV2Serializer"]
+__all__ = [
+    "REASONING_CHAT_PATH",
+    "REASONING_CHAT_V1",
+    "REASONING_CHAT_V2",
+    "ReasoningChatProvider",
+    "ReasoningChatSerializer",
+    "ReasoningChatV2Serializer",
+]
 
 PROVIDER: Final = "deepseek"
 REASONING_CHAT_PATH: Final = "/chat/completions"
@@ -58,6 +65,11 @@ class ReasoningChatV2Serializer(ReasoningChatSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
+# Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
+REASONING_CHAT_V1: Final = ReasoningChatSerializer()
+REASONING_CHAT_V2: Final = ReasoningChatV2Serializer()  # v1 + streaming: what the adapter sends with
+
+
 class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT_PATH):
     """Posts to ``{base_url}/chat/completions`` (DeepSeek's path; give ``base_url=".../v1"`` for vLLM or SGLang).
 
@@ -79,9 +91,7 @@ class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this dialect: the provider name its CallConfig gives
     ) -> None:
-        from . import registry
-
-        self.serializer = serializer or registry.REASONING_CHAT_V2
+        self.serializer = serializer or REASONING_CHAT_V2
         headers = bearer_headers(api_key)
         super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 

@@ -91,18 +91,10 @@ def status_class(exc: BaseException) -> str:
 
 
 def retry_decision(exc: BaseException) -> bool:
-    """Whether the provider allows sending the same bytes again after ``exc`` (see the module docstring)."""
-    if isinstance(exc, ProviderStatusError):
-        if exc.final:
-            return False
-        if exc.should_retry is not None:
-            return exc.should_retry
-        return exc.status in (408, 409, 429) or exc.status >= 500
-    if isinstance(exc, ProviderTransportError):
-        return exc.received_bytes == 0
-    if isinstance(exc, ProviderStreamError):
-        return exc.retryable
-    return False
+    """Whether the provider allows sending the same bytes again after ``exc`` (see the module docstring): a
+    provider's failure that is :attr:`~foldline.errors.FoldlineError.transient` — the error tree holds the
+    rules, each failure applying them to what its answer said."""
+    return isinstance(exc, ProviderError) and exc.transient
 
 
 def _describe(exc: BaseException, progress: AnswerProgress) -> tuple[str, int | None, str | None, int]:
@@ -159,9 +151,7 @@ class RetryingSender:
 
     def backoff(self, attempt: int) -> float:
         """The wait after failed attempt ``attempt`` (1-based) when the answer names none."""
-        s = self.settings
-        base = min(s.initial_backoff_s * 2.0 ** min(attempt - 1, 60), s.max_backoff_s)
-        return base * (1.0 - s.jitter * self._rng.random())
+        return self.settings.backoff.pause(attempt, self._rng)
 
     async def send(
         self,

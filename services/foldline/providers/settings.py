@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..backoff import Backoff
+
 __all__ = ["ShardedTransport", "TransportSettings"]
 
 
@@ -94,6 +96,12 @@ class TransportSettings:
             raise ValueError("TransportSettings needs concurrency_min <= concurrency_initial <= concurrency_max")
         if self.max_keepalive_connections > self.max_connections:
             raise ValueError("TransportSettings.max_keepalive_connections cannot exceed max_connections")
+
+    @property
+    def backoff(self) -> Backoff:
+        """The wait after a failed attempt whose answer names none: ``initial_backoff_s`` doubling to
+        ``max_backoff_s``, each cut at random by up to ``jitter`` of it."""
+        return Backoff(self.initial_backoff_s, self.max_backoff_s, jitter=self.jitter)
 
     def timeout(self) -> httpx.Timeout:
         """Separate connect, read, write and pool timeouts."""

@@ -1,5 +1,10 @@
 """Serving steps across processes: loops hand them to ``foldline dispatcher`` processes through Redis.
 
+This is the Redis transport of the :class:`~foldline.ports.step_dispatch.StepDispatcher` port: an adapter, like
+the fold store on Redis. Its two ends carry calls of the port and nothing else — the client is a
+StepDispatcher, and the server hands each call to a StepDispatcher (``foldline dispatcher`` gives it its
+:class:`~foldline.dispatcher.Dispatcher`). Redis errors are translated here, where redis-py is called.
+
 **The loop's end** (:class:`RedisStepClient`, the loop's ``AgentOptions.dispatcher``): each call —
 ``prepare`` or ``send`` — is one ``XADD`` to the steps stream (fields ``op``, ``id``, ``reply``,
 ``handoff``, and for ``send`` the ``prepared`` step). Every reply comes back on one Redis list per client
@@ -42,7 +47,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -50,7 +55,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
-from ..config import RedisConfig
+from ..backoff import OUTAGE
 from ..core import codec
 from ..errors import (
     ConfigError,
@@ -60,10 +65,16 @@ from ..errors import (
     FormatError,
     StoreUnavailable,
 )
-from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff, error_from_json, error_to_json
-from .dispatcher import Dispatcher
+from ..ports.step_dispatch import (
+    PreparedStep,
+    StepAnswer,
+    StepDispatcher,
+    StepHandoff,
+    error_from_json,
+    error_to_json,
+)
 
-__all__ = ["RedisStepClient", "serve_steps"]
+__all__ = ["RedisConnection", "RedisStepClient", "serve_steps"]
 
 _LOG = logging.getLogger("foldline.dispatcher")
 _REPLY_TTL_S = 600
@@ -77,11 +88,27 @@ _T = TypeVar("_T")
 _W = TypeVar("_W")
 
 
+class RedisConnection(Protocol):
+    """Where Redis is and how long to wait for it (:class:`foldline.config.RedisConfig` is one)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def socket_timeout_s(self) -> float: ...
+
+    @property
+    def connect_timeout_s(self) -> float: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+
 def _json(value: dict[str, Any]) -> bytes:
     return codec.canonical_json(value)
 
 
-def _connect(redis: RedisConfig, *, blocking_s: float = 0.0) -> aioredis.Redis:
+def _connect(redis: RedisConnection, *, blocking_s: float = 0.0) -> aioredis.Redis:
     """A client whose socket timeout outlasts any blocking wait it issues (``blocking_s``), on a pool of
     ``max_connections`` that a call waits on (up to the socket timeout) instead of failing when all are busy:
     a thousand sessions handing steps over at once share the pool, each command holding a connection for a
@@ -107,13 +134,13 @@ def _pool_exhausted(exc: BaseException) -> bool:
 async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]]) -> _T:
     """``call()``, retried while Redis does not answer, for up to ``outage_s``; then a StoreUnavailable that
     names Redis and the call (or the process's own connection pool, when that is what was exhausted)."""
-    deadline = time.monotonic() + outage_s
-    pause = 0.05
+    waits = OUTAGE.until(outage_s)
     while True:
         try:
             return await call()
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            if time.monotonic() + pause > deadline:
+            pause = waits.next()
+            if pause is None:
                 if _pool_exhausted(exc):
                     raise StoreUnavailable(
                         f"{what}: every connection of this process's Redis pool stayed busy for {outage_s:g}s; "
@@ -124,7 +151,6 @@ async def _retrying(what: str, outage_s: float, call: Callable[[], Awaitable[_T]
                     "check that Redis is running and FOLDLINE_REDIS_URL points at it"
                 ) from exc
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 2.0)
 
 
 class _Batches(abc.ABC, Generic[_W]):
@@ -236,7 +262,7 @@ class RedisStepClient:
 
     def __init__(
         self,
-        redis: RedisConfig,
+        redis: RedisConnection,
         *,
         stream: str,
         group: str,
@@ -405,7 +431,7 @@ class RedisStepClient:
     async def _read_replies(self) -> None:
         """Resolve pending calls from the reply list, in batches, until closed (reconnecting through outages);
         about every second, check that Redis kept its data (:meth:`_check_alive`)."""
-        pause = 0.05
+        pauses = OUTAGE.pauses()
         check_at = 0.0
         while True:
             try:
@@ -414,13 +440,12 @@ class RedisStepClient:
                     await self._check_alive()
                     check_at = time.monotonic() + _ALIVE_EVERY_S
                 got: Any = await self._redis.blmpop(1, 1, self.reply_key, direction="LEFT", count=_REPLY_BATCH)
-                pause = 0.05
+                pauses.reset()
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
                 _LOG.warning("reading dispatcher replies failed (%s); retrying", exc)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+                await asyncio.sleep(pauses.next())
                 continue
             if not got:
                 continue
@@ -450,8 +475,8 @@ def _text(value: Any) -> str:
 class _Server:
     def __init__(
         self,
-        dispatcher: Dispatcher,
-        redis: RedisConfig,
+        dispatcher: StepDispatcher,
+        redis: RedisConnection,
         *,
         stream: str,
         group: str,
@@ -482,7 +507,7 @@ class _Server:
                 raise
 
     async def serve(self, stop: asyncio.Event) -> int:
-        pause = 0.05
+        pauses = OUTAGE.pauses()
         next_claim = time.monotonic() + self.claim_idle_s / 3
         group_ready = False
         while not stop.is_set():
@@ -500,7 +525,7 @@ class _Server:
                 got: Any = await self.r.xreadgroup(
                     self.group, self.consumer, {self.stream: ">"}, count=free, block=self.block_ms
                 )
-                pause = 0.05
+                pauses.reset()
             except ResponseError as exc:
                 # Redis was flushed or restarted without data (NOGROUP), or the stream was deleted while this
                 # read blocked on it (UNBLOCKED): make the group again
@@ -510,10 +535,10 @@ class _Server:
                     continue
                 raise StoreUnavailable(f"Redis refused the dispatcher's read of {self.stream!r}: {exc}") from exc
             except (RedisError, OSError) as exc:
+                pause = pauses.next()
                 _LOG.warning("the dispatcher lost Redis (%s: %s); retrying in %.2fs", type(exc).__name__, exc, pause)
                 group_ready = False
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
                 continue
             for _name, batch in got or []:
                 for entry_id, fields in batch:
@@ -725,8 +750,8 @@ _UNANSWERED = (
 
 
 async def serve_steps(
-    dispatcher: Dispatcher,
-    redis: RedisConfig,
+    dispatcher: StepDispatcher,
+    redis: RedisConnection,
     *,
     stream: str,
     group: str,
@@ -737,7 +762,8 @@ async def serve_steps(
     claim_idle_s: float = 15.0,
     outage_s: float = 60.0,
 ) -> int:
-    """Serve hand-overs from ``stream`` until ``stop`` is set; returns how many were answered.
+    """Serve hand-overs from ``stream`` with ``dispatcher`` (each call is one of its ``prepare`` or ``send``)
+    until ``stop`` is set; returns how many were answered.
 
     Never exits for a Redis outage: it reconnects and recreates its group. On stop, calls in flight finish
     and are answered first."""

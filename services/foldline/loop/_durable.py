@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 
+from ..backoff import OUTAGE
 from ..core.events import Envelope
-from ..errors import ConflictError, StoreUnavailable
+from ..errors import ConflictError, TransientError
 from ..ports.event_log import EventLog, WriterLease
 
 __all__ = ["append_durably"]
@@ -22,20 +22,19 @@ async def append_durably(
     whole (done) or not at all (append again). Refusals (a stale writer, a broken rule, another
     writer's events at ``start``) are raised at once.
     """
-    deadline = time.monotonic() + outage_s
-    pause = 0.05
+    waits = OUTAGE.until(outage_s)
     while True:
         try:
             await log.append_async(session_id, start, events, lease=lease)
             return
-        except StoreUnavailable:
-            if time.monotonic() + pause > deadline:
+        except TransientError:  # an outage: waited out; a refusal is permanent and raised at once
+            pause = waits.next()
+            if pause is None:
                 raise
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 2.0)
         try:
             landed = await log.read_async(session_id, start, start + len(events))
-        except StoreUnavailable:
+        except TransientError:
             continue
         if landed == list(events):
             return  # the append that "failed" had committed

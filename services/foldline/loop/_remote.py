@@ -9,28 +9,72 @@ attempt is one dispatcher ``send``, retried and logged by the loop's sender. The
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..core.events import RequestDispatch
+from ..core.events import EventData, RequestDispatch
 from ..core.limits import check_request_size
+from ..core.projection import Session
+from ..core.request import GenerateOptions
 from ..errors import AttachmentError, DispatchFailed, DispatchLost, ProviderTransportError
 from ..ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
 from ..providers.base import Body, Provider, ProviderResponse, Serializer, serializer_for
 from ..providers.streaming import AnswerProgress
-from ..replay.registry import mark_loop_request
-from ..replay.step import quarantine_record, session_request
+from ..replay.invariant import InvariantCompanion
+from ..replay.step import quarantine_record
 from .options import StepRecord
 
-if TYPE_CHECKING:
-    from .agent import Agent
+__all__ = ["DispatchContext", "DispatchedSend", "dispatch_remote"]
 
-__all__ = ["DispatchedSend", "dispatch_remote"]
+
+class DispatchContext(Protocol):
+    """What a dispatched step uses of its loop instance (:attr:`~foldline.loop.Agent.context`): the session
+    and its writer's epoch, the provider, the companion, the step's time breakdown, and the loop's own
+    append, send (the retrying sender, each failed attempt logged) and answer (logged, tools run, step closed)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def epoch(self) -> int:
+        """The writer-lease epoch of the loop instance."""
+        ...
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def archive_requests(self) -> bool: ...
+
+    @property
+    def invariant(self) -> InvariantCompanion | None: ...
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """The current step's breakdown (``StepRecord.timings``), filled in as it goes."""
+        ...
+
+    async def append(self, *datas: EventData) -> None: ...
+
+    async def send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse: ...
+
+    async def answer(
+        self, turn: int, step: int, dispatch_seq: int, digest: str, reason: str | None, response: ProviderResponse
+    ) -> tuple[StepRecord, ProviderResponse]: ...
 
 
 async def dispatch_remote(
-    agent: Agent, dispatcher: StepDispatcher, turn: int, step: int, reason: str | None
+    loop: DispatchContext,
+    dispatcher: StepDispatcher,
+    request: GenerateOptions,
+    turn: int,
+    step: int,
+    reason: str | None,
 ) -> tuple[StepRecord, ProviderResponse]:
-    """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged).
+    """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged;
+    ``request`` is the loop's own build of the step's request, marked as a loop request).
 
     The dispatcher builds and serializes the request from the fold and answers its digest; the companion
     checks that digest against its own rebuild from the durable log; this instance appends
@@ -40,20 +84,18 @@ async def dispatch_remote(
     reached the provider: it is logged as a failed attempt (``dispatch-lost``) and sent again, the same
     bytes (docs/DISPATCHER.md). This instance is the only writer throughout.
     """
-    boundary = agent.session.next_seq
-    handoff = StepHandoff(agent.session_id, boundary, turn, step, agent.lease.epoch, agent.options.archive_requests)
-    request = mark_loop_request(session_request(agent.session))
-    agent.last_request = request
-    timings = agent.last_timings
+    boundary = loop.session.next_seq
+    handoff = StepHandoff(loop.session_id, boundary, turn, step, loop.epoch, loop.archive_requests)
+    timings = loop.timings
     began = time.monotonic()
     try:
         prepared = await dispatcher.prepare(handoff)
     except AttachmentError as exc:  # the dispatcher could not use an object the request references
-        await agent._append(quarantine_record(exc))
+        await loop.append(quarantine_record(exc))
         raise
-    if (prepared.session_id, prepared.boundary) != (agent.session_id, boundary):
+    if (prepared.session_id, prepared.boundary) != (loop.session_id, boundary):
         raise DispatchFailed(
-            agent.session_id,
+            loop.session_id,
             boundary,
             "ReconstructionError",
             f"the dispatcher prepared seq {prepared.boundary} of {prepared.session_id!r} for this step",
@@ -63,22 +105,22 @@ async def dispatch_remote(
         timings[key] = prepared.timings.get(key, 0.0)
     timings["handover"] = prepared_at - began - timings["fold_wait"] - timings["build"]
     serializer = serializer_for(prepared.serializer, prepared.serializer_version)
-    if agent.invariant is not None:
-        await agent.invariant.check(agent.session_id, boundary, request)
-        agent.invariant.check_body(agent.session_id, boundary, prepared.digest, serializer)
+    if loop.invariant is not None:
+        await loop.invariant.check(loop.session_id, boundary, request)
+        loop.invariant.check_body(loop.session_id, boundary, prepared.digest, serializer)
     timings["check"] = time.monotonic() - prepared_at
     check_request_size(prepared.bytes)  # nothing logged for a body over the limit, nothing sent
-    await agent._append(
+    await loop.append(
         RequestDispatch(turn, step, prepared.serializer, prepared.serializer_version, prepared.digest, prepared.bytes)
     )
-    remote = DispatchedSend(dispatcher, handoff, prepared, agent.provider.name, serializer, timings)
+    remote = DispatchedSend(dispatcher, handoff, prepared, loop.provider.name, serializer, timings)
     attempts = timings.get("handover", 0.0) + timings.get("send", 0.0)
     sending = time.monotonic()
-    response = await agent._send(turn, step, remote, b"", request.config.stream)
+    response = await loop.send(turn, step, remote, b"", request.config.stream)
     # the rest of the sender's time: a slot under the provider's concurrency limit, retry backoffs
     attempts = timings.get("handover", 0.0) + timings.get("send", 0.0) - attempts
     timings["queue"] = max(0.0, time.monotonic() - sending - attempts)
-    return await agent._answer(turn, step, boundary, prepared.digest, reason, response)
+    return await loop.answer(turn, step, boundary, prepared.digest, reason, response)
 
 
 class DispatchedSend(Provider):
