@@ -118,6 +118,7 @@ class McpConnection:
     timeout_s: float = 30.0
     on_list_changed: Callable[[], None] = lambda: None
     errlog: TextIO | None = None
+    roots: tuple[str, ...] = ()  # file:// URIs the client announces (the roots capability) when not empty
     _client: Client | None = field(default=None, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
     _ready: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -173,7 +174,11 @@ class McpConnection:
             owned = errlog = open("/dev/null", "w")  # noqa: SIM115 - closed below, after the server stopped
         try:
             async with Client(
-                self.transport(errlog), cache=None, message_handler=self._on_message, read_timeout_seconds=None
+                self.transport(errlog),
+                cache=None,
+                message_handler=self._on_message,
+                read_timeout_seconds=None,
+                list_roots_callback=self._list_roots if self.roots else None,
             ) as client:
                 self._client = client
                 self._ready.set()
@@ -203,6 +208,9 @@ class McpConnection:
                     waiter.cancel()
         except Exception as exc:
             log.debug("MCP server %r: no tools list-changed stream (%s)", self.server, _describe(exc))
+
+    async def _list_roots(self, context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in self.roots])  # type: ignore[arg-type]
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):

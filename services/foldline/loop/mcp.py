@@ -69,7 +69,8 @@ class MCPServer:
 
     ``timeout_s`` bounds connecting and listing; ``tool_timeout_s`` is the time limit of its tools' calls (``None``:
     the agent's ``tool_timeout_s``); ``exclusive`` makes each of its calls run alone; ``refresh_s`` is the age at
-    which its cached tool list is listed again; a command's stderr goes to ``stderr`` (default: discarded).
+    which its cached tool list is listed again; ``roots`` are the ``file://`` URIs the client announces to the
+    server (MCP's roots); a command's stderr goes to ``stderr`` (default: discarded).
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class MCPServer:
         tool_timeout_s: float | None = None,
         exclusive: bool = False,
         refresh_s: float = 30.0,
+        roots: Sequence[str] = (),
         stderr: TextIO | None = None,
     ) -> None:
         if not _SERVER_NAME.match(name):
@@ -104,6 +106,8 @@ class MCPServer:
         self.command, self.args, self.env, self.cwd = command, tuple(args), dict(env or {}), cwd
         self.url, self.headers = url, dict(headers or {})
         self.timeout_s, self.refresh_s, self.stderr = timeout_s, refresh_s, stderr
+        self.roots = tuple(roots)
+        self._restart = False
         self._settings = ToolSettings(tool_timeout_s, exclusive)
         self._conn: McpConnection | None = None
         self._started = False
@@ -157,11 +161,22 @@ class MCPServer:
         self._started = False
         await self._drop()
 
+    def set_roots(self, roots: Sequence[str]) -> None:
+        """Announce other roots: the server is connected again (a command: restarted) at the next step, and the
+        tools it then lists — which may depend on what the client announces — are the ones offered."""
+        self.roots = tuple(roots)
+        self._restart = True
+
     async def refresh(self) -> None:
         """Reconnect a lost server where due, list again where the cache is stale; failures are logged."""
         if not self._started:
             return
         now = time.monotonic()
+        restarting = self._restart
+        if restarting:
+            self._restart = False
+            await self._drop()
+            self._retry_at = 0.0
         conn = self._conn
         if conn is not None and not conn.alive:
             log.warning("MCP server %r: connection lost (%s); connecting again", self.name, conn.lost or "ended")
@@ -172,7 +187,7 @@ class MCPServer:
                 return
             try:
                 await self._connect()
-                log.warning("MCP server %r: connected again; its tools are offered", self.name)
+                (log.info if restarting else log.warning)("MCP server %r: connected again", self.name)
             except (ToolServerUnavailable, ToolServerError) as exc:
                 await self._drop()
                 self._pause = min(MAX_RETRY_PAUSE_S, max(1.0, self._pause * 2))
@@ -239,7 +254,7 @@ class MCPServer:
     async def _connect(self) -> None:
         from ..adapters.mcp import McpConnection
 
-        conn = McpConnection(self.name, self._transport(), self.timeout_s, self._hint, self.stderr)
+        conn = McpConnection(self.name, self._transport(), self.timeout_s, self._hint, self.stderr, self.roots)
         self._conn = conn
         await conn.open()
         self.connections += 1
