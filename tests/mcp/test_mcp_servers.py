@@ -26,35 +26,12 @@ from foldline.errors import ConfigError, ToolServerError, ToolServerUnavailable
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.mcp import MCPServer, model_tool_name
 from foldline.providers import emulated_provider
-from foldline.providers.emulator import Conversation, Emulator, Reply, ScriptedCall, ToolCallPart
+from foldline.providers.emulator import Emulator
 from foldline.replay.verify import verify_events
+from tests.factories import PlanScript
 from tests.mcp.conftest import REPO, processes_marked
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
-
-
-class PlanScript:
-    """Per user turn: the planned rounds of calls (each round's calls in one answer), then a text answer. A round
-    whose tools are not offered is skipped."""
-
-    def __init__(self, rounds: Sequence[Sequence[tuple[str, Mapping[str, Any]]]]) -> None:
-        self.rounds = rounds
-
-    def reply(self, conversation: Conversation) -> Reply:
-        done = 0
-        for turn in reversed(conversation.turns):
-            if turn.role == "user" and not any(isinstance(p, ToolCallPart) for p in turn.parts):
-                if any(getattr(p, "text", None) for p in turn.parts):
-                    break
-            if turn.role == "assistant" and any(isinstance(p, ToolCallPart) for p in turn.parts):
-                done += 1
-        offered = {t.name for t in conversation.tools}
-        while done < len(self.rounds):
-            calls = tuple(ScriptedCall(n, a) for n, a in self.rounds[done] if n in offered)
-            if calls:
-                return Reply(f"round {done}", calls)
-            done += 1
-        return Reply("done")
 
 
 def agent_for(
@@ -87,7 +64,8 @@ def headers(log: MemoryEventLog, session: str = "s") -> list[RequestHeader]:
 
 def assert_verifies(log: MemoryEventLog, store: MemoryAttachmentStore, session: str = "s") -> None:
     report = verify_events(session, log.read(session), store)
-    assert report.ok and report.checked > 0, report
+    assert report.ok, report
+    assert report.checked > 0
 
 
 def test_server_everything_over_stdio_runs_in_a_turn_and_stops_with_the_agent(everything: Path, mark: str) -> None:
@@ -105,7 +83,8 @@ def test_server_everything_over_stdio_runs_in_a_turn_and_stops_with_the_agent(ev
         async with agent:
             assert processes_marked(mark), "the server runs while the agent is entered"
             names = [s.name for s in tools.specs()]
-            assert "everything__echo" in names and "everything__get-tiny-image" in names
+            assert "everything__echo" in names
+            assert "everything__get-tiny-image" in names
             assert "everything__simulate-research-query" not in names  # a task-only tool is left out
             result = await agent.run_turn("go")
             assert result.reason == "completed"
@@ -119,9 +98,11 @@ def test_server_everything_over_stdio_runs_in_a_turn_and_stops_with_the_agent(ev
         "everything__get-tiny-image",
         "everything__get-structured-content",
     ]
-    assert text_of(got[0]) == "Echo: hi" and "42" in text_of(got[1])
+    assert text_of(got[0]) == "Echo: hi"
+    assert "42" in text_of(got[1])
     images = [p for p in got[2].content if isinstance(p, ImageBlock)]
-    assert len(images) == 1 and images[0].image.media_type == "image/png"
+    assert len(images) == 1
+    assert images[0].image.media_type == "image/png"
     assert store.get(images[0].image.attachment_id)  # kept by digest
     assert '"conditions"' in text_of(got[3])
     assert_verifies(log, store)
@@ -130,7 +111,9 @@ def test_server_everything_over_stdio_runs_in_a_turn_and_stops_with_the_agent(ev
 def test_server_everything_over_streamable_http(everything_http: str) -> None:
     tools = Toolset()
     tools.include(MCPServer("everything", url=everything_http))
-    agent, log, store = agent_for(tools, [[("everything__get-sum", {"a": 1, "b": 2}), ("everything__echo", {"message": "x"})]])
+    agent, log, store = agent_for(
+        tools, [[("everything__get-sum", {"a": 1, "b": 2}), ("everything__echo", {"message": "x"})]]
+    )
 
     async def main() -> None:
         async with agent:
@@ -176,7 +159,8 @@ def test_a_list_change_is_a_change_snapshot_and_explains_the_next_cache_drop(mar
     change_seq = next(e.seq for e in events if isinstance(e.data, RequestHeader) and e.data.reason == "change")
     verdicts = classify_session("s", events)
     dropped = [v.drop for v in verdicts if v.drop is not None and v.step.dispatch_seq > change_seq]
-    assert dropped and dropped[0].cause == "header-change", dropped
+    assert dropped
+    assert dropped[0].cause == "header-change", dropped
     assert all(d.cause != "unexplained" for d in (v.drop for v in verdicts) if d is not None)
     assert_verifies(log, store)
 
@@ -196,8 +180,10 @@ def test_a_server_that_dies_is_an_error_result_and_is_connected_again_at_the_nex
 
     asyncio.run(main())
     crash, add = results(log)
-    assert crash.is_error and "MCP server 't'" in text_of(crash), text_of(crash)
-    assert not add.is_error and text_of(add).startswith("4")
+    assert crash.is_error
+    assert "MCP server 't'" in text_of(crash), text_of(crash)
+    assert not add.is_error
+    assert text_of(add).startswith("4")
     assert server.connections == 2
     assert [h.reason for h in headers(log)] == ["initial"]  # the same list after the reconnect: no change
     assert any("connection lost" in r.getMessage() for r in caplog.records), caplog.text
@@ -217,7 +203,9 @@ def test_a_server_that_cannot_come_back_withdraws_its_tools_as_a_header_change(m
         return "noted"
 
     tools.include(server)
-    agent, log, store = agent_for(tools, [[("note", {"text": "x"})], [("t__crash", {})], [("t__add", {"a": 1, "b": 1})]])
+    agent, log, store = agent_for(
+        tools, [[("note", {"text": "x"})], [("t__crash", {})], [("t__add", {"a": 1, "b": 1})]]
+    )
 
     async def main() -> None:
         async with agent:
@@ -249,7 +237,8 @@ def test_a_call_over_its_time_limit_is_cancelled_at_the_server(mark: str, tmp_pa
 
     asyncio.run(main())
     [slow] = results(log)
-    assert slow.is_error and "within its limit of 0.5 s" in text_of(slow)
+    assert slow.is_error
+    assert "within its limit of 0.5 s" in text_of(slow)
     assert journal.read_text().split("\n")[:2] == ["start 30.0", "stop 30.0"]
     assert_verifies(log, store)
 
@@ -280,9 +269,12 @@ def test_garbage_from_a_server_is_an_error_result_and_the_session_stays_valid(
     assert "'badschema' is left out: the input schema is not valid JSON Schema" in caplog.text
     assert "'two_names' is left out: its name 'g__two_names' is taken" in caplog.text
     garbage, mute, wrong = results(log)
-    assert garbage.is_error and "something that is not MCP" in text_of(garbage)
-    assert mute.is_error and "within its limit of 1 s" in text_of(mute)
-    assert wrong.is_error and "argument `x`: 'one' is not of type 'integer'" in text_of(wrong)
+    assert garbage.is_error
+    assert "something that is not MCP" in text_of(garbage)
+    assert mute.is_error
+    assert "within its limit of 1 s" in text_of(mute)
+    assert wrong.is_error
+    assert "argument `x`: 'one' is not of type 'integer'" in text_of(wrong)
     assert processes_marked(mark) == []
     assert_verifies(log, store)
 
@@ -323,7 +315,9 @@ def test_a_server_that_cannot_start_is_a_typed_error(tmp_path: Path) -> None:
 def test_names_never_collide(mark: str, caplog: pytest.LogCaptureFixture) -> None:
     assert model_tool_name("files__", "read.file") == "files__read_file"
     long = model_tool_name("p__", "x" * 80)
-    assert len(long) == 64 and long.startswith("p__xxx") and long != model_tool_name("p__", "x" * 81)
+    assert len(long) == 64
+    assert long.startswith("p__xxx")
+    assert long != model_tool_name("p__", "x" * 81)
     tools = Toolset()
 
     @tools.tool
@@ -339,7 +333,8 @@ def test_names_never_collide(mark: str, caplog: pytest.LogCaptureFixture) -> Non
         with caplog.at_level(logging.WARNING, "foldline.tools"):
             async with tools:
                 names = [s.name for s in tools.specs()]
-                assert names.count("add") == 1 and "slow" in names
+                assert names.count("add") == 1
+                assert "slow" in names
                 out = await tools.call("add", '{"a": 1, "b": 2}')
                 return "".join(p.text for p in out.parts() if isinstance(p, TextBlock))
 
@@ -350,7 +345,7 @@ def test_names_never_collide(mark: str, caplog: pytest.LogCaptureFixture) -> Non
 def test_an_agent_with_a_server_must_be_entered(mark: str) -> None:
     tools = Toolset()
     tools.include(tool_server(mark))
-    agent, log, _ = agent_for(tools, [])
+    agent, _, _ = agent_for(tools, [])
     with pytest.raises(ConfigError, match="use `async with agent:`"):
         asyncio.run(agent.run_turn("go"))
     assert processes_marked(mark) == []

@@ -30,12 +30,13 @@ import anyio
 import httpx2
 import mcp_types as types
 import pydantic
-from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcp import Client, StdioServerParameters
 
 from ..core import codec
 from ..core.content import TextBlock

@@ -41,7 +41,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from ..core import codec
 from ..core.content import ImageBlock, TextBlock, ToolResultPart
 from ..core.header import ToolSpec
-from ..errors import ConfigError, ToolDefinitionError
+from ..errors import AttachmentError, ConfigError, ToolDefinitionError
 from ..ports.attachments import AttachmentStore
 
 __all__ = [
@@ -116,7 +116,7 @@ def resolve_images(parts: Sequence[OutputPart], attachments: AttachmentStore | N
             continue
         try:
             out.append(ImageBlock(attachments.put(part.data, part.media_type).image_ref()))
-        except (ValueError, ConfigError) as exc:
+        except (ValueError, AttachmentError) as exc:
             out.append(TextBlock(f"[an image that cannot be used was returned ({part.media_type}): {exc}]"))
     return tuple(out)
 
