@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.adapters.memory_log import MemoryEventLog
@@ -25,11 +27,11 @@ WAIT = 30.0  # a bound on waits that only a bug would reach
 
 
 def make(
-    tools: Toolset, rounds: list[list[tuple[str, dict[str, object]]]], **options: object
+    tools: Toolset, rounds: Sequence[Sequence[tuple[str, Mapping[str, Any]]]], **options: Any
 ) -> tuple[Agent, MemoryEventLog, CapturingProvider]:
     log = MemoryEventLog()
     provider = CapturingProvider(emulated_provider(emulator=Emulator(PlanScript(rounds))))
-    agent = Agent("s", log, provider, AgentOptions(CONFIG, tools=tools, **options), attachments=MemoryAttachmentStore())  # type: ignore[arg-type]
+    agent = Agent("s", log, provider, AgentOptions(CONFIG, tools=tools, **options), attachments=MemoryAttachmentStore())
     return agent, log, provider
 
 
@@ -54,14 +56,14 @@ def test_the_calls_of_one_answer_run_at_the_same_time() -> None:
 
     for name in ("a", "b", "c"):
 
-        def tool(name: str = name) -> object:
+        def tool(name: str = name) -> Any:
             async def fn() -> str:
                 return await meet(name, [n for n in "abc" if n != name])
 
             fn.__name__, fn.__doc__ = name, f"Tool {name}."
             return fn
 
-        tools.add(tool())  # type: ignore[arg-type]
+        tools.add(tool())
 
     agent, log, _ = make(tools, [[("a", {}), ("b", {}), ("c", {})]], tool_timeout_s=WAIT)
 
@@ -134,7 +136,7 @@ def test_the_log_and_the_next_request_do_not_depend_on_the_order_calls_finish_in
 
         for i, delay in enumerate(delays):
 
-            def tool(i: int = i, delay: float = delay) -> object:
+            def tool(i: int = i, delay: float = delay) -> Any:
                 async def fn(x: int) -> str:
                     await asyncio.sleep(delay)
                     return f"tool {i} got {x}"
@@ -142,7 +144,7 @@ def test_the_log_and_the_next_request_do_not_depend_on_the_order_calls_finish_in
                 fn.__name__, fn.__doc__ = f"t{i}", f"Tool {i}."
                 return fn
 
-            tools.add(tool())  # type: ignore[arg-type]
+            tools.add(tool())
         agent, log, provider = make(tools, [[("t0", {"x": 1}), ("t1", {"x": 2}), ("t2", {"x": 3})]])
         asyncio.run(agent.run_turn("go"))
         runs.append(([e.data for e in log.read("s")], provider.bodies))
@@ -212,7 +214,7 @@ def test_cancelling_the_turn_stops_running_tools_and_logs_each_as_interrupted() 
             stopped.append("hang")
         return "never"
 
-    agent, log, provider = make(tools, [[("quick", {}), ("hang", {}), ("hang", {})]], tool_timeout_s=WAIT)
+    agent, log, _ = make(tools, [[("quick", {}), ("hang", {}), ("hang", {})]], tool_timeout_s=WAIT)
 
     async def main() -> None:
         turn = asyncio.ensure_future(agent.run_turn("go"))

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -75,7 +75,7 @@ def test_the_schema_covers_every_kind_of_parameter_in_declaration_order() -> Non
     spec = schema_for(place)
     assert spec.name == "place"
     assert spec.description == "Place things on the map."
-    schema = json.loads(json.dumps(dict(_thaw(spec.input_schema))))
+    schema: Any = _thaw(spec.input_schema)
     assert list(schema["properties"]) == ["count", "at", "box", "filters", "mode", "label"]
     assert schema["properties"]["count"] == {"description": "how many, at least one", "minimum": 1, "type": "integer"}
     assert schema["properties"]["at"] == {"$ref": "#/$defs/Point", "description": "where to put them."}
@@ -132,7 +132,7 @@ def test_a_demo_tool_keeps_the_schema_it_had() -> None:
         return topic
 
     spec = schema_for(lookup)
-    assert dict(_thaw(spec.input_schema)) == {  # type: ignore[arg-type]
+    assert _thaw(spec.input_schema) == {
         "additionalProperties": False,
         "properties": {"topic": {"type": "string"}},
         "required": ["topic"],
@@ -156,12 +156,13 @@ def test_functions_that_cannot_be_tools_are_typed_errors() -> None:
         """Opaque."""
         return ""
 
-    for fn, message in [
+    cases: list[tuple[Any, str]] = [
         (untyped, "needs a type annotation"),
         (nodoc, "add a docstring"),
         (star, "cannot be described to a model"),
         (opaque, "cannot be described as JSON Schema"),
-    ]:
+    ]
+    for fn, message in cases:
         with pytest.raises(ToolDefinitionError, match=message):
             Toolset().add(fn)
 
@@ -268,7 +269,7 @@ print(json.dumps({"canonical": logged, "ordered": json.dumps(schema)}))
 """
 
 _TOOL_V1 = '''
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 from foldline.loop import Toolset
 

@@ -72,7 +72,7 @@ def test_server_everything_over_stdio_runs_in_a_turn_and_stops_with_the_agent(ev
     server = MCPServer("everything", command="node", args=[str(everything), "stdio"], env={"FOLDLINE_TEST_MARK": mark})
     tools = Toolset()
     tools.include(server)
-    plan = [
+    plan: list[list[tuple[str, dict[str, Any]]]] = [
         [("everything__echo", {"message": "hi"}), ("everything__get-sum", {"a": 2, "b": 40})],
         [("everything__get-tiny-image", {})],
         [("everything__get-structured-content", {"location": "Chicago"})],
@@ -141,7 +141,11 @@ def test_headers_go_with_every_request_to_an_http_server(tool_server_http: str) 
 def test_a_list_change_is_a_change_snapshot_and_explains_the_next_cache_drop(mark: str) -> None:
     tools = Toolset()
     tools.include(tool_server(mark))
-    plan = [[("t__add", {"a": 1, "b": 2})], [("t__grow", {})], [("t__extra", {"text": "abc"})]]
+    plan: list[list[tuple[str, dict[str, Any]]]] = [
+        [("t__add", {"a": 1, "b": 2})],
+        [("t__grow", {})],
+        [("t__extra", {"text": "abc"})],
+    ]
     agent, log, store = agent_for(tools, plan)
 
     async def main() -> None:
