@@ -214,6 +214,8 @@ def mcp_demo_server(config_path: Path | None) -> tuple[list[str], str]:
     """The command line that starts server-everything over stdio, and how it was chosen."""
     import shutil
 
+    if config_path is not None and str(config_path) == "off":
+        raise LookupError("FOLDLINE_DEMO_MCP_SERVER is off")
     node = shutil.which("node")
     if node is None:
         raise LookupError("Node.js (node) is not on PATH; it runs the reference MCP server (apt-get install nodejs)")

@@ -65,7 +65,7 @@ def test_without_node_the_demo_says_so_in_one_line_and_skips_demo_mcp(tmp_path: 
 
 
 def test_without_the_mcp_extra_the_demo_names_it_and_skips_demo_mcp(tmp_path: Path) -> None:
-    result = _demo(tmp_path / "data", cli_env(), block_mcp=True)
+    result = _demo(tmp_path / "data", cli_env(FOLDLINE_DEMO_MCP_SERVER=""), block_mcp=True)
     [line] = result["skipped"]
     assert "demo-mcp skipped" in line
     assert "'mcp' extra" in line

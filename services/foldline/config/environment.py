@@ -165,7 +165,7 @@ SETTINGS: tuple[Setting, ...] = (
         "FOLDLINE_DEMO_MCP_SERVER",
         "demo_mcp_server",
         Path,
-        "the entry script of @modelcontextprotocol/server-everything that demo-mcp runs with node (unset: npx)",
+        "server-everything's entry script, run by demo-mcp with node (unset: npx; off: no demo-mcp)",
     ),
     Setting(
         "FOLDLINE_OUTAGE_SECONDS",
