@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml hatch_build.py services/foldline/adapters/avro/direct.p
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/foldline demo
+	FOLDLINE_DEMO_MCP_SERVER="$${FOLDLINE_DEMO_MCP_SERVER:-$$(bash deploy/local/mcp.sh install || true)}" $(BIN)/foldline demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check services tests benchmarks
@@ -34,6 +34,7 @@ LOCAL_STATE := $(or $(FOLDLINE_LOCAL_DIR),$(CURDIR)/.local)
 tools-prefetch:
 	@mkdir -p $(LOCAL_STATE)/logs
 	@nohup bash deploy/local/helm.sh install > $(LOCAL_STATE)/logs/helm-prefetch.log 2>&1 &
+	@nohup bash deploy/local/mcp.sh install > $(LOCAL_STATE)/logs/mcp-prefetch.log 2>&1 &
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
 test: $(STAMP) tools-prefetch lint typecheck

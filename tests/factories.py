@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from foldline.core import (
     AssistantMessage,
     CallConfig,
@@ -22,6 +25,7 @@ from foldline.core import (
 )
 from foldline.core.header import EpochHeader, HeaderReason
 from foldline.providers.base import Body, Provider, ProviderResponse
+from foldline.providers.emulator import Conversation, Reply, ScriptedCall, ToolCallPart
 from foldline.providers.streaming import AnswerProgress
 
 HEADER = make_header(CallConfig("anthropic", "claude-emulated", max_tokens=512), "You are a careful agent.")
@@ -114,3 +118,26 @@ class CapturingProvider(Provider):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class PlanScript:
+    """Per user turn: the planned rounds of calls (each round's calls in one answer), then a text answer. A round
+    whose tools are not offered is skipped."""
+
+    def __init__(self, rounds: Sequence[Sequence[tuple[str, Mapping[str, Any]]]]) -> None:
+        self.rounds = rounds
+
+    def reply(self, conversation: Conversation) -> Reply:
+        done = 0
+        for turn in reversed(conversation.turns):
+            if turn.role == "user" and any(getattr(p, "text", None) for p in turn.parts):
+                break  # the user's message: the rounds since are this turn's
+            if turn.role == "assistant" and any(isinstance(p, ToolCallPart) for p in turn.parts):
+                done += 1
+        offered = {t.name for t in conversation.tools}
+        while done < len(self.rounds):
+            calls = tuple(ScriptedCall(n, a) for n, a in self.rounds[done] if n in offered)
+            if calls:
+                return Reply(f"round {done}", calls)
+            done += 1
+        return Reply("done")

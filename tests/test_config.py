@@ -32,6 +32,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 SAMPLES: dict[str, str] = {
     "FOLDLINE_BACKEND": "distributed",
     "FOLDLINE_DATA_DIR": "/srv/foldline",
+    "FOLDLINE_DEMO_MCP_SERVER": "/opt/mcp/server-everything/dist/index.js",
     "FOLDLINE_SQLITE_BUSY_TIMEOUT": "2.5",
     "FOLDLINE_KAFKA_BOOTSTRAP": "kafka-1:9092,kafka-2:9092",
     "FOLDLINE_KAFKA_TOPIC": "prod.events",

@@ -128,11 +128,11 @@ def test_the_library_names_the_extra_a_configuration_needs() -> None:
 def test_the_package_declares_the_extras_and_make_installs_them_all() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = " ".join(project["dependencies"])
-    for vendor in ("confluent-kafka", "faust", "redis", "boto3", "fastavro"):
+    for vendor in ("confluent-kafka", "faust", "redis", "boto3", "fastavro", "mcp"):
         assert vendor not in base, vendor
     extras = project["optional-dependencies"]
-    assert {"kafka", "redis", "s3", "archive", "faust", "distributed", "dev"} <= set(extras)
+    assert {"kafka", "redis", "s3", "archive", "faust", "mcp", "distributed", "dev"} <= set(extras)
     assert "console" not in extras  # nothing to install for it yet
     assert extras["distributed"] == ["foldline[kafka,redis,s3,archive]"]
-    assert "foldline[distributed,faust]" in extras["dev"]
+    assert "foldline[distributed,faust,mcp]" in extras["dev"]
     assert "-e '.[dev]'" in (ROOT / "Makefile").read_text()  # make demo and make test: everything

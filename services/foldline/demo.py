@@ -13,6 +13,13 @@ On the embedded backend two reasoning sessions follow (:data:`REASONING_SESSIONS
 emulated thinking model through Anthropic Messages v2 (signed thinking blocks passed back on every tool-use
 continuation) and ``demo-responses`` on the OpenAI Responses API (encrypted reasoning items, ``store: false``,
 a ``prompt_cache_key`` derived from the session id).
+
+On the embedded backend, ``demo-mcp`` runs last: its tools come from the reference MCP server
+``@modelcontextprotocol/server-everything`` (``node``, the script ``FOLDLINE_DEMO_MCP_SERVER`` names, else ``npx``
+with :data:`SERVER_EVERYTHING`), started for the session and stopped after it. Halfway through, the server is
+restarted announcing a root (MCP's roots), and it then lists one tool more (``get-roots-list``): the next step logs
+a ``request/header`` snapshot with reason ``change``. Without Node (or without the ``mcp`` extra) the demo says so
+in one line and skips that session.
 """
 
 from __future__ import annotations
@@ -30,12 +37,14 @@ from rich.text import Text
 
 from .config import Config, Stores, open_stores
 from .core.content import ContentBlock, ImageBlock, TextBlock
-from .core.events import StepEnd
+from .core.events import RequestHeader, StepEnd
 from .core.header import CallConfig
 from .demo_data_dir import demo_data_dir
+from .errors import MissingExtra
 from .loop import Agent, AgentOptions, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
+from .providers.emulator import Conversation, Reply, ScriptedCall, ToolCallPart
 from .providers.retry import RetryingSender
 from .replay.verify import VerifyReport, verify_events
 
@@ -44,7 +53,9 @@ if TYPE_CHECKING:
     from .ports.step_dispatch import StepDispatcher
 
 __all__ = [
+    "MCP_SESSION",
     "REASONING_SESSIONS",
+    "SERVER_EVERYTHING",
     "DemoResult",
     "ReasoningSession",
     "SessionResult",
@@ -166,6 +177,109 @@ REASONING_SESSIONS = (
 )
 
 
+#: The MCP session's id, and the reference server it runs (npm package and pinned version).
+MCP_SESSION = "demo-mcp"
+SERVER_EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
+
+_MCP_PLAN: tuple[tuple[tuple[str, dict[str, object]], ...], ...] = (
+    (("echo", {"message": "Is the prefix cache warm?"}), ("get-sum", {"a": 40, "b": 2})),
+    (("get-tiny-image", {}),),
+    (("get-roots-list", {}),),
+    (("get-structured-content", {"location": "Chicago"}),),
+)
+
+
+class McpDemoScript:
+    """The model of ``demo-mcp``: per user turn three rounds of calls to the server's tools (two at once, then an
+    image, then the roots list where the server offers it, else structured content), then a text answer."""
+
+    def reply(self, conversation: Conversation) -> Reply:
+        rounds = 0
+        for turn in reversed(conversation.turns):
+            if turn.role != "assistant":
+                continue
+            if not any(isinstance(p, ToolCallPart) for p in turn.parts):
+                break
+            rounds += 1
+        offered = {t.name for t in conversation.tools}
+        if rounds < 3:
+            plan = _MCP_PLAN[rounds] if rounds < 2 or "everything__get-roots-list" in offered else _MCP_PLAN[3]
+            calls = tuple(ScriptedCall(f"everything__{n}", a) for n, a in plan if f"everything__{n}" in offered)
+            if calls:
+                return Reply(f"Round {rounds + 1}: calling {', '.join(c.name for c in calls)}.", calls)
+        return Reply(f"Done after {rounds} round(s) of the MCP server's tools.")
+
+
+def mcp_demo_server(config_path: Path | None) -> tuple[list[str], str]:
+    """The command line that starts server-everything over stdio, and how it was chosen."""
+    import shutil
+
+    if config_path is not None and str(config_path) == "off":
+        raise LookupError("FOLDLINE_DEMO_MCP_SERVER is off")
+    node = shutil.which("node")
+    if node is None:
+        raise LookupError("Node.js (node) is not on PATH; it runs the reference MCP server (apt-get install nodejs)")
+    if config_path is not None:
+        if not config_path.is_file():
+            raise LookupError(f"FOLDLINE_DEMO_MCP_SERVER names {config_path}, which is not a file")
+        return [node, str(config_path), "stdio"], f"node {config_path.name}"
+    npx = shutil.which("npx")
+    if npx is None:
+        raise LookupError("npx is not on PATH and FOLDLINE_DEMO_MCP_SERVER is unset (deploy/local/mcp.sh install)")
+    return [npx, "--yes", SERVER_EVERYTHING, "stdio"], f"npx {SERVER_EVERYTHING}"
+
+
+async def run_mcp_session(
+    stores: Stores, steps: int, command: list[str], on_step: Callable[[], None], sender: RetryingSender | None
+) -> SessionResult:
+    """``demo-mcp``: an agent whose tools are server-everything's, restarted with a root halfway through."""
+    from .loop.mcp import MCPServer
+    from .providers.emulated import emulated_provider
+    from .providers.emulator import Emulator
+
+    server = MCPServer("everything", command=command[0], args=command[1:], timeout_s=120.0)
+    tools = Toolset()
+    tools.include(server)
+    provider = emulated_provider(emulator=Emulator(McpDemoScript()))
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
+        system=SYSTEM_PROMPT,
+        tools=tools,
+        archive_requests=True,
+        sender=sender,
+    )
+    result = SessionResult(MCP_SESSION)
+    restart_at = max(1, steps // 2)
+
+    def record(r: StepRecord) -> None:
+        result.steps.append(r)
+        on_step()
+        if len(result.steps) == restart_at:  # the next step reconnects; its render shows the new list
+            server.set_roots([Path.cwd().resolve().as_uri()])
+
+    agent = await Agent.open(MCP_SESSION, stores.log, provider, options, attachments=stores.attachments)
+    agent.step_listeners.append(record)
+    turn = 0
+    try:
+        async with agent:
+            first = len(server.specs())
+            while len(result.steps) < steps:
+                agent.options.max_steps_per_turn = steps - len(result.steps)
+                await agent.run_turn(f"[{MCP_SESSION}] {PROMPTS[turn % len(PROMPTS)]}")
+                turn += 1
+            last = len(server.specs())
+    finally:
+        await provider.aclose()
+    changes = [
+        e.seq for e in stores.log.read(MCP_SESSION) if isinstance(e.data, RequestHeader) and e.data.reason == "change"
+    ]
+    result.note = (
+        f"tools from the MCP server server-everything ({first} over stdio); restarted with a root after step "
+        f"{restart_at}, it offers {last}: `change` snapshot at seq {', '.join(map(str, changes)) or 'none'}"
+    )
+    return result
+
+
 @dataclass
 class SessionResult:
     id: str
@@ -184,6 +298,7 @@ class DemoResult:
     data_dir: Path
     backend: str
     sessions: list[SessionResult]
+    skipped: list[str] = field(default_factory=list)  # one line per session the demo could not run, and why
 
     @property
     def verified_ok(self) -> bool:
@@ -211,11 +326,13 @@ class DemoResult:
                         for i, r in enumerate(s.steps)
                     ],
                     "verified": s.verify.ok,
+                    "note": s.note,
                 }
                 for s in s_list
             ]
             if (s_list := self.sessions)
             else [],
+            "skipped": list(self.skipped),
         }
 
 
@@ -314,6 +431,7 @@ def run_demo(
     quiet: bool,
     metrics: LoopMetrics | None = None,
     make_dispatcher: Callable[[], StepDispatcher] | None = None,
+    mcp_server: Path | None = None,
 ) -> DemoResult:
     from .providers.emulated import emulated_provider_factory
 
@@ -333,11 +451,22 @@ def run_demo(
     # the embedded default only: the dispatchers serve Messages and Chat, and the Kafka tests count their sessions
     reasoning = REASONING_SESSIONS if backend == "embedded" else ()
     fork_id = ids.pop() if sessions >= 4 else None
+    skipped: list[str] = []
+    mcp_command: list[str] | None = None
+    if backend == "embedded":  # demo-mcp: its tools from a real MCP server, when Node and the extra are here
+        try:
+            from .config.extras import require
+
+            require("mcp", what="the demo-mcp session")
+            mcp_command, _how = mcp_demo_server(mcp_server)
+        except (LookupError, MissingExtra) as exc:
+            skipped.append(f"{MCP_SESSION} skipped: {exc}")
 
     async def main(progress: Progress | None) -> list[SessionResult]:
         # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
         dispatcher = make_dispatcher() if make_dispatcher is not None else None
-        task = progress.add_task("agent steps", total=(sessions + len(reasoning)) * steps) if progress else None
+        extra = len(reasoning) + (1 if mcp_command is not None else 0)
+        task = progress.add_task("agent steps", total=(sessions + extra) * steps) if progress else None
 
         def tick() -> None:
             if progress is not None and task is not None:
@@ -367,6 +496,8 @@ def run_demo(
             factory = emulated_provider_factory(spec.wire, emulator=emulator)
             run = run_session(spec.id, stores, steps, factory, tick, metrics, config=spec.config, sender=sender)
             runs.append(asyncio.ensure_future(run))
+        if mcp_command is not None:
+            runs.append(asyncio.ensure_future(run_mcp_session(stores, steps, mcp_command, tick, sender)))
         try:
             return list(await asyncio.gather(*runs))
         finally:
@@ -384,7 +515,7 @@ def run_demo(
     for r in results:
         r.verify = verify_events(r.id, stores.log.read(r.id), stores.attachments)
         r.note = notes.get(r.id, r.note)
-    return DemoResult(data_dir, backend, list(results))
+    return DemoResult(data_dir, backend, list(results), skipped)
 
 
 def run_demo_cli(
@@ -410,7 +541,16 @@ def run_demo_cli(
                     return run_demo(
                         stores, config.data_dir, config.backend, sessions, steps, quiet, metrics, workers.dispatcher
                     )
-            return run_demo(stores, config.data_dir, config.backend, sessions, steps, quiet, metrics)
+            return run_demo(
+                stores,
+                config.data_dir,
+                config.backend,
+                sessions,
+                steps,
+                quiet,
+                metrics,
+                mcp_server=config.demo_mcp_server,
+            )
         finally:
             stores.close()
 
@@ -435,7 +575,9 @@ def print_demo(result: DemoResult, console: Console) -> None:
     console.print(table)
     for s in result.sessions:
         if s.note:
-            console.print(f"  {s.id}: {s.note}")
+            console.print(f"  {s.id}: {s.note}", markup=False)
+    for line in result.skipped:
+        console.print(f"  {line}", markup=False)
     console.print(
         Text.assemble(
             "overall cache-read ratio over steps 2..n: ",

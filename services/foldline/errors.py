@@ -17,7 +17,8 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     ├── TransientError                  the same call may succeed after a wait (an outage, a timeout)
     │   ├── StoreUnavailable            a backing store (SQLite, Kafka, Redis, S3) failed or did not answer in time
     │   │   └── StoreBusy               another writer holds the store's lock past the bounded wait
-    │   └── FoldTimeout                 a fold did not reach the awaited seq within the bounded wait
+    │   ├── FoldTimeout                 a fold did not reach the awaited seq within the bounded wait
+    │   └── ToolServerUnavailable       a tool server (MCP) could not be started or reached, or stopped answering
     ├── PermanentError                  the same call fails again: change the input, configuration or state first
     │   ├── ValidationError             an event or batch breaks a log rule (names seq and rule)
     │   │   ├── FormatError             bytes/JSON/Avro that do not decode into an event
@@ -38,7 +39,8 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     │   │   ├── MissingExtra            the configuration needs an optional part of foldline that is not installed
     │   │   ├── UnsafeRetention         a topic setting could delete log events not yet archived (names setting and fix)
     │   │   ├── UnsupportedSetting      a call-config setting the chosen model does not accept (names model, setting)
-    │   │   └── InvalidChange           a replay's change (system file, tools object, config file) cannot be used
+    │   │   ├── InvalidChange           a replay's change (system file, tools object, config file) cannot be used
+    │   │   └── ToolDefinitionError     a function that cannot be a tool (no JSON Schema for a type, no docstring)
     │   ├── ArchiveError                the session archive cannot be used (names the object)
     │   │   ├── ArchiveObjectMissing    a manifest names a segment that is not there
     │   │   ├── ArchiveCorrupt          a segment or manifest does not match its digest, session or seq range
@@ -49,6 +51,7 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     │   ├── ReplayError                 a recorded session cannot be replayed (names the session)
     │   │   ├── NothingToReplay         the session holds no request/dispatch record to compare a request with
     │   │   └── NotReplayable           the recording holds something a replay cannot follow (names seq and why)
+    │   ├── ToolServerError             a tool server (MCP) answered something unusable (not MCP, a bad schema)
     │   ├── MetricsServerError          the /metrics + health endpoint could not start (port taken)
     │   └── InputError                  a file or stream a command was given cannot be read, written or used
     ├── AttachmentError                 [per class] an attachment object cannot be used
@@ -115,6 +118,9 @@ __all__ = [
     "RetriesExhausted",
     "SessionExists",
     "SessionNotFound",
+    "ToolDefinitionError",
+    "ToolServerError",
+    "ToolServerUnavailable",
     "StoreBusy",
     "StoreUnavailable",
     "TransientError",
@@ -255,6 +261,14 @@ class StoreBusy(StoreUnavailable):
 
 class FoldTimeout(TransientError):
     """A fold did not reach the awaited seq within the bounded wait."""
+
+
+class ToolServerUnavailable(TransientError):
+    """A tool server (an MCP server) could not be started or reached, or stopped answering; ``server`` names it."""
+
+    def __init__(self, server: str, message: str) -> None:
+        self.server = server
+        super().__init__(f"MCP server {server!r}: {message}")
 
 
 class ImportFailed(PermanentError):
@@ -538,6 +552,15 @@ class InvalidChange(ConfigError):
     have. The message names the input and what to fix."""
 
 
+class ToolDefinitionError(ConfigError):
+    """A function that cannot be offered to a model as a tool: a parameter type with no JSON Schema, no
+    docstring, ``*args``, a name that is taken or that the provider APIs refuse; ``tool`` names it."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        self.tool = tool
+        super().__init__(f"tool {tool!r}: {message}")
+
+
 class ReplayError(PermanentError):
     """A recorded session cannot be replayed; ``session_id`` names it (None: no session was found at all)."""
 
@@ -561,6 +584,15 @@ class NotReplayable(ReplayError):
 
 class ForkError(PermanentError):
     """A fork point the parent log cannot be cut at (past its end, inside a step or a compaction)."""
+
+
+class ToolServerError(PermanentError):
+    """A tool server (an MCP server) answered something unusable: a message that is not MCP, a tool whose input
+    schema is not valid JSON Schema; ``server`` names it."""
+
+    def __init__(self, server: str, message: str) -> None:
+        self.server = server
+        super().__init__(f"MCP server {server!r}: {message}")
 
 
 class MetricsServerError(PermanentError):

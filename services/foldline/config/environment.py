@@ -162,6 +162,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FOLDLINE_BACKEND", "backend", _choice(BACKENDS), "embedded, kafka or distributed"),
     Setting("FOLDLINE_DATA_DIR", "data_dir", Path, "the embedded log and attachments; the demo's process logs"),
     Setting(
+        "FOLDLINE_DEMO_MCP_SERVER",
+        "demo_mcp_server",
+        Path,
+        "server-everything's entry script, run by demo-mcp with node (unset: npx; off: no demo-mcp)",
+    ),
+    Setting(
         "FOLDLINE_OUTAGE_SECONDS",
         "outage_s",
         _seconds,

@@ -311,6 +311,9 @@ class Config:
     data_dir: Path = Path("foldline-data")  # the embedded backend's log and attachments; demo logs
     backend: Backend = "embedded"
     outage_s: float = 60.0  # a dependency that does not answer (Kafka, Redis, S3) is waited out this long
+    # the entry script of @modelcontextprotocol/server-everything the demo's demo-mcp session runs with node
+    # (deploy/local/mcp.sh installs one; unset: npx runs the pinned version)
+    demo_mcp_server: Path | None = None
     embedded: EmbeddedConfig = field(default_factory=EmbeddedConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)

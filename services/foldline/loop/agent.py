@@ -56,7 +56,6 @@ from ..core.events import (
     StepEnd,
     StepStart,
     ToolCall,
-    ToolResult,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -93,7 +92,7 @@ from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
 from .pressure import relieve_pressure
-from .tools import fit_result
+from .tool_runner import ToolRun
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
 
@@ -190,6 +189,15 @@ class Agent:
 
     # -------------------------------------------------------------- public API
 
+    async def __aenter__(self) -> Agent:
+        """Start the agent's tool sources (MCP servers: their processes and connections) for its lifetime."""
+        await self.options.tools.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stop the tool sources this agent started; no server process outlives the block."""
+        await self.options.tools.stop()
+
     @property
     def options(self) -> AgentOptions:
         """This instance's options; assign their fields (``agent.options.config = ...``), not a new object."""
@@ -280,6 +288,9 @@ class Agent:
 
     async def _step(self, turn: int, step: int) -> tuple[StepRecord, ProviderResponse] | None:
         self.last_timings, self._phase, self._step_began = {}, "append", time.monotonic()
+        # tool sources (MCP servers) reconnect and refresh their lists where due, before the claim; the render
+        # below reads what they now hold, and a difference is a change snapshot like any other
+        await self.options.tools.refresh()
         batch = self.inbox.claim()
         extra: list[InboxItem] = []
         for hook in self._pre_step:
@@ -402,12 +413,21 @@ class Agent:
         """Run the answer's tools, then append ``pending`` (answer events not yet written), their results and
         ``step/end`` in one append; a tool's additional context goes to the inbox for a later claim."""
         closing = pending
-        for call in (b for b in response.content if isinstance(b, ToolCallBlock)):
-            output = await self.options.tools.call(call.name, call.arguments)
-            parts = fit_result(output.parts(), self.options.max_tool_result_bytes, self.attachments)
-            closing.append(ToolResult(call.id, call.name, parts, output.is_error))
-            if output.additional_context:
-                self.inbox.put(InboxItem((TextBlock(output.additional_context),), "tool-context"))
+        calls = [b for b in response.content if isinstance(b, ToolCallBlock)]
+        if calls:
+            # the calls run concurrently, their results in call order (loop/tool_runner.py); a cancelled turn
+            # logs each call it stopped as interrupted, then run_turn closes the step and the turn
+            run = ToolRun(calls, self.options.tools, self.options.tool_run_settings(), self.attachments)
+            try:
+                ran = await run.run()
+            except asyncio.CancelledError:
+                with contextlib.suppress(FoldlineError):
+                    await self._append(*closing, *run.results())
+                raise
+            for result, context in ran:
+                closing.append(result)
+                if context:
+                    self.inbox.put(InboxItem((TextBlock(context),), "tool-context"))
         closing.append(StepEnd(turn, step))
         await self._append(*closing)
         self._step_open = False

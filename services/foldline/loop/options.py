@@ -14,6 +14,7 @@ from ..ports.step_dispatch import StepDispatcher
 from ..providers.retry import RetryingSender
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
 from .pressure import PressurePolicy
+from .tool_runner import ToolRunSettings
 from .tools import MAX_TOOL_RESULT_BYTES, Toolset
 
 __all__ = [
@@ -72,6 +73,15 @@ class AgentOptions:
     # a tool result's text above this many bytes is cut, the whole kept in the attachment store (loop/tools.py)
     max_tool_result_bytes: int = MAX_TOOL_RESULT_BYTES
     outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
+    # the calls of one answer run concurrently, at most this many at once (a tool may ask to run alone)
+    max_parallel_tools: int = 8
+    # a tool call that runs longer is cancelled and answered with an error naming the limit (a tool's own
+    # timeout_s overrides it; None: no limit)
+    tool_timeout_s: float | None = 300.0
+
+    def tool_run_settings(self) -> ToolRunSettings:
+        """What the tool runner allows this step's calls (read at each step)."""
+        return ToolRunSettings(self.max_parallel_tools, self.tool_timeout_s, self.max_tool_result_bytes)
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in READ_AT_CONSTRUCTION and self.__dict__.get("_bound"):
