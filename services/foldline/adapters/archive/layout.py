@@ -8,8 +8,13 @@ Keys (relative to the store's root; docs/RETENTION.md, "The archive layout"):
 * ``sessions/<h>/<id>/seg-<first>-<end>.avro`` — seqs ``first`` up to ``end`` (exclusive), each 12 digits.
 
 The manifest is canonical JSON: ``{"v":1,"session":…,"segments":[{"key","first","end","sha256","bytes"}…],
-"pending":null|{…}}``. :func:`decode_manifest` checks everything a reader relies on: the session, segments
-contiguous from seq 0, keys that name their ranges, digests that are sha256 hex.
+"pending":null|{…}}``, plus, only while there is one, ``"merging":{"segment":{…},"inputs":[{…}…]}`` (a merge
+announced) and ``"retired":[{…,"at":<epoch ms>}…]`` (segments a merge replaced, not deleted yet). A manifest
+with neither is byte for byte what a version without merges writes, and readers of that version read any
+manifest (they take ``segments`` and ignore the rest). :func:`decode_manifest` checks everything a reader
+relies on: the session, segments contiguous from seq 0, keys that name their ranges, digests that are sha256
+hex; a merge's inputs that are a run of the segments its output covers exactly; retired segments that are not
+live.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from urllib.parse import quote, unquote
 
 from ...core import codec as canonical
 from ...errors import ArchiveCorrupt
-from ...ports.archive import Manifest, SegmentRef
+from ...ports.archive import Manifest, MergeIntent, RetiredSegment, SegmentRef
 
 __all__ = [
     "MANIFEST_NAME",
     "SESSIONS_PREFIX",
     "decode_manifest",
     "encode_manifest",
+    "merge_problem",
     "manifest_key",
     "segment_key",
     "segment_name",
@@ -74,14 +80,20 @@ def _ref_json(ref: SegmentRef) -> dict[str, Any]:
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
-    return canonical.canonical_json(
-        {
-            "v": 1,
-            "session": manifest.session_id,
-            "segments": [_ref_json(s) for s in manifest.segments],
-            "pending": None if manifest.pending is None else _ref_json(manifest.pending),
+    value: dict[str, Any] = {
+        "v": 1,
+        "session": manifest.session_id,
+        "segments": [_ref_json(s) for s in manifest.segments],
+        "pending": None if manifest.pending is None else _ref_json(manifest.pending),
+    }
+    if manifest.merging is not None:
+        value["merging"] = {
+            "segment": _ref_json(manifest.merging.segment),
+            "inputs": [_ref_json(s) for s in manifest.merging.inputs],
         }
-    )
+    if manifest.retired:
+        value["retired"] = [{**_ref_json(r.segment), "at": r.at_ms} for r in manifest.retired]
+    return canonical.canonical_json(value)
 
 
 def _ref(value: Any) -> SegmentRef:
@@ -106,6 +118,11 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
             raise ValueError(f"it belongs to session {value['session']!r}")
         segments = tuple(_ref(s) for s in value["segments"])
         pending = None if value["pending"] is None else _ref(value["pending"])
+        merge = value.get("merging")
+        merging = (
+            None if merge is None else MergeIntent(_ref(merge["segment"]), tuple(_ref(s) for s in merge["inputs"]))
+        )
+        retired = tuple(RetiredSegment(_ref(r), _at_ms(r["at"])) for r in value.get("retired", ()))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArchiveCorrupt(where, f"not a manifest of session {session_id!r}: {exc}") from exc
     at = 0
@@ -117,4 +134,35 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
         at = ref.end
     if pending is not None and pending.first != at:
         raise ArchiveCorrupt(where, f"the pending segment {pending.key} does not start at the watermark {at}")
-    return Manifest(session_id, segments, pending)
+    if merging is not None:
+        problem = merge_problem(segments, merging)
+        if problem:
+            raise ArchiveCorrupt(where, f"the merge of {merging.segment.key} {problem}")
+    live = {ref.key for ref in segments}
+    for r in retired:
+        if r.segment.key in live:
+            raise ArchiveCorrupt(where, f"{r.segment.key} is listed both as a segment and as retired")
+    return Manifest(session_id, segments, pending, merging, retired)
+
+
+def _at_ms(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"a retired segment's time must be epoch milliseconds, not {value!r}")
+    return value
+
+
+def merge_problem(segments: tuple[SegmentRef, ...], merge: MergeIntent) -> str:
+    """Why ``merge`` cannot replace a run of ``segments`` (empty when it can): its inputs must be two or more
+    of them, adjacent, exactly as listed, and its output must cover exactly their seqs."""
+    inputs = merge.inputs
+    if len(inputs) < 2:
+        return "names fewer than two inputs"
+    if (merge.segment.first, merge.segment.end) != (inputs[0].first, inputs[-1].end):
+        return f"covers seqs {merge.segment.first}..{merge.segment.end}, its inputs {inputs[0].first}..{inputs[-1].end}"
+    try:
+        start = segments.index(inputs[0])
+    except ValueError:
+        return f"names input {inputs[0].key}, which is not one of the segments"
+    if segments[start : start + len(inputs)] != inputs:
+        return "names inputs that are not a run of the segments as listed"
+    return ""
