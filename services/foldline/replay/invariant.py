@@ -17,7 +17,9 @@ a boundary costs the events appended since the previous check:
    what ships, so it is checked on every step whatever the loop's request object holds.
 
 A **fresh rebuild** — a new ``Session`` over a full read, serialized from scratch without any body cache —
-also runs where it is rare or cheap: the first check of a session (that is how its fold is loaded), the
+also runs where it is rare or cheap: the first check of a session (its fold is built from a full read of the
+log — by the check, or by :meth:`InvariantCompanion.load` from the events a loop instance's open read — and
+that fold is the fresh rebuild: the request is serialized from scratch beside it), the
 first check after the fold saw a surface replace (compaction, trim), and on a sample of steps: whenever
 the session has grown by ``fresh_growth`` times since the last fresh rebuild (default 2: it doubled, so
 the fresh rebuilds of a session cost at most as much as its incremental reads), and — when
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..collector import collector_paused
 from ..core import codec
 from ..core.events import Envelope
 from ..core.projection import MessageSequence, Session
@@ -54,6 +57,8 @@ __all__ = ["DEFAULT_FRESH_GROWTH", "DEFAULT_FULL_CHECK_EVERY", "InvariantCompani
 #: A fresh rebuild whenever the session has doubled since the last one (besides load and surface replaces);
 #: amortized, the fresh rebuilds read no more events than the incremental checks do.
 DEFAULT_FRESH_GROWTH = 2.0
+#: A catch-up of more events than this folds with the cyclic collector paused (a load, a fresh rebuild)
+_PAUSE_FROM = 1000
 #: No fixed-cadence fresh rebuild by default (it costs O(history) per sampled step: O(history) on average).
 DEFAULT_FULL_CHECK_EVERY = 0
 
@@ -89,6 +94,7 @@ class _Fold:
     live: GenerateOptions | None = None  # the request it was compared with
     boundary: int = -1
     fresh: bool = False  # the last check ran a fresh rebuild (its request needs no second one for the body)
+    whole: bool = True  # built from a full read (by a check or by load) and not checked since: a fresh rebuild
 
 
 class InvariantCompanion:
@@ -143,7 +149,10 @@ class InvariantCompanion:
             self.fresh_growth > 0 and boundary >= self.fresh_growth * fold.fresh_at
         )
         fold.fresh = fold.checks == 1 or replaced or sample
-        if fold.fresh:
+        if fold.fresh and fold.whole:  # the fold itself was just built from a full read: it is the fresh rebuild
+            self.full_rebuilds += 1
+            fold.fresh_at = boundary
+        elif fold.fresh:
             self.full_rebuilds += 1
             fold.fresh_at = boundary
             fresh = await self._fresh(session_id, boundary, pending)
@@ -164,6 +173,18 @@ class InvariantCompanion:
                 request,
             )
         fold.generation = fold.session.surface_generation
+        fold.whole = False
+
+    def load(self, session_id: str, events: Sequence[Envelope]) -> None:
+        """Fold ``events`` — a session's first events as a read of the log returned them (a loop instance's
+        open) — as the companion's own fold of it (a :class:`~foldline.core.Session` of its own): the next
+        check reads only what follows them, and counts this fold as its fresh rebuild."""
+        with collector_paused():
+            session = Session(session_id, events)
+        self._folds[session_id] = _Fold(session, session.next_seq)
+        self._folds.move_to_end(session_id)
+        while len(self._folds) > self.max_sessions:
+            self._folds.popitem(last=False)
 
     def check_body(self, session_id: str, boundary: int, digest: str, serializer: Serializer) -> None:
         """Compare the digest of the body about to be sent with the companion's own serialization.
@@ -218,7 +239,7 @@ class InvariantCompanion:
         if fold is not None and fold.read_to > durable_to:
             fold = None  # a check of an earlier boundary than the last one read: start over
         if fold is None:
-            fold = _Fold(Session(session_id), 0)
+            fold = _Fold(Session(session_id), 0)  # read whole below: a fresh rebuild
         else:
             self._folds.move_to_end(session_id)
         self._folds[session_id] = fold
@@ -236,7 +257,11 @@ class InvariantCompanion:
                 read = read[len(fold.tentative) :]
                 fold.tentative = []
         try:
-            fold.session.extend(read)
+            if len(read) > _PAUSE_FROM:
+                with collector_paused():
+                    fold.session.extend(read)
+            else:
+                fold.session.extend(read)
             fold.read_to = fold.session.next_seq
             if fold.read_to != durable_to:
                 self.forget(session_id)
@@ -268,7 +293,9 @@ class InvariantCompanion:
 
     async def _fresh(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> GenerateOptions:
         durable_to = pending[0].seq if pending else boundary
-        fresh = Session(session_id, [*await self.log.read_async(session_id, 0, durable_to), *pending])
+        events = [*await self.log.read_async(session_id, 0, durable_to), *pending]
+        with collector_paused():
+            fresh = Session(session_id, events)
         if fresh.next_seq != boundary:
             self._violated()
             raise InvariantViolation(

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..collector import collector_paused
 from ..core import codec
 from ..core import compaction as cc
 from ..core.events import (
@@ -164,7 +165,18 @@ def rebuild_requests(
 
 
 def verify_events(
-    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None = None
+    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None = None, *, from_seq: int = 0
+) -> VerifyReport:
+    """Rebuild every loop request of ``events`` (a whole session) and prove it against its recorded digest.
+
+    ``from_seq``: only the requests, compactions and retries at or after it are checked — the events before it
+    are folded, not checked (what one loop instance that started there sent: ``foldline resume``)."""
+    with collector_paused():
+        return _walk(session_id, events, attachments, from_seq)
+
+
+def _walk(
+    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None, from_seq: int
 ) -> VerifyReport:
     report = VerifyReport()
     session = Session(session_id)
@@ -176,11 +188,12 @@ def verify_events(
     awaiting: tuple[int, int] | None = None  # (turn, step) of the dispatch still awaiting its answer
     for e in events:
         data = e.data
+        checking = e.seq >= from_seq
         if isinstance(data, RequestDispatch):
             awaiting = (data.turn, data.step)
         elif isinstance(data, AssistantMessage | StepEnd):
             awaiting = None
-        elif isinstance(data, LlmRetry):
+        elif isinstance(data, LlmRetry) and checking:
             report.retries += 1
             if awaiting != (data.turn, data.step):
                 report.unreconstructable.append(
@@ -199,14 +212,14 @@ def verify_events(
             isinstance(data, UserMessage) and data.source == "compaction"
         ):
             compaction, problem = _recheck_compaction(compaction, e, session, attachments)
-            if problem is not None:
+            if problem is not None and checking:
                 report.unreconstructable.append(Unreconstructable(session_id, *step_at, e.seq, problem))
-        elif isinstance(data, AttachmentQuarantine):
+        elif isinstance(data, AttachmentQuarantine) and checking:
             report.checked += 1
             report.unreconstructable.append(
                 Unreconstructable(session_id, *step_at, e.seq, f"attachment {data.attachment_id}: {data.failure}")
             )
-        elif isinstance(data, RequestDispatch):
+        elif isinstance(data, RequestDispatch) and checking:
             report.checked += 1
             try:
                 request = session_request(session)

@@ -23,15 +23,14 @@ the next one needs first.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 
+from ...collector import collector_paused
 from ...core.events import Envelope
 from ...errors import ArchiveCorrupt, ArchiveObjectMissing
 from ...ports.archive import MANIFEST_MAX_AGE_S, ArchiveReader, ArchiveStore, Manifest, SegmentRef
@@ -41,38 +40,6 @@ from .segments import read_segment
 __all__ = ["MANIFEST_MAX_AGE_S", "SessionArchive"]
 
 _FETCHERS = 8  # segments of one read fetched at once
-
-
-class _CollectorPause:
-    """The cyclic garbage collector off while segments decode, as it was before once the last such read ends.
-
-    A 10,000-event read builds ~40,000 objects that all live on (the events): the collector's passes over
-    them, and over everything else the process holds, find nothing, since events hold no cycles, and cost a
-    read ~10 ms at p50 and over 100 ms at p95. Reference counting frees as before; a process that turned
-    the collector off keeps it off."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._resume = False
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._depth == 0:
-                self._resume = gc.isenabled()
-                gc.disable()
-            self._depth += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._resume:
-                    gc.enable()
-
-
-_collector_paused = _CollectorPause()
 
 
 class SessionArchive(ArchiveReader):
@@ -203,7 +170,7 @@ class SessionArchive(ArchiveReader):
         fetched = self._fetch_all(session_id, refs)
         using = {(session_id, ref.key, ref.sha256) for ref in refs}
         out: list[Envelope] = []
-        with _collector_paused():
+        with collector_paused():
             for ref in refs:
                 events = self.segment(session_id, ref, fetched.get(ref.key), keep=using)
                 out.extend(events[max(from_seq - ref.first, 0) : to_seq - ref.first])
