@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -562,6 +563,7 @@ def resume(
             config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
         )
         agent = Agent(session, stores.log, provider, options, attachments=stores.attachments, opened=opened)
+        gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
 

@@ -177,10 +177,12 @@ class InvariantCompanion:
 
     def load(self, session_id: str, events: Sequence[Envelope]) -> None:
         """Fold ``events`` — a session's first events as a read of the log returned them (a loop instance's
-        open) — as the companion's own fold of it (a :class:`~foldline.core.Session` of its own): the next
-        check reads only what follows them, and counts this fold as its fresh rebuild."""
+        open, whose own load checked their values) — as the companion's own fold of it (a
+        :class:`~foldline.core.Session` of its own, every rule of the session checked again): the next check
+        reads only what follows them, and counts this fold as its fresh rebuild."""
+        session = Session(session_id)
         with collector_paused():
-            session = Session(session_id, events)
+            session.extend(events, values_checked=True)
         self._folds[session_id] = _Fold(session, session.next_seq)
         self._folds.move_to_end(session_id)
         while len(self._folds) > self.max_sessions:

@@ -527,9 +527,11 @@ class KafkaEventLog(EventLog):
             lease = WriterLease(session_id, state.epoch)
             events = self._read_known(session_id, state, 0, state.next_seq, deadline)
             if owned.rules is None:
+                # the session's rules (seqs, calls, surface) from the events just read; their values were
+                # checked when they were appended, and the index names only records this log wrote
                 rules = LogRules()
                 with collector_paused():
-                    rules.check_batch(events)
+                    rules.check_batch(events, values_checked=True)
                 owned.rules = rules
             return lease, events
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...collector import collector_paused
 from ...core.codec import canonical_json
 from .answer import answer
 from .anthropic_messages import AnthropicMessages
@@ -222,7 +223,11 @@ class Emulator:
             except ValueError as exc:
                 raise RequestRejected(400, f"body is not valid JSON: {exc}") from None
             stream, include_usage = _stream_options(decoded.payload)
-            prompt = api.parse(decoded.payload, decoded.resume)
+            if decoded.resume is None:  # parsed whole: a long conversation's objects, none of them cyclic
+                with collector_paused():
+                    prompt = api.parse(decoded.payload)
+            else:
+                prompt = api.parse(decoded.payload, decoded.resume)
             self.prompts.keep(decoded, prompt)
             answered = self._respond(api, prompt)
             if not stream:
