@@ -579,7 +579,7 @@ def resume(
 
         asyncio.run(run())
         after = [*events, *stores.log.read(session, len(events))]  # only what this instance appended is read
-        report = verify_events(session, after, stores.attachments, from_seq=len(events))
+        report = verify_events(session, after, stores.attachments, from_seq=len(events), values_checked_before=True)
     resume_snaps = [(s, d) for s, d in snapshot_diffs(after) if s.seq >= len(events) and s.reason == "resume"]
     snap, drift = resume_snaps[0]
     if json:

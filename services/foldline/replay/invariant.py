@@ -14,7 +14,9 @@ a boundary costs the events appended since the previous check:
    with a readable diff on any difference, before anything is written or sent.
 4. **Compare the bytes** (:meth:`check_body`): the companion serializes its own request with its own
    incremental body cache and compares the digest with the digest of the body about to be sent. This is
-   what ships, so it is checked on every step whatever the loop's request object holds.
+   what ships, so it is checked on every step whatever the loop's request object holds. After a fresh
+   rebuild the request is also serialized whole by the serializer and compared with the cached digest —
+   unless the cache was empty (its first check of the session): that digest was of the body encoded whole.
 
 A **fresh rebuild** — a new ``Session`` over a full read, serialized from scratch without any body cache —
 also runs where it is rare or cheap: the first check of a session (its fold is built from a full read of the
@@ -202,10 +204,11 @@ class InvariantCompanion:
             )
         key = (serializer.name, serializer.version)
         body = fold.bodies.get(key)
+        cached = body is not None  # else the digest below is of a body encoded whole, with no cache yet
         if body is None:
             body = fold.bodies[key] = IncrementalBody(serializer, verify_cached_images=False)
         own, _ = body.digest(fold.request, self.attachments)
-        if fold.fresh:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches for itself)
+        if fold.fresh and cached:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches)
             full = codec.digest_bytes(serializer.serialize(fold.request, self.attachments))
             if full != own:
                 self._fail(

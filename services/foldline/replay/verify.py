@@ -165,18 +165,29 @@ def rebuild_requests(
 
 
 def verify_events(
-    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None = None, *, from_seq: int = 0
+    session_id: str,
+    events: Iterable[Envelope],
+    attachments: AttachmentStore | None = None,
+    *,
+    from_seq: int = 0,
+    values_checked_before: bool = False,
 ) -> VerifyReport:
     """Rebuild every loop request of ``events`` (a whole session) and prove it against its recorded digest.
 
     ``from_seq``: only the requests, compactions and retries at or after it are checked — the events before it
-    are folded, not checked (what one loop instance that started there sent: ``foldline resume``)."""
+    are folded, not checked (what one loop instance that started there sent: ``foldline resume``);
+    ``values_checked_before``: the caller's own load checked the values of those very envelopes (the session
+    rules still run on them)."""
     with collector_paused():
-        return _walk(session_id, events, attachments, from_seq)
+        return _walk(session_id, events, attachments, from_seq, values_checked_before)
 
 
 def _walk(
-    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None, from_seq: int
+    session_id: str,
+    events: Iterable[Envelope],
+    attachments: AttachmentStore | None,
+    from_seq: int,
+    values_checked_before: bool,
 ) -> VerifyReport:
     report = VerifyReport()
     session = Session(session_id)
@@ -248,7 +259,10 @@ def _walk(
                             _first_diff(body, data.digest, attachments),
                         )
                     )
-        session.append(e)
+        if checking or not values_checked_before:
+            session.append(e)
+        else:
+            session.extend((e,), values_checked=True)
     return report
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any
 
 from .checks import RequestRejected
@@ -121,22 +120,28 @@ class Prompt:
         """One wire message; ``ttls`` marks its parts as cache breakpoints (Anthropic's ``cache_control``)."""
         if not parts:
             raise RequestRejected(400, f"messages: a {role} message has no content")
-        self._start_messages()
+        if self.lead < 0:
+            self._start_messages()
         blocks = [part_block(p) for p in parts]
-        for b, ttl in zip(blocks, ttls, strict=False):
-            b.ttl = ttl
-        mark_role(blocks[0], role)
         at = len(self.blocks) - self.lead
-        self._breakpoints.extend(at + i for i, b in enumerate(blocks) if b.ttl is not None)
-        total = self._tokens[-1] if self._tokens else 0
-        self._tokens.extend(accumulate((b.tokens for b in blocks), initial=total))
-        del self._tokens[at]  # accumulate's initial value
+        if ttls:
+            for i, (b, ttl) in enumerate(zip(blocks, ttls, strict=False)):
+                b.ttl = ttl
+                if ttl is not None:
+                    self._breakpoints.append(at + i)
+        mark_role(blocks[0], role)
+        tokens = self._tokens
+        total = tokens[-1] if tokens else 0
+        for b in blocks:
+            total += b.tokens
+            tokens.append(total)
         self.turns.append(Turn(role, tuple(parts)))
         self.blocks.extend(blocks)
 
     def mark(self, state: frozenset[str] = frozenset()) -> None:
         """Record the prompt after a message (call it after every message a parser adds)."""
-        self._start_messages()
+        if self.lead < 0:
+            self._start_messages()
         self.marks.append(
             Mark(len(self.turns), len(self.blocks) - self.lead, len(self.system) - self.lead_system, state)
         )
