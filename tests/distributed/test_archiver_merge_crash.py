@@ -151,7 +151,7 @@ def test_kill_9_of_the_archiver_while_it_merges_loses_nothing_and_leaves_nothing
             merged += len(manifest.retired)
             directory = manifest_key(sid).rsplit("/", 1)[0] + "/"
             objects = {k.removeprefix(directory) for k in store.keys(directory)}
-            named = {"manifest.json", *(r.key for r in manifest.segments), *(r.segment.key for r in manifest.retired)}
+            named = {"manifest.json", *(r.key for r in manifest.segments), *(r.key for r in manifest.retired)}
             assert objects == named, sid
         assert merged >= 2 * SESSIONS  # the sessions were merged all along (each turn was a segment)
         store.close()

@@ -141,10 +141,11 @@ class MergeIntent:
 
 @dataclass(frozen=True, slots=True)
 class RetiredSegment:
-    """A segment a merge replaced: no longer part of the archive, kept for readers of an older manifest
-    until ``at_ms`` (when it was retired, epoch ms) plus the grace period, then deleted."""
+    """A segment a merge replaced (by its key, relative to the session's directory): no longer part of the
+    archive, kept for readers of an older manifest until ``at_ms`` (when it was retired, epoch ms) plus the
+    grace period, then deleted."""
 
-    segment: SegmentRef
+    key: str
     at_ms: int
 
 

@@ -110,10 +110,10 @@ def audit_archive(
             named.add(manifest.merging.segment.key)
             report.merging.append(directory + manifest.merging.segment.key)
         for r in manifest.retired:
-            named.add(r.segment.key)
-            if r.segment.key in names:  # a tidy may have deleted it already and not yet dropped it
-                report.retired.append(directory + r.segment.key)
+            named.add(r.key)
+            if r.key in names:  # a tidy may have deleted it already and not yet dropped it
+                report.retired.append(directory + r.key)
                 if grace_ms is not None and now_ms is not None and r.at_ms + grace_ms <= now_ms:
-                    report.overdue.append(directory + r.segment.key)
+                    report.overdue.append(directory + r.key)
         report.orphans.extend(directory + n for n in sorted(names - named - {MANIFEST_NAME}))
     return report

@@ -9,7 +9,8 @@ Keys (relative to the store's root; docs/RETENTION.md, "The archive layout"):
 
 The manifest is canonical JSON: ``{"v":1,"session":…,"segments":[{"key","first","end","sha256","bytes"}…],
 "pending":null|{…}}``, plus, only while there is one, ``"merging":{"segment":{…},"inputs":[{…}…]}`` (a merge
-announced) and ``"retired":[{…,"at":<epoch ms>}…]`` (segments a merge replaced, not deleted yet). A manifest
+announced) and ``"retired":[{"at":<epoch ms>,"keys":[…]}…]`` (the keys of the segments each merge replaced,
+not deleted yet: readers skip them, so they cost a read little). A manifest
 with neither is byte for byte what a version without merges writes, and readers of that version read any
 manifest (they take ``segments`` and ignore the rest). :func:`decode_manifest` checks everything a reader
 relies on: the session, segments contiguous from seq 0, keys that name their ranges, digests that are sha256
@@ -92,7 +93,10 @@ def encode_manifest(manifest: Manifest) -> bytes:
             "inputs": [_ref_json(s) for s in manifest.merging.inputs],
         }
     if manifest.retired:
-        value["retired"] = [{**_ref_json(r.segment), "at": r.at_ms} for r in manifest.retired]
+        groups: dict[int, list[str]] = {}  # one group per merge: its time and the keys it retired
+        for r in manifest.retired:
+            groups.setdefault(r.at_ms, []).append(r.key)
+        value["retired"] = [{"at": at, "keys": keys} for at, keys in groups.items()]
     return canonical.canonical_json(value)
 
 
@@ -122,7 +126,12 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
         merging = (
             None if merge is None else MergeIntent(_ref(merge["segment"]), tuple(_ref(s) for s in merge["inputs"]))
         )
-        retired = tuple(RetiredSegment(_ref(r), _at_ms(r["at"])) for r in value.get("retired", ()))
+        retired = tuple(
+            RetiredSegment(_retired_key(key), at)
+            for g in value.get("retired", ())
+            for at in (_at_ms(g["at"]),)
+            for key in g["keys"]
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArchiveCorrupt(where, f"not a manifest of session {session_id!r}: {exc}") from exc
     at = 0
@@ -140,9 +149,17 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
             raise ArchiveCorrupt(where, f"the merge of {merging.segment.key} {problem}")
     live = {ref.key for ref in segments}
     for r in retired:
-        if r.segment.key in live:
-            raise ArchiveCorrupt(where, f"{r.segment.key} is listed both as a segment and as retired")
+        if r.key in live:
+            raise ArchiveCorrupt(where, f"{r.key} is listed both as a segment and as retired")
     return Manifest(session_id, segments, pending, merging, retired)
+
+
+def _retired_key(key: Any) -> str:
+    """A retired segment's key, checked cheaply (readers never read one; a tidy deletes it in the session's
+    directory): a segment name without a path."""
+    if not isinstance(key, str) or not (key.startswith("seg-") and key.endswith(".avro")) or "/" in key:
+        raise ValueError(f"not a retired segment's key: {key!r}")
+    return key
 
 
 def _at_ms(value: Any) -> int:

@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import ArchiveConflict, ArchiveCorrupt, ArchiveObjectMissing
 from ...ports.archive import Manifest, MergeIntent, RetiredSegment, SegmentRef
-from .layout import encode_manifest, manifest_key, segment_key, segment_name
+from .layout import encode_manifest, manifest_key, segment_key, segment_name, session_dir
 from .merging import MergePolicy
 from .reader import SessionArchive
 from .segments import merge_segments
@@ -279,7 +279,7 @@ class ArchiveAppender:
         assert merge is not None
         at = intent.segments.index(merge.inputs[0])
         segments = (*intent.segments[:at], merge.segment, *intent.segments[at + len(merge.inputs) :])
-        retired = (*intent.retired, *(RetiredSegment(r, now_ms) for r in merge.inputs))
+        retired = (*intent.retired, *(RetiredSegment(r.key, now_ms) for r in merge.inputs))
         done = replace(intent, segments=segments, merging=None, retired=retired)
         new_version = self.store.replace(manifest_key(session_id), encode_manifest(done), version)
         self.archive.remember(session_id, done, new_version)
@@ -306,7 +306,7 @@ class ArchiveAppender:
             if not due:
                 return 0, next_at
             for r in due:  # deleted first: a crash before the manifest below leaves them listed, deleted again
-                self.store.delete(segment_key(session_id, r.segment))
+                self.store.delete(session_dir(session_id) + r.key)
             try:
                 done = replace(found, retired=later)
                 self.archive.remember(session_id, done, self.store.replace(key, encode_manifest(done), version))
