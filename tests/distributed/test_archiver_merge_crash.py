@@ -1,17 +1,18 @@
 """``kill -9`` of an archiver process while it merges the segments of long-lived sessions (real Kafka and S3).
 
-Twelve sessions grow turn by turn, each turn followed by an idle period longer than the archive's idle
-threshold, so every turn becomes a segment of its own and the archiver merges them as they come (a session
-has at most four). The archiver — ``python -m foldline.archiver``, the shipped entry point — is killed with
-SIGKILL at random moments (every 1.5 to 3.5 s, at least six times) and restarted, so kills land between a
-merge's intent, its object and its commit as often as anywhere else. Afterwards every session reads back
-identical to the events written, has at most four segments, nothing pending or announced, and every object
-in the store is a segment its manifest lists or one it lists as retired: no event lost, nothing left that
-nothing names.
+Twelve sessions grow turn by turn, and the writer waits until each turn is archived before the next, so
+every turn becomes a segment of its own and the archiver merges them as they come (a session has at most
+four). The archiver — ``python -m foldline.archiver``, the shipped entry point — is killed with SIGKILL at
+random moments (2 to 5 s after it is back, at least six times) and restarted, so kills land between a merge's
+intent, its object and its commit as often as anywhere else. Afterwards every session reads back identical
+to the events written, has at most four segments, nothing pending or announced, and every object in the
+store is a segment its manifest lists or one it lists as retired: no event lost, nothing left that nothing
+names.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -84,24 +85,6 @@ def test_kill_9_of_the_archiver_while_it_merges_loses_nothing_and_leaves_nothing
             }
         )
         archiver = WorkerProcess([], env, module="foldline.archiver").start()
-        done = threading.Event()
-        failures: list[BaseException] = []
-
-        def write() -> None:
-            log = KafkaEventLog(topic.bootstrap, topic=topic.name, partitions=PARTITIONS)
-            try:
-                for t in range(TURNS):
-                    for sid, batches in turns.items():
-                        log.append(sid, batches[t][0].seq, batches[t])
-                    time.sleep(0.5)  # idle after every session's turn: each turn a segment
-            except BaseException as exc:  # pragma: no cover - reported below
-                failures.append(exc)
-            finally:
-                log.close()
-                done.set()
-
-        writer = threading.Thread(target=write)
-        writer.start()
         store = S3ArchiveStore(
             bucket,
             client=s3_client(
@@ -114,15 +97,41 @@ def test_kill_9_of_the_archiver_while_it_merges_loses_nothing_and_leaves_nothing
             ),
             prefix="archive/",
         )
+        done = threading.Event()
+        failures: list[BaseException] = []
+
+        def archived_to(heads: dict[str, int]) -> bool:
+            reader = SessionArchive(store, cache_events=0)
+            return all(reader.watermark(sid) >= head for sid, head in heads.items())
+
+        def write() -> None:
+            log = KafkaEventLog(topic.bootstrap, topic=topic.name, partitions=PARTITIONS)
+            try:
+                for t in range(TURNS):
+                    for sid, batches in turns.items():
+                        log.append(sid, batches[t][0].seq, batches[t])
+                    # idle after every session's turn until the archiver (restarted or not) has archived it:
+                    # each turn a segment, however slowly a killed archiver comes back
+                    heads = {sid: batches[t][-1].seq + 1 for sid, batches in turns.items()}
+                    wait_until(functools.partial(archived_to, heads), 120, f"turn {t} archived")
+            except BaseException as exc:  # pragma: no cover - reported below
+                failures.append(exc)
+            finally:
+                log.close()
+                done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
         kills = 0
         try:
             while not done.is_set() or kills < 6:
-                time.sleep(rng.uniform(1.5, 3.5))  # long enough for the restarted archiver to get to work
+                archiver.wait_ready(120)  # back, and then at work for a moment (its group assignment included)
+                time.sleep(rng.uniform(2.0, 5.0))
                 archiver.kill()  # SIGKILL: an intent, object or commit of an append or a merge is cut off
                 kills += 1
                 archiver.start(wait=False)
             writer.join()
-            archiver.wait_ready()
+            archiver.wait_ready(120)
 
             def settled() -> bool:
                 reader = SessionArchive(store, cache_events=0)
@@ -132,7 +141,19 @@ def test_kill_9_of_the_archiver_while_it_merges_loses_nothing_and_leaves_nothing
                         return False
                 return True
 
-            wait_until(settled, 180, "every session archived and merged after the last kill")
+            deadline = time.monotonic() + 180
+            while not settled():
+                if time.monotonic() > deadline:
+                    reader = SessionArchive(store, cache_events=0)
+                    states = {
+                        sid: None if (m := reader.manifest(sid)) is None else (m.next_seq, len(m.segments), m.merging)
+                        for sid in written
+                    }
+                    raise AssertionError(
+                        f"not every session archived and merged 180 s after the last kill (writer: {failures}): "
+                        f"{states}; the archiver's log: {archiver.stderr()[-3000:]}"
+                    )
+                time.sleep(0.2)
         finally:
             archiver.kill()
         assert failures == []
