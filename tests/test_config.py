@@ -109,6 +109,8 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_ARCHIVE_SEGMENT_EVENTS": "5000",
     "FOLDLINE_ARCHIVE_GROUP": "prod-archivers",
     "FOLDLINE_ARCHIVE_CONCURRENCY": "8",
+    "FOLDLINE_ARCHIVE_MAX_SEGMENTS": "6",
+    "FOLDLINE_ARCHIVE_GRACE": "7200",
 }
 SECRETS = (
     "hunter2",
@@ -175,6 +177,9 @@ def test_an_empty_environment_is_the_defaults_and_empty_values_count_as_unset() 
         ({"FOLDLINE_METRICS_PORT": "70000"}, "0..65535"),
         ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "security.protocol 'TLS' is unknown"),
         ({"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "needs sasl.mechanism"),
+        ({"FOLDLINE_ARCHIVE_MAX_SEGMENTS": "1"}, "FOLDLINE_ARCHIVE_MAX_SEGMENTS must be at least 2"),
+        # a reader may use a manifest 60 s and a segment read take 5 x (2 + 30 + 20) s: 320 s at least
+        ({"FOLDLINE_ARCHIVE_GRACE": "300"}, "FOLDLINE_ARCHIVE_GRACE (300 s) must be at least 320 s"),
         (
             {"FOLDLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FOLDLINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512"},
             "FOLDLINE_KAFKA_SASL_USERNAME and FOLDLINE_KAFKA_SASL_PASSWORD",
@@ -185,6 +190,13 @@ def test_bad_values_are_one_line_config_errors(env: dict[str, str], message: str
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         Config.from_env(env)
     assert "\n" not in str(info.value)
+
+
+def test_the_archive_grace_period_follows_the_s3_request_bounds() -> None:
+    """Shorter S3 reads allow a shorter grace: 60 s + 5 x (2 + 10 + 20) s = 220 s."""
+    assert Config.from_env({"FOLDLINE_ARCHIVE_GRACE": "300", "FOLDLINE_S3_READ_TIMEOUT": "10"}).archive.grace_s == 300
+    with pytest.raises(ConfigError, match=re.escape("must be at least 220 s")):
+        Config.from_env({"FOLDLINE_ARCHIVE_GRACE": "200", "FOLDLINE_S3_READ_TIMEOUT": "10"})
 
 
 def test_client_properties_file_then_variables(tmp_path: Path) -> None:

@@ -549,6 +549,28 @@ class ArchiverMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.merges = Counter(
+            "archive_merges",
+            "Merges committed: adjacent segments of a session replaced by one holding their events.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.merged_events = Counter(
+            "archive_merged_events",
+            "Events written again into merged segments (the archive's write amplification beside archive_events).",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.retired_deleted = Counter(
+            "archive_retired_deleted",
+            "Segments merges replaced, deleted once their grace period was over.",
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+
+    def merged(self, merges: int, events: int) -> None:
+        self.merges.inc(merges)
+        self.merged_events.inc(events)
 
     def segment_written(self, events: int, seconds: float) -> None:
         self.segments.inc()

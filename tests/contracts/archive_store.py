@@ -1,7 +1,9 @@
 """The ArchiveStore contract: every archive store (directory, S3) runs exactly this suite.
 
 Then, on the same store, the archive built on it: segments appended by intent/segment/commit, read back
-digest-checked, and every way an append can be interrupted completed by the next one without an orphan.
+digest-checked, and every way an append can be interrupted completed by the next one without an orphan;
+segments merged, their replaced objects deleted after the grace period, and a merge cut off after each of
+its writes (what ``kill -9`` of the archiver leaves) still readable and completed by the next run.
 """
 
 from __future__ import annotations
@@ -13,12 +15,67 @@ from collections.abc import Iterator
 
 import pytest
 
-from foldline.adapters.archive import ArchiveAppender, SegmentEncoder, SessionArchive, audit_archive, build_segment
+from foldline.adapters.archive import (
+    ArchiveAppender,
+    MergePolicy,
+    SegmentEncoder,
+    SessionArchive,
+    audit_archive,
+    build_segment,
+)
 from foldline.adapters.archive.layout import encode_manifest, manifest_key, segment_key, segment_name
 from foldline.core.events import Envelope
 from foldline.errors import ArchiveConflict, ArchiveCorrupt, ArchiveObjectMissing
-from foldline.ports.archive import ArchiveStore, Manifest, SegmentRef
+from foldline.ports.archive import ArchiveStore, Manifest, SegmentRef, StoredObject
 from tests.factories import simple_log
+
+T_MS = 1_700_000_000_000
+GRACE_MS = 3_600_000
+
+
+class Killed(BaseException):
+    """What ``kill -9`` does to the code between two writes: nothing after it runs (no handler catches it)."""
+
+
+class DyingStore(ArchiveStore):
+    """A store whose process dies right after its ``writes``-th write (create, replace or delete) succeeded."""
+
+    def __init__(self, store: ArchiveStore, writes: int) -> None:
+        self.inner = store
+        self.left = writes
+        self.done: list[str] = []
+
+    def _wrote(self, what: str) -> None:
+        self.done.append(what)
+        self.left -= 1
+        if self.left <= 0:
+            raise Killed(what)
+
+    def create(self, key: str, data: bytes) -> bool:
+        created = self.inner.create(key, data)
+        self._wrote(f"create {key}")
+        return created
+
+    def replace(self, key: str, data: bytes, expected: str | None) -> str:
+        version = self.inner.replace(key, data, expected)
+        self._wrote(f"replace {key}")
+        return version
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+        self._wrote(f"delete {key}")
+
+    def read(self, key: str) -> StoredObject | None:
+        return self.inner.read(key)
+
+    def fetch(self, key: str) -> bytes | None:
+        return self.inner.fetch(key)
+
+    def keys(self, prefix: str = "", start_after: str = "") -> Iterator[str]:
+        return self.inner.keys(prefix, start_after)
+
+    def where(self, key: str) -> str:
+        return self.inner.where(key)
 
 
 class ArchiveStoreContract(abc.ABC):
@@ -262,3 +319,173 @@ class ArchiveStoreContract(abc.ABC):
         report = audit_archive(store)
         assert report.orphans == [stray]
         assert not report.clean
+
+    # -------------------------------------------------------------- merging
+
+    @staticmethod
+    def _archived(
+        store: ArchiveStore, sid: str, cuts: list[int], turns: int = 6
+    ) -> tuple[list[Envelope], SegmentEncoder, list[bytes]]:
+        """A session archived as one segment per pair of ``cuts``."""
+        events = simple_log(turns=turns)
+        encoder = SegmentEncoder()
+        bodies = [encoder.body(e) for e in events]
+        appender = ArchiveAppender(SessionArchive(store))
+        for end in cuts[1:]:
+            appender.append(sid, end, lambda a, b: build_segment(sid, a, bodies[a:b], encoder.fingerprint))
+        return events[: cuts[-1]], encoder, bodies
+
+    @staticmethod
+    def _objects(store: ArchiveStore, sid: str) -> set[str]:
+        directory = manifest_key(sid).rsplit("/", 1)[0] + "/"
+        return {k.removeprefix(directory) for k in store.keys(directory)}
+
+    def test_segments_merge_into_fewer_and_the_replaced_ones_go_after_the_grace_period(
+        self, store: ArchiveStore
+    ) -> None:
+        sid = "s-merged"
+        cuts = [0, 30, 36, 41, 47, 52, 58]
+        events, _, _ = self._archived(store, sid, cuts)
+        old = SessionArchive(store, cache_events=0)
+        assert old.read(sid, 0, 58) == events  # a reader that read the manifest before the merges
+        before = old.manifest(sid)
+        assert before is not None
+        appender = ArchiveAppender(SessionArchive(store))
+        outcome = appender.merge(sid, MergePolicy(max_segments=4), now_ms=T_MS, grace_ms=GRACE_MS)
+        assert (outcome.merges, outcome.events, outcome.segments, outcome.tidy_at_ms) == (1, 58, 1, T_MS + GRACE_MS)
+        manifest = SessionArchive(store).manifest(sid)
+        assert manifest is not None
+        # six segments of [30, 6, 5, 6, 5, 6] events: the 28 after the first reach a quarter of its 30, so all merge
+        assert [(r.first, r.end) for r in manifest.segments] == [(0, 58)]
+        assert manifest.merging is None
+        assert [r.key for r in manifest.retired] == [r.key for r in before.segments]
+        assert {r.at_ms for r in manifest.retired} == {T_MS}
+        assert SessionArchive(store).read(sid, 0, 58) == events
+        assert old.read(sid, 3, 50) == events[3:50]  # the old manifest's segments are still there
+        report = audit_archive(store, verify=True, grace_ms=GRACE_MS, now_ms=T_MS)
+        assert report.clean, report
+        assert report.per_session[sid] == len(manifest.segments)
+        assert len(report.retired) == len(manifest.retired)
+        assert report.overdue == []
+        # within the grace period nothing is deleted; after it, the replaced segments go
+        assert appender.tidy(sid, now_ms=T_MS + GRACE_MS - 1, grace_ms=GRACE_MS) == (0, T_MS + GRACE_MS)
+        assert audit_archive(store, grace_ms=GRACE_MS, now_ms=T_MS + GRACE_MS).overdue == report.retired
+        deleted, _ = appender.tidy(sid, now_ms=T_MS + GRACE_MS, grace_ms=GRACE_MS)
+        assert deleted == len(manifest.retired)
+        after = SessionArchive(store).manifest(sid)
+        assert after is not None
+        assert after.retired == ()
+        assert self._objects(store, sid) == {"manifest.json", *(r.key for r in after.segments)}
+        # a reader still holding the old manifest finds its segments gone: it reads the manifest again
+        assert old.read(sid, 0, 58) == events
+        assert audit_archive(store, verify=True).clean
+
+    def test_a_merge_cut_off_after_any_of_its_writes_loses_nothing_and_the_next_run_completes_it(
+        self, store: ArchiveStore
+    ) -> None:
+        """``kill -9`` of the archiver after each write of a merge and of the tidy that follows (intent, object,
+        commit, each deletion, the manifest without the deleted): the session reads whole through a fresh reader
+        and through one holding the manifest from before, nothing is unnamed, and the next run finishes the job
+        with the same result as a run that was never cut off."""
+        cuts = [0, 20, 25, 30, 35, 40]
+        policy = MergePolicy(max_segments=4)
+        reference = "s-walk-reference"
+        events, _, _ = self._archived(store, reference, cuts)
+        straight = ArchiveAppender(SessionArchive(store))
+        straight.merge(reference, policy, now_ms=T_MS, grace_ms=GRACE_MS)
+        straight.tidy(reference, now_ms=T_MS + GRACE_MS, grace_ms=GRACE_MS)
+        expected = SessionArchive(store).manifest(reference)
+        assert expected is not None
+        writes = 3 + 5 + 1  # intent, object, commit; five deletions; the manifest without them
+        walked: list[str] = []
+        for k in range(1, writes + 1):
+            sid = f"s-walk-{k}"
+            self._archived(store, sid, cuts)
+            holding = SessionArchive(store, cache_events=0)
+            assert holding.read(sid, 0, 40) == events
+            dying = DyingStore(store, k)
+            appender = ArchiveAppender(SessionArchive(dying))
+            with pytest.raises(Killed):
+                self._merge_then_tidy(appender, sid, policy)
+            walked.append(dying.done[-1].split(" ")[0])
+            assert SessionArchive(store).read(sid, 0, 40) == events, dying.done
+            assert holding.read(sid, 0, 40) == events, dying.done
+            report = audit_archive(store, verify=True)
+            assert (report.orphans, report.missing, report.corrupt) == ([], [], []), dying.done
+            # the next run (another process: nothing remembered) completes the merge, then the tidy
+            after = ArchiveAppender(SessionArchive(store))
+            after.merge(sid, policy, now_ms=T_MS + 1, grace_ms=GRACE_MS)
+            after.tidy(sid, now_ms=T_MS + 2 * GRACE_MS, grace_ms=GRACE_MS)
+            manifest = SessionArchive(store).manifest(sid)
+            assert manifest is not None
+            assert [(r.first, r.end) for r in manifest.segments] == [(r.first, r.end) for r in expected.segments]
+            assert (manifest.pending, manifest.merging, manifest.retired) == (None, None, ())
+            assert self._objects(store, sid) == {"manifest.json", *(r.key for r in manifest.segments)}
+            assert SessionArchive(store).read(sid, 0, 40) == events
+            assert holding.read(sid, 0, 40) == events
+        assert walked == ["replace", "create", "replace", *["delete"] * 5, "replace"]
+
+    @staticmethod
+    def _merge_then_tidy(appender: ArchiveAppender, sid: str, policy: MergePolicy) -> None:
+        appender.merge(sid, policy, now_ms=T_MS, grace_ms=GRACE_MS)
+        appender.tidy(sid, now_ms=T_MS + GRACE_MS, grace_ms=GRACE_MS)
+
+    def test_appends_and_merges_from_many_archivers_at_once_never_lose_overlap_or_orphan(
+        self, store: ArchiveStore
+    ) -> None:
+        sid = "s-merge-contended"
+        events = simple_log(turns=8)
+        encoder = SegmentEncoder()
+        bodies = [encoder.body(e) for e in events]
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+        policy = MergePolicy(max_segments=3)
+
+        def run(k: int) -> None:
+            appender = ArchiveAppender(SessionArchive(store))
+            barrier.wait()
+            try:
+                for end in range(2 + k, len(events) + 1, 3):
+                    appender.append(sid, end, lambda a, b: build_segment(sid, a, bodies[a:b], encoder.fingerprint))
+                    appender.merge(sid, policy, now_ms=T_MS, grace_ms=GRACE_MS)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        ArchiveAppender(SessionArchive(store)).merge(sid, policy, now_ms=T_MS, grace_ms=GRACE_MS)
+        reader = SessionArchive(store)
+        manifest = reader.manifest(sid)
+        assert manifest is not None
+        assert (manifest.pending, manifest.merging) == (None, None)
+        assert len(manifest.segments) <= 3
+        assert reader.read(sid, 0, manifest.next_seq) == events[: manifest.next_seq]
+        report = audit_archive(store, verify=True)
+        assert report.clean, report
+        assert self._objects(store, sid) == {
+            "manifest.json",
+            *(r.key for r in manifest.segments),
+            *(r.key for r in manifest.retired),
+        }
+
+    def test_a_manifest_without_merges_is_what_earlier_versions_wrote(self, store: ArchiveStore) -> None:
+        """Byte for byte: readers of a version without merges read every manifest this version writes once
+        its merges are committed and tidied (they take ``segments`` and ignore the rest)."""
+        sid = "s-bytes"
+        self._archived(store, sid, [0, 10, 20])
+        stored = store.read(manifest_key(sid))
+        assert stored is not None
+        manifest = SessionArchive(store).manifest(sid)
+        assert manifest is not None
+        assert stored.data == (
+            b'{"pending":null,"segments":['
+            + b",".join(
+                f'{{"bytes":{r.size},"end":{r.end},"first":{r.first},"key":"{r.key}","sha256":"{r.sha256}"}}'.encode()
+                for r in manifest.segments
+            )
+            + b'],"session":"s-bytes","v":1}'
+        )

@@ -270,6 +270,23 @@ def test_the_fast_fold_decoder_equals_the_core_decoder(batch: list[Message]) -> 
     assert len(cache._entries) <= 3
 
 
+def test_a_fold_larger_than_the_message_cache_keeps_its_first_messages_cached() -> None:
+    """Ten messages through a cache of six, read whole again and again: the first six stay cached, and each
+    read after the first decodes only the other four (an LRU would decode all ten every time)."""
+    raw = tuple(encode_message(Message("user", (TextBlock(f"message {i}"),))) for i in range(10))
+    cache = MessageCache(capacity=6)
+    first = cache.decode(raw)
+    assert (cache.hits, cache.misses) == (0, 10)
+    for _ in range(3):
+        assert cache.decode(raw) == first
+    assert (cache.hits, cache.misses) == (18, 22)
+    assert list(cache._entries) == list(raw[:6])
+    other = tuple(encode_message(Message("user", (TextBlock(f"other {i}"),))) for i in range(3))
+    cache.decode(other)  # another session's messages take the room of the least recently used
+    assert len(cache._entries) == 6
+    assert set(other) <= set(cache._entries)
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -105,6 +105,31 @@ def test_another_instance_reads_and_continues_a_session(make_log: MakeLog) -> No
     assert sid in fresh.sessions()
 
 
+def test_a_session_acquired_with_its_events_is_not_read_again_at_its_first_append(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The take-over's read builds the rules the next append is checked against: a new writer of a long
+    session reads it once, not once to open it and once more to append."""
+    sid = _sid()
+    events = simple_log(turns=6)
+    make_log().append(sid, 0, events[:-5])
+    log = make_log()
+    lease, loaded = log.acquire_and_read(sid)
+    assert loaded == events[:-5]
+    reads: list[tuple[int, int]] = []
+    original = log._events.events
+
+    def counting(session_id: str, state: Any, from_seq: int, to_seq: int, deadline: float) -> list[Envelope]:
+        reads.append((from_seq, to_seq))
+        return original(session_id, state, from_seq, to_seq, deadline)
+
+    monkeypatch.setattr(log._events, "events", counting)
+    assert log.append(sid, len(loaded), events[-5:], lease=lease) == len(events)
+    assert reads == []
+    with pytest.raises(ValidationError):  # the rules built from the read hold: a seq gap is refused
+        log.append(sid, len(events), [Envelope(len(events) + 1, 0, events[1].data)], lease=lease)
+
+
 def test_stale_expected_seq_across_instances_conflicts(make_log: MakeLog) -> None:
     sid = _sid()
     events = simple_log()

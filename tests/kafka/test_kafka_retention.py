@@ -109,7 +109,12 @@ def test_created_topics_carry_an_explicit_policy(kafka_bootstrap: str, admin: Ad
             "min.insync.replicas": "1",
         }
         assert events["unclean.leader.election.enable"] == "false"
-        assert _configs(admin, topic + ".index")["cleanup.policy"] == "compact"
+        index = _configs(admin, topic + ".index")
+        assert (index["cleanup.policy"], index["segment.ms"], index["min.cleanable.dirty.ratio"]) == (
+            "compact",
+            "60000",  # segments close after a minute and are compacted: a cold read of the index stays small
+            "0.1",
+        )
         assert _configs(admin, topic + ".dlq")["retention.ms"] == "-1"
         assert events["max.message.bytes"] == str(MAX_MESSAGE_BYTES)
         archived.check_topics()  # an archive is configured: the created topic expires after an hour

@@ -28,6 +28,7 @@ from botocore.exceptions import (
 )
 
 from ..backoff import Backoff
+from ..ports.archive import MAX_BACKOFF_S
 
 __all__ = [
     "CONFLICT_BACKOFF",
@@ -44,8 +45,8 @@ __all__ = [
 #: again after a random pause of up to 100 ms, doubling to 2 s.
 CONFLICT_BACKOFF = Backoff(initial_s=0.1, cap_s=2.0, jitter=1.0)
 #: botocore's standard retry delay, for requests sent without botocore's retries: a random pause of up to
-#: 2**attempt s, at most 20 s.
-UNAVAILABLE_BACKOFF = Backoff(initial_s=2.0, cap_s=20.0, jitter=1.0)
+#: 2**attempt s, at most 20 s (the bound an archive's grace period is checked against, ``MAX_BACKOFF_S``).
+UNAVAILABLE_BACKOFF = Backoff(initial_s=2.0, cap_s=MAX_BACKOFF_S, jitter=1.0)
 
 FaultKind = Literal[
     "no-bucket",  # NoSuchBucket

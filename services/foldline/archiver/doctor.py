@@ -14,8 +14,10 @@
   not); and which build of the Avro decoder reads segments (a warning when it is the interpreted one:
   :mod:`foldline.adapters.avro.decoding`);
 * **audit** (``audit=True``) — every archive object is accounted for (no orphan, no missing or corrupt
-  segment; :func:`~foldline.adapters.archive.audit_archive`), and no archived session is ahead of the log
-  (a log rebuilt without ``foldline restore``).
+  segment, merged ones included — each read back and checked; :func:`~foldline.adapters.archive.audit_archive`),
+  how many segments each session has against ``FOLDLINE_ARCHIVE_MAX_SEGMENTS`` and the bytes per event they
+  take, merges announced and not committed, segments merges replaced and whether any is past its grace
+  period, and no archived session is ahead of the log (a log rebuilt without ``foldline restore``).
 
 Each answer is a :class:`Check`: ``ok``, ``warn`` (works, but read it) or ``fail``. Nothing here writes: the
 log is opened read-only (topics that are missing are reported, never created) and so is the archive.
@@ -35,6 +37,7 @@ from ..ports.archive import ArchiveStore
 from ..ports.event_log import EventLog
 
 if TYPE_CHECKING:
+    from ..adapters.archive import ArchiveAudit
     from ..adapters.archive.reader import SessionArchive
 
 __all__ = ["Check", "Status", "run_checks"]
@@ -239,6 +242,30 @@ def _embedded_coverage(config: Config, store: ArchiveStore, *, now_ms: int | Non
     )
 
 
+def _segments_per_session(config: Config, report: ArchiveAudit) -> Check:
+    """How many segments a cold read of each session costs, against the merge threshold."""
+    counts = sorted(report.per_session.values())
+    limit = config.archive.max_segments
+    if not counts:
+        return Check("audit", "segments per session", "ok", "no archived session")
+    over = [(sid, n) for sid, n in sorted(report.per_session.items()) if n > limit]
+    detail = (
+        f"median {counts[len(counts) // 2]}, max {counts[-1]} (merged while over {limit}); "
+        f"{report.bytes_per_event:.1f} bytes per event in {report.segments} segment(s)"
+    )
+    if not over:
+        return Check("audit", "segments per session", "ok", detail)
+    listed = ", ".join(f"{sid!r} ({n})" for sid, n in over[:_LISTED])
+    more = f" and {len(over) - _LISTED} more" if len(over) > _LISTED else ""
+    return Check(
+        "audit",
+        "segments per session",
+        "warn",
+        f"{detail}; {len(over)} session(s) have more than {limit}: {listed}{more}",
+        "the archiver merges them at each session's next archive; if it runs, its log says why a merge failed",
+    )
+
+
 def _log_of(config: Config) -> EventLog:
     from ..config.factories import kafka_log
 
@@ -250,8 +277,9 @@ def _log_of(config: Config) -> EventLog:
 def _audit(config: Config, store: ArchiveStore) -> list[Check]:
     from ..adapters.archive import SessionArchive, audit_archive
 
+    grace_ms = int(config.archive.grace_s * 1000)
     try:
-        report = audit_archive(store, verify=True)
+        report = audit_archive(store, verify=True, grace_ms=grace_ms, now_ms=int(time.time() * 1000))
     except FoldlineError as exc:
         return [Check("audit", "archive", "fail", f"{type(exc).__name__}: {exc}")]
 
@@ -275,6 +303,7 @@ def _audit(config: Config, store: ArchiveStore) -> list[Check]:
     ):
         if keys:
             out.append(Check("audit", what, "fail", f"{len(keys)}: {named(keys)}", fix))
+    out.append(_segments_per_session(config, report))
     if report.pending:
         out.append(
             Check(
@@ -283,6 +312,39 @@ def _audit(config: Config, store: ArchiveStore) -> list[Check]:
                 "warn",
                 f"{len(report.pending)} segment(s) announced, not committed yet: {named(report.pending)}",
                 "the next append to each session completes it",
+            )
+        )
+    if report.merging:
+        out.append(
+            Check(
+                "audit",
+                "merging",
+                "warn",
+                f"{len(report.merging)} merge(s) announced, not committed yet: {named(report.merging)}",
+                "the archiver's next merge of each session completes it",
+            )
+        )
+    if report.overdue:
+        out.append(
+            Check(
+                "audit",
+                "retired",
+                "warn",
+                f"{len(report.overdue)} segment(s) merges replaced are past the {config.archive.grace_s:g}s grace "
+                f"period and still stored (of {len(report.retired)} kept for readers of older manifests): "
+                f"{named(report.overdue)}",
+                "the archiver deletes them when it next archives or merges each session (a restarted archiver "
+                "forgets its schedule)",
+            )
+        )
+    elif report.retired:
+        out.append(
+            Check(
+                "audit",
+                "retired",
+                "ok",
+                f"{len(report.retired)} segment(s) merges replaced, kept for readers of older manifests for "
+                f"{config.archive.grace_s:g}s, then deleted",
             )
         )
     try:

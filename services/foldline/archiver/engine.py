@@ -16,6 +16,13 @@ the buffer lacks from the source, and appends one segment from the session's arc
 :class:`~foldline.adapters.archive.ArchiveAppender` (intent, object, commit). Only the engine's own thread
 changes the buffers: a finished flush drops the records below the new watermark.
 
+After its append, a flush merges the session's segments while it has more than ``max_segments``
+(:class:`~foldline.adapters.archive.MergePolicy`; a merge that fails leaves the session as it was, every
+event archived, and is tried again at the session's next flush), and deletes the segments merges replaced
+once ``grace_s`` has passed. Those deletions are scheduled: a session that gets no new events has its
+retired segments deleted by a job of their own when they are due (an archiver that restarts forgets the
+schedule; the session's next flush, or ``foldline doctor --audit`` naming them, catches up).
+
 :meth:`Archiver.safe_offsets` is what a Kafka source may commit: per partition, the offset of the oldest
 buffered record not yet archived (or, with none, the end of what was read). A restarted archiver
 therefore reads again every record that is not in the archive — the half of the watermark argument
@@ -24,6 +31,7 @@ that lives here (docs/RETENTION.md).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
 import time
@@ -32,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..adapters.archive import ArchiveAppender, build_segment
+from ..adapters.archive import ArchiveAppender, MergePolicy, build_segment
 from ..backoff import Backoff
 from ..errors import EventsExpired, FoldlineError
 from ..metrics import ArchiverMetrics
@@ -54,14 +62,21 @@ class ArchivePolicy:
     segment_events: int = 10_000
     max_segment_events: int = 100_000
     max_buffered_events: int = 2_000_000
+    max_segments: int = 4  # per session; more are merged (MergePolicy)
+    grace_s: float = 3600.0  # a segment a merge replaced is deleted this long after it
 
     def __post_init__(self) -> None:
         if not self.sessions:
             raise ValueError("the archive policy names no sessions (use '*' for all)")
-        if self.idle_s < 0 or self.max_delay_s <= 0:
-            raise ValueError("idle_s must be >= 0 and max_delay_s > 0")
+        if self.idle_s < 0 or self.max_delay_s <= 0 or self.grace_s < 0:
+            raise ValueError("idle_s and grace_s must be >= 0 and max_delay_s > 0")
         if not 1 <= self.segment_events <= self.max_segment_events:
             raise ValueError("segment_events must be between 1 and max_segment_events")
+        MergePolicy(self.max_segments)  # checks it
+
+    @property
+    def merges(self) -> MergePolicy:
+        return MergePolicy(self.max_segments)
 
     @property
     def all_sessions(self) -> bool:
@@ -106,7 +121,9 @@ class _Buffer:
 
 @dataclass(frozen=True, slots=True)
 class FlushOutcome:
-    """What one flush did: the session's watermark after it, and records that are not the log's."""
+    """What one flush did: the session's watermark after it (-1: unknown), and records that are not the
+    log's; then its merges (committed, the events they hold, the segments left), the retired segments it
+    deleted and when the next may be (epoch ms)."""
 
     session_id: str
     watermark: int
@@ -114,6 +131,11 @@ class FlushOutcome:
     seconds: float
     foreign: frozenset[int] = frozenset()
     error: FoldlineError | None = None
+    merges: int = 0
+    merged_events: int = 0
+    segments: int = -1
+    deleted: int = 0
+    tidy_at_ms: int | None = None
 
 
 class Archiver:
@@ -143,10 +165,14 @@ class Archiver:
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="foldline-archive")
         self._buffers: dict[str, _Buffer] = {}
         self._in_flight: dict[str, Future[FlushOutcome]] = {}
+        self._tidy_at: dict[str, float] = {}  # session -> when its next retired segment may be deleted (epoch s)
         self._read_to: dict[int, int] = {}  # partition -> offset after the last record read
         self._buffered = 0
         self.archived_events = 0
         self.segments = 0
+        self.merges = 0
+        self.merged_events = 0
+        self.deleted = 0
 
     # -------------------------------------------------------------- feeding
 
@@ -184,6 +210,11 @@ class Archiver:
     @property
     def busy(self) -> bool:
         return bool(self._in_flight)
+
+    @property
+    def tidying(self) -> int:
+        """Sessions with retired segments scheduled for deletion."""
+        return len(self._tidy_at)
 
     # -------------------------------------------------------------- flushing
 
@@ -225,6 +256,12 @@ class Archiver:
         for sid in sessions:
             snapshot = list(self._buffers[sid].events)
             self._in_flight[sid] = self._pool.submit(self._flush, sid, snapshot)
+        if self._tidy_at:
+            now_s = self._clock() if now is None else now
+            for sid, at in list(self._tidy_at.items()):
+                if at <= now_s and sid not in self._in_flight:
+                    del self._tidy_at[sid]
+                    self._in_flight[sid] = self._pool.submit(self._flush, sid, [])
         self._report_backlog(now)
         return done
 
@@ -255,7 +292,16 @@ class Archiver:
         buf = self._buffers.get(outcome.session_id)
         if self._on_flush is not None:
             self._on_flush(outcome)
-        if buf is None:  # its partition was revoked meanwhile
+        if outcome.tidy_at_ms is not None:
+            self._tidy_at[outcome.session_id] = outcome.tidy_at_ms / 1000.0
+        if outcome.merges or outcome.deleted:
+            self.merges += outcome.merges
+            self.merged_events += outcome.merged_events
+            self.deleted += outcome.deleted
+            if self.metrics is not None:
+                self.metrics.merged(outcome.merges, outcome.merged_events)
+                self.metrics.retired_deleted.inc(outcome.deleted)
+        if buf is None:  # its partition was revoked meanwhile (or a tidy of a session with nothing buffered)
             return
         if outcome.error is not None:
             buf.failures += 1
@@ -281,16 +327,47 @@ class Archiver:
                 self.metrics.segment_written(outcome.events, outcome.seconds)
 
     def _flush(self, session_id: str, snapshot: list[RawEvent]) -> FlushOutcome:
-        """Runs on a worker: archive the session up to the last of the log's records in ``snapshot``."""
+        """Runs on a worker: archive the session up to the last of the log's records in ``snapshot``, then
+        merge its segments and delete what is due (an empty ``snapshot``: only the latter)."""
         started = time.perf_counter()
         try:
-            return self._archive(session_id, snapshot, started)
+            archived = self._archive(session_id, snapshot, started) if snapshot else None
         except EventsExpired as exc:
             if self.metrics is not None:
                 self.metrics.expired(1)
             return FlushOutcome(session_id, -1, 0, time.perf_counter() - started, error=exc)
         except FoldlineError as exc:
             return FlushOutcome(session_id, -1, 0, time.perf_counter() - started, error=exc)
+        if archived is None:
+            archived = FlushOutcome(session_id, -1, 0, 0.0)
+        if archived.watermark == -1 and snapshot:  # nothing of the log's was in it
+            return archived
+        return self._compact(archived)
+
+    def _compact(self, archived: FlushOutcome) -> FlushOutcome:
+        """Merge the session's segments as the policy asks and delete retired ones that are due; a failure
+        here is logged and counted, and leaves every event archived (the next flush tries again)."""
+        sid = archived.session_id
+        grace_ms = int(self.policy.grace_s * 1000)
+        now_ms = int(self._clock() * 1000)
+        try:
+            merged = self.appender.merge(sid, self.policy.merges, now_ms=now_ms, grace_ms=grace_ms)
+            deleted, tidy_at = 0, merged.tidy_at_ms
+            if tidy_at is not None and tidy_at <= now_ms:
+                deleted, tidy_at = self.appender.tidy(sid, now_ms=now_ms, grace_ms=grace_ms)
+        except FoldlineError as exc:
+            _LOG.warning("merging the archive of session %r failed (tried again at its next flush): %s", sid, exc)
+            if self.metrics is not None:
+                self.metrics.archive_error(type(exc).__name__)
+            return archived
+        return dataclasses.replace(
+            archived,
+            merges=merged.merges,
+            merged_events=merged.events,
+            segments=merged.segments,
+            deleted=deleted,
+            tidy_at_ms=tidy_at,
+        )
 
     def _archive(self, session_id: str, snapshot: list[RawEvent], started: float) -> FlushOutcome:
         known = self.source.offsets([session_id])

@@ -30,6 +30,8 @@ def archive_policy(config: Config) -> ArchivePolicy:
         max_delay_s=a.max_delay_s,
         segment_events=a.segment_events,
         max_segment_events=max(a.segment_events, 100_000),
+        max_segments=a.max_segments,
+        grace_s=a.grace_s,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -54,7 +55,7 @@ from ..core.projection import fold_request_header
 from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
 from ..errors import ConfigError, InputError, SessionNotFound
-from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
+from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, session_ids, stores_for
 from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
 
 if TYPE_CHECKING:
@@ -522,7 +523,9 @@ def resume(
     """Continue a session with a new loop instance against the emulator (writes a `resume` snapshot).
 
     A session its last loop left mid-step (a crash, a full disk) is closed first: each tool call without a
-    result gets an error result saying it was interrupted, and the open step and turn are ended.
+    result gets an error result saying it was interrupted, and the open step and turn are ended. The session
+    is read once (as the instance takes it over); afterwards only what the instance appended is read back,
+    and its requests are verified (`foldline verify` rebuilds every request of a session).
     """
     from ..demo import PROMPTS, demo_toolset
     from ..loop import Agent, AgentOptions
@@ -537,7 +540,11 @@ def resume(
     settings = config_for(data_dir, backend)
     emulator_only(settings, "foldline resume")
     with stores_for(settings) as stores:
-        events = read_session(stores.log, session)
+        if stores.log.head(session) == 0:
+            raise SessionNotFound(session)
+        # the instance's lease and the session as its take-over found it: the one read of the whole session
+        opened = stores.log.acquire_and_read(session)
+        events = opened[1]
         folded = fold_request_header(events)
         if folded is None:
             raise ConfigError(
@@ -555,7 +562,8 @@ def resume(
         options = AgentOptions(
             config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
         )
-        agent = Agent(session, stores.log, provider, options, attachments=stores.attachments)
+        agent = Agent(session, stores.log, provider, options, attachments=stores.attachments, opened=opened)
+        gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
 
@@ -570,8 +578,8 @@ def resume(
                 await provider.aclose()
 
         asyncio.run(run())
-        after = stores.log.read(session)
-        report = verify_events(session, after, stores.attachments)
+        after = [*events, *stores.log.read(session, len(events))]  # only what this instance appended is read
+        report = verify_events(session, after, stores.attachments, from_seq=len(events), values_checked_before=True)
     resume_snaps = [(s, d) for s, d in snapshot_diffs(after) if s.seq >= len(events) and s.reason == "resume"]
     snap, drift = resume_snaps[0]
     if json:
@@ -608,7 +616,7 @@ def resume(
         console.print(
             literal(
                 "a new process starts with a cold emulator cache, so the first request reads nothing; "
-                f"verify: {report.matched}/{report.checked} requests match"
+                f"verify: {report.matched}/{report.checked} requests of this instance match"
             )
         )
     if not report.ok:

@@ -404,6 +404,18 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("FOLDLINE_ARCHIVE_GROUP", "archive.group", _text, "archivers' consumer group (unset: <topic>.archivers)"),
     Setting("FOLDLINE_ARCHIVE_CONCURRENCY", "archive.concurrency", _positive_int, "segments written at once"),
+    Setting(
+        "FOLDLINE_ARCHIVE_MAX_SEGMENTS",
+        "archive.max_segments",
+        _positive_int,
+        "segments per session above which the archiver merges them",
+    ),
+    Setting(
+        "FOLDLINE_ARCHIVE_GRACE",
+        "archive.grace_s",
+        _seconds,
+        "seconds a segment a merge replaced is kept for readers before it is deleted",
+    ),
 )
 
 #: Variables that set one librdkafka property each; they override the client-properties file.

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from ..ports.archive import MANIFEST_MAX_AGE_S, MAX_BACKOFF_S, longest_read_s
 from ..providers.settings import TransportSettings
 from .environment import (
     ARCHIVE_STORES,
@@ -268,7 +269,8 @@ class ArchiveConfig:
     ``prefix``, through the ``s3`` section's endpoint, region and timeouts) or ``dir`` (``dir``, default
     ``<data dir>/archive``: the embedded backend's backup). An event is archived at the latest
     ``max_delay_s`` after it was written; a session's events go sooner once it has been idle ``idle_s``
-    after a ``turn/end``, or when ``segment_events`` of them wait.
+    after a ``turn/end``, or when ``segment_events`` of them wait. A session's segments are merged while it
+    has more than ``max_segments``; the segments a merge replaced are deleted ``grace_s`` after it.
     """
 
     store: ArchiveStoreKind = "off"
@@ -281,6 +283,8 @@ class ArchiveConfig:
     segment_events: int = 10_000
     group: str | None = None  # the archivers' consumer group; unset: "<topic>.archivers"
     concurrency: int = 16  # segments written at once per archiver process
+    max_segments: int = 4  # a session's segments are merged while it has more (docs/RETENTION.md, "Merging")
+    grace_s: float = 3600.0  # a segment a merge replaced is deleted this long after it
 
     @property
     def enabled(self) -> bool:
@@ -463,6 +467,21 @@ def _validate(config: Config) -> None:
         raise ConfigError("FOLDLINE_ARCHIVE_SESSIONS names no session pattern; use * to archive every session")
     if config.archive.store == "s3" and not config.archive.bucket:
         raise ConfigError("FOLDLINE_ARCHIVE_BUCKET is empty; name the bucket of the session archive")
+    if config.archive.max_segments < 2:
+        raise ConfigError(
+            f"FOLDLINE_ARCHIVE_MAX_SEGMENTS must be at least 2, not {config.archive.max_segments} (with one, every "
+            "archived turn would rewrite the whole session)"
+        )
+    s3 = config.s3
+    read_s = longest_read_s(s3.max_attempts, s3.connect_timeout_s, s3.read_timeout_s)
+    least = MANIFEST_MAX_AGE_S + read_s
+    if config.archive.grace_s < least:
+        raise ConfigError(
+            f"FOLDLINE_ARCHIVE_GRACE ({config.archive.grace_s:g} s) must be at least {least:g} s: "
+            f"a reader uses a manifest for up to {MANIFEST_MAX_AGE_S:g} s and a segment read may take "
+            f"{read_s:g} s ({s3.max_attempts} attempts of up to {s3.connect_timeout_s:g} + {s3.read_timeout_s:g} s "
+            f"and {MAX_BACKOFF_S:g} s between them), so a merged-away segment deleted sooner could still be needed"
+        )
     if config.kafka.min_insync_replicas > config.kafka.replication_factor:
         raise ConfigError(
             f"FOLDLINE_KAFKA_MIN_INSYNC_REPLICAS ({config.kafka.min_insync_replicas}) exceeds "

@@ -25,7 +25,9 @@ class MessageCache:
 
     Decoding is a pure function of the bytes, so equal bytes always decode to an equal message: a hit is
     the same answer :func:`decode_fold_messages` would give. A dispatcher serving a session step after
-    step then decodes only the messages appended since its last step.
+    step then decodes only the messages appended since its last step. A call never evicts a message it
+    decodes or finds itself: a fold read whole that holds more messages than the cache keeps its first
+    ``capacity`` cached from one read to the next, instead of each read pushing out what the next needs first.
     """
 
     def __init__(self, capacity: int = 20_000) -> None:
@@ -48,11 +50,14 @@ class MessageCache:
                 out.append(hit)
         if missing:
             decoded = decode_fold_messages(tuple(raw[i] for i in missing))
+            used = set(raw) if len(entries) + len(missing) > self.capacity else None
             for i, message in zip(missing, decoded, strict=True):
                 out[i] = message
+                if used is not None and len(entries) >= self.capacity:
+                    if next(iter(entries)) in used:
+                        continue  # only this call's own messages are left to evict: keep them
+                    entries.popitem(last=False)
                 entries[raw[i]] = message
-            while len(entries) > self.capacity:
-                entries.popitem(last=False)
         self.hits += len(raw) - len(missing)
         self.misses += len(missing)
         return tuple(out)

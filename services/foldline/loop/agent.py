@@ -45,6 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
+from ..collector import collector_paused
 from ..core.content import ContentBlock, TextBlock, ToolCallBlock
 from ..core.events import (
     AssistantChunk,
@@ -140,7 +141,8 @@ class Agent:
         self._request_hooks: list[RequestHook] = []
         self.lease: WriterLease
         self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
-        self.session = Session(session_id, loaded)  # validates on load
+        with collector_paused():
+            self.session = Session(session_id, loaded)  # validates on load
         repair = closing_events(loaded)
         if repair:  # the last instance stopped mid-step: answer its calls and close it first (core/repair.py)
             start, now = self.session.next_seq, clock()
@@ -160,6 +162,10 @@ class Agent:
             if options.invariant
             else None
         )
+        if self.invariant is not None:
+            # the companion folds the events this open read from the log itself (its own fold): its first check
+            # reads only what was appended after them, not the whole session again
+            self.invariant.load(session_id, loaded)
         self._bodies = IncrementalBody(provider.serializer)  # this session's reusable body prefix
         settings = getattr(provider, "settings", None)
         self.sender = options.sender if options.sender is not None else RetryingSender(settings)

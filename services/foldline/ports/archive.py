@@ -4,7 +4,9 @@ A session's archive is a **manifest** and **segments** (docs/RETENTION.md, "The 
 segment holds a contiguous run of the session's events, ``first`` up to ``end`` (exclusive), as an Avro
 object container file; the manifest lists the segments in seq order, with the sha256 of each, and its
 *watermark* (``next_seq``) is where the archived prefix of the session ends. Segments are written once
-(create-only) and never change; the manifest only grows, by compare-and-set.
+(create-only) and never change; the manifest is replaced only by compare-and-set. Its watermark only grows;
+adjacent segments may be *merged* into one that holds the same events, and the segments it replaced are
+*retired*: still named by the manifest, deleted after a grace period (docs/RETENTION.md, "Merging").
 
 * :class:`ArchiveStore` — objects by key under one root (an S3 bucket prefix, a directory): create-only
   writes, compare-and-set replacement, reads that check the store's own checksum, listing. One contract
@@ -23,7 +25,31 @@ from typing import NamedTuple
 
 from ..core.events import Envelope
 
-__all__ = ["ArchiveReader", "ArchiveStore", "Manifest", "RawEvent", "SegmentRef", "StoredObject"]
+__all__ = [
+    "MANIFEST_MAX_AGE_S",
+    "MAX_BACKOFF_S",
+    "ArchiveReader",
+    "ArchiveStore",
+    "Manifest",
+    "MergeIntent",
+    "RawEvent",
+    "RetiredSegment",
+    "SegmentRef",
+    "StoredObject",
+    "longest_read_s",
+]
+
+
+#: How long a reader may use a manifest it read to read segments; then it reads the manifest again. A segment
+#: a merge retired is deleted no sooner than a grace period longer than this plus the longest segment read.
+MANIFEST_MAX_AGE_S = 60.0
+#: The longest wait between two attempts of one store request (botocore's standard retry mode caps it here).
+MAX_BACKOFF_S = 20.0
+
+
+def longest_read_s(max_attempts: int, connect_timeout_s: float, read_timeout_s: float) -> float:
+    """The longest one segment read may take against a store with these request bounds."""
+    return max_attempts * (connect_timeout_s + read_timeout_s + MAX_BACKOFF_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +131,39 @@ class SegmentRef:
 
 
 @dataclass(frozen=True, slots=True)
+class MergeIntent:
+    """A merge an archiver announced: ``segment`` will hold exactly the events of ``inputs`` (two or more
+    adjacent segments of the manifest, in seq order), and replace them once it is durable."""
+
+    segment: SegmentRef
+    inputs: tuple[SegmentRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredSegment:
+    """A segment a merge replaced (by its key, relative to the session's directory): no longer part of the
+    archive, kept for readers of an older manifest until ``at_ms`` (when it was retired, epoch ms) plus the
+    grace period, then deleted."""
+
+    key: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
-    """A session's archive: its segments in seq order (contiguous from 0), and a segment being written.
+    """A session's archive: its segments in seq order (contiguous from 0), a segment being written, a merge
+    under way, and the segments merges replaced that are not deleted yet.
 
     ``pending`` is an intent: the segment an archiver announced before writing it. It is not part of the
-    archive (readers ignore it) until a later manifest lists it among ``segments``.
+    archive (readers ignore it) until a later manifest lists it among ``segments``. ``merging`` is a merge's
+    intent (readers ignore it too); ``retired`` are objects no reader of this manifest needs.
     """
 
     session_id: str
     segments: tuple[SegmentRef, ...] = ()
     pending: SegmentRef | None = None
+    merging: MergeIntent | None = None
+    retired: tuple[RetiredSegment, ...] = ()
 
     @property
     def next_seq(self) -> int:

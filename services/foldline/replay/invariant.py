@@ -14,10 +14,14 @@ a boundary costs the events appended since the previous check:
    with a readable diff on any difference, before anything is written or sent.
 4. **Compare the bytes** (:meth:`check_body`): the companion serializes its own request with its own
    incremental body cache and compares the digest with the digest of the body about to be sent. This is
-   what ships, so it is checked on every step whatever the loop's request object holds.
+   what ships, so it is checked on every step whatever the loop's request object holds. After a fresh
+   rebuild the request is also serialized whole by the serializer and compared with the cached digest —
+   unless the cache was empty (its first check of the session): that digest was of the body encoded whole.
 
 A **fresh rebuild** — a new ``Session`` over a full read, serialized from scratch without any body cache —
-also runs where it is rare or cheap: the first check of a session (that is how its fold is loaded), the
+also runs where it is rare or cheap: the first check of a session (its fold is built from a full read of the
+log — by the check, or by :meth:`InvariantCompanion.load` from the events a loop instance's open read — and
+that fold is the fresh rebuild: the request is serialized from scratch beside it), the
 first check after the fold saw a surface replace (compaction, trim), and on a sample of steps: whenever
 the session has grown by ``fresh_growth`` times since the last fresh rebuild (default 2: it doubled, so
 the fresh rebuilds of a session cost at most as much as its incremental reads), and — when
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..collector import collector_paused
 from ..core import codec
 from ..core.events import Envelope
 from ..core.projection import MessageSequence, Session
@@ -54,6 +59,8 @@ __all__ = ["DEFAULT_FRESH_GROWTH", "DEFAULT_FULL_CHECK_EVERY", "InvariantCompani
 #: A fresh rebuild whenever the session has doubled since the last one (besides load and surface replaces);
 #: amortized, the fresh rebuilds read no more events than the incremental checks do.
 DEFAULT_FRESH_GROWTH = 2.0
+#: A catch-up of more events than this folds with the cyclic collector paused (a load, a fresh rebuild)
+_PAUSE_FROM = 1000
 #: No fixed-cadence fresh rebuild by default (it costs O(history) per sampled step: O(history) on average).
 DEFAULT_FULL_CHECK_EVERY = 0
 
@@ -89,6 +96,7 @@ class _Fold:
     live: GenerateOptions | None = None  # the request it was compared with
     boundary: int = -1
     fresh: bool = False  # the last check ran a fresh rebuild (its request needs no second one for the body)
+    whole: bool = True  # built from a full read (by a check or by load) and not checked since: a fresh rebuild
 
 
 class InvariantCompanion:
@@ -143,7 +151,10 @@ class InvariantCompanion:
             self.fresh_growth > 0 and boundary >= self.fresh_growth * fold.fresh_at
         )
         fold.fresh = fold.checks == 1 or replaced or sample
-        if fold.fresh:
+        if fold.fresh and fold.whole:  # the fold itself was just built from a full read: it is the fresh rebuild
+            self.full_rebuilds += 1
+            fold.fresh_at = boundary
+        elif fold.fresh:
             self.full_rebuilds += 1
             fold.fresh_at = boundary
             fresh = await self._fresh(session_id, boundary, pending)
@@ -164,6 +175,20 @@ class InvariantCompanion:
                 request,
             )
         fold.generation = fold.session.surface_generation
+        fold.whole = False
+
+    def load(self, session_id: str, events: Sequence[Envelope]) -> None:
+        """Fold ``events`` — a session's first events as a read of the log returned them (a loop instance's
+        open, whose own load checked their values) — as the companion's own fold of it (a
+        :class:`~foldline.core.Session` of its own, every rule of the session checked again): the next check
+        reads only what follows them, and counts this fold as its fresh rebuild."""
+        session = Session(session_id)
+        with collector_paused():
+            session.extend(events, values_checked=True)
+        self._folds[session_id] = _Fold(session, session.next_seq)
+        self._folds.move_to_end(session_id)
+        while len(self._folds) > self.max_sessions:
+            self._folds.popitem(last=False)
 
     def check_body(self, session_id: str, boundary: int, digest: str, serializer: Serializer) -> None:
         """Compare the digest of the body about to be sent with the companion's own serialization.
@@ -179,10 +204,11 @@ class InvariantCompanion:
             )
         key = (serializer.name, serializer.version)
         body = fold.bodies.get(key)
+        cached = body is not None  # else the digest below is of a body encoded whole, with no cache yet
         if body is None:
             body = fold.bodies[key] = IncrementalBody(serializer, verify_cached_images=False)
         own, _ = body.digest(fold.request, self.attachments)
-        if fold.fresh:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches for itself)
+        if fold.fresh and cached:  # a fresh rebuild ran: serialize it from scratch too (no body cache vouches)
             full = codec.digest_bytes(serializer.serialize(fold.request, self.attachments))
             if full != own:
                 self._fail(
@@ -218,7 +244,7 @@ class InvariantCompanion:
         if fold is not None and fold.read_to > durable_to:
             fold = None  # a check of an earlier boundary than the last one read: start over
         if fold is None:
-            fold = _Fold(Session(session_id), 0)
+            fold = _Fold(Session(session_id), 0)  # read whole below: a fresh rebuild
         else:
             self._folds.move_to_end(session_id)
         self._folds[session_id] = fold
@@ -236,7 +262,11 @@ class InvariantCompanion:
                 read = read[len(fold.tentative) :]
                 fold.tentative = []
         try:
-            fold.session.extend(read)
+            if len(read) > _PAUSE_FROM:
+                with collector_paused():
+                    fold.session.extend(read)
+            else:
+                fold.session.extend(read)
             fold.read_to = fold.session.next_seq
             if fold.read_to != durable_to:
                 self.forget(session_id)
@@ -268,7 +298,9 @@ class InvariantCompanion:
 
     async def _fresh(self, session_id: str, boundary: int, pending: Sequence[Envelope]) -> GenerateOptions:
         durable_to = pending[0].seq if pending else boundary
-        fresh = Session(session_id, [*await self.log.read_async(session_id, 0, durable_to), *pending])
+        events = [*await self.log.read_async(session_id, 0, durable_to), *pending]
+        with collector_paused():
+            fresh = Session(session_id, events)
         if fresh.next_seq != boundary:
             self._violated()
             raise InvariantViolation(

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..collector import collector_paused
 from ..core import codec
 from ..core import compaction as cc
 from ..core.events import (
@@ -164,7 +165,29 @@ def rebuild_requests(
 
 
 def verify_events(
-    session_id: str, events: Iterable[Envelope], attachments: AttachmentStore | None = None
+    session_id: str,
+    events: Iterable[Envelope],
+    attachments: AttachmentStore | None = None,
+    *,
+    from_seq: int = 0,
+    values_checked_before: bool = False,
+) -> VerifyReport:
+    """Rebuild every loop request of ``events`` (a whole session) and prove it against its recorded digest.
+
+    ``from_seq``: only the requests, compactions and retries at or after it are checked — the events before it
+    are folded, not checked (what one loop instance that started there sent: ``foldline resume``);
+    ``values_checked_before``: the caller's own load checked the values of those very envelopes (the session
+    rules still run on them)."""
+    with collector_paused():
+        return _walk(session_id, events, attachments, from_seq, values_checked_before)
+
+
+def _walk(
+    session_id: str,
+    events: Iterable[Envelope],
+    attachments: AttachmentStore | None,
+    from_seq: int,
+    values_checked_before: bool,
 ) -> VerifyReport:
     report = VerifyReport()
     session = Session(session_id)
@@ -176,11 +199,12 @@ def verify_events(
     awaiting: tuple[int, int] | None = None  # (turn, step) of the dispatch still awaiting its answer
     for e in events:
         data = e.data
+        checking = e.seq >= from_seq
         if isinstance(data, RequestDispatch):
             awaiting = (data.turn, data.step)
         elif isinstance(data, AssistantMessage | StepEnd):
             awaiting = None
-        elif isinstance(data, LlmRetry):
+        elif isinstance(data, LlmRetry) and checking:
             report.retries += 1
             if awaiting != (data.turn, data.step):
                 report.unreconstructable.append(
@@ -199,14 +223,14 @@ def verify_events(
             isinstance(data, UserMessage) and data.source == "compaction"
         ):
             compaction, problem = _recheck_compaction(compaction, e, session, attachments)
-            if problem is not None:
+            if problem is not None and checking:
                 report.unreconstructable.append(Unreconstructable(session_id, *step_at, e.seq, problem))
-        elif isinstance(data, AttachmentQuarantine):
+        elif isinstance(data, AttachmentQuarantine) and checking:
             report.checked += 1
             report.unreconstructable.append(
                 Unreconstructable(session_id, *step_at, e.seq, f"attachment {data.attachment_id}: {data.failure}")
             )
-        elif isinstance(data, RequestDispatch):
+        elif isinstance(data, RequestDispatch) and checking:
             report.checked += 1
             try:
                 request = session_request(session)
@@ -235,7 +259,10 @@ def verify_events(
                             _first_diff(body, data.digest, attachments),
                         )
                     )
-        session.append(e)
+        if checking or not values_checked_before:
+            session.append(e)
+        else:
+            session.extend((e,), values_checked=True)
     return report
 
 

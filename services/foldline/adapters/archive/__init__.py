@@ -4,9 +4,10 @@
 module         holds
 =============  ==========================================================================================
 ``layout``     where a session's objects live in a store (keys), and the manifest's JSON
-``segments``   a segment's bytes (fastavro container file, deflate) from Avro bodies, and its events back
+``segments``   a segment's bytes (fastavro container file, deflate) from Avro bodies, its events back, merges
 ``reader``     :class:`SessionArchive`, the ``ArchiveReader`` of a store: manifests, digest-checked segments
-``writer``     :class:`ArchiveAppender`: intent, segment, commit — the watermark moves after the segment is durable
+``merging``    :class:`MergePolicy`: which run of a session's segments is merged next (pure)
+``writer``     :class:`ArchiveAppender`: appends, merges, tidies — each intent, object, commit
 ``audit``      :func:`audit_archive`: every object accounted for; orphans, overlaps and missing segments named
 =============  ==========================================================================================
 
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 from .audit import ArchiveAudit, audit_archive
 from .layout import manifest_key, segment_key, session_dir
+from .merging import MergePolicy
 from .reader import SessionArchive
-from .segments import SegmentEncoder, body_of, build_segment, read_segment
-from .writer import ArchiveAppender, SegmentSource
+from .segments import SegmentEncoder, body_of, build_segment, merge_segments, read_segment
+from .writer import ArchiveAppender, MergeOutcome, SegmentSource
 
 __all__ = [
     "ArchiveAppender",
     "ArchiveAudit",
+    "MergeOutcome",
+    "MergePolicy",
     "SegmentEncoder",
     "SegmentSource",
     "SessionArchive",
@@ -32,6 +36,7 @@ __all__ = [
     "body_of",
     "build_segment",
     "manifest_key",
+    "merge_segments",
     "read_segment",
     "segment_key",
     "session_dir",

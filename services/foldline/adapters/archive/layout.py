@@ -8,8 +8,14 @@ Keys (relative to the store's root; docs/RETENTION.md, "The archive layout"):
 * ``sessions/<h>/<id>/seg-<first>-<end>.avro`` — seqs ``first`` up to ``end`` (exclusive), each 12 digits.
 
 The manifest is canonical JSON: ``{"v":1,"session":…,"segments":[{"key","first","end","sha256","bytes"}…],
-"pending":null|{…}}``. :func:`decode_manifest` checks everything a reader relies on: the session, segments
-contiguous from seq 0, keys that name their ranges, digests that are sha256 hex.
+"pending":null|{…}}``, plus, only while there is one, ``"merging":{"segment":{…},"inputs":[{…}…]}`` (a merge
+announced) and ``"retired":[{"at":<epoch ms>,"keys":[…]}…]`` (the keys of the segments each merge replaced,
+not deleted yet: readers skip them, so they cost a read little). A manifest
+with neither is byte for byte what a version without merges writes, and readers of that version read any
+manifest (they take ``segments`` and ignore the rest). :func:`decode_manifest` checks everything a reader
+relies on: the session, segments contiguous from seq 0, keys that name their ranges, digests that are sha256
+hex; a merge's inputs that are a run of the segments its output covers exactly; retired segments that are not
+live.
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ from urllib.parse import quote, unquote
 
 from ...core import codec as canonical
 from ...errors import ArchiveCorrupt
-from ...ports.archive import Manifest, SegmentRef
+from ...ports.archive import Manifest, MergeIntent, RetiredSegment, SegmentRef
 
 __all__ = [
     "MANIFEST_NAME",
     "SESSIONS_PREFIX",
     "decode_manifest",
     "encode_manifest",
+    "merge_problem",
     "manifest_key",
     "segment_key",
     "segment_name",
@@ -74,14 +81,23 @@ def _ref_json(ref: SegmentRef) -> dict[str, Any]:
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
-    return canonical.canonical_json(
-        {
-            "v": 1,
-            "session": manifest.session_id,
-            "segments": [_ref_json(s) for s in manifest.segments],
-            "pending": None if manifest.pending is None else _ref_json(manifest.pending),
+    value: dict[str, Any] = {
+        "v": 1,
+        "session": manifest.session_id,
+        "segments": [_ref_json(s) for s in manifest.segments],
+        "pending": None if manifest.pending is None else _ref_json(manifest.pending),
+    }
+    if manifest.merging is not None:
+        value["merging"] = {
+            "segment": _ref_json(manifest.merging.segment),
+            "inputs": [_ref_json(s) for s in manifest.merging.inputs],
         }
-    )
+    if manifest.retired:
+        groups: dict[int, list[str]] = {}  # one group per merge: its time and the keys it retired
+        for r in manifest.retired:
+            groups.setdefault(r.at_ms, []).append(r.key)
+        value["retired"] = [{"at": at, "keys": keys} for at, keys in groups.items()]
+    return canonical.canonical_json(value)
 
 
 def _ref(value: Any) -> SegmentRef:
@@ -106,6 +122,16 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
             raise ValueError(f"it belongs to session {value['session']!r}")
         segments = tuple(_ref(s) for s in value["segments"])
         pending = None if value["pending"] is None else _ref(value["pending"])
+        merge = value.get("merging")
+        merging = (
+            None if merge is None else MergeIntent(_ref(merge["segment"]), tuple(_ref(s) for s in merge["inputs"]))
+        )
+        retired = tuple(
+            RetiredSegment(_retired_key(key), at)
+            for g in value.get("retired", ())
+            for at in (_at_ms(g["at"]),)
+            for key in g["keys"]
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArchiveCorrupt(where, f"not a manifest of session {session_id!r}: {exc}") from exc
     at = 0
@@ -117,4 +143,43 @@ def decode_manifest(raw: bytes, session_id: str, where: str) -> Manifest:
         at = ref.end
     if pending is not None and pending.first != at:
         raise ArchiveCorrupt(where, f"the pending segment {pending.key} does not start at the watermark {at}")
-    return Manifest(session_id, segments, pending)
+    if merging is not None:
+        problem = merge_problem(segments, merging)
+        if problem:
+            raise ArchiveCorrupt(where, f"the merge of {merging.segment.key} {problem}")
+    live = {ref.key for ref in segments}
+    for r in retired:
+        if r.key in live:
+            raise ArchiveCorrupt(where, f"{r.key} is listed both as a segment and as retired")
+    return Manifest(session_id, segments, pending, merging, retired)
+
+
+def _retired_key(key: Any) -> str:
+    """A retired segment's key, checked cheaply (readers never read one; a tidy deletes it in the session's
+    directory): a segment name without a path."""
+    if not isinstance(key, str) or not (key.startswith("seg-") and key.endswith(".avro")) or "/" in key:
+        raise ValueError(f"not a retired segment's key: {key!r}")
+    return key
+
+
+def _at_ms(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"a retired segment's time must be epoch milliseconds, not {value!r}")
+    return value
+
+
+def merge_problem(segments: tuple[SegmentRef, ...], merge: MergeIntent) -> str:
+    """Why ``merge`` cannot replace a run of ``segments`` (empty when it can): its inputs must be two or more
+    of them, adjacent, exactly as listed, and its output must cover exactly their seqs."""
+    inputs = merge.inputs
+    if len(inputs) < 2:
+        return "names fewer than two inputs"
+    if (merge.segment.first, merge.segment.end) != (inputs[0].first, inputs[-1].end):
+        return f"covers seqs {merge.segment.first}..{merge.segment.end}, its inputs {inputs[0].first}..{inputs[-1].end}"
+    try:
+        start = segments.index(inputs[0])
+    except ValueError:
+        return f"names input {inputs[0].key}, which is not one of the segments"
+    if segments[start : start + len(inputs)] != inputs:
+        return "names inputs that are not a run of the segments as listed"
+    return ""

@@ -17,6 +17,12 @@ of the current schema straight into envelopes (:func:`foldline.adapters.avro.dec
 segment of another schema goes through fastavro's reader, resolved to the current schema, and the same
 datum mapping as the Kafka codec (:func:`foldline.adapters.avro.avro_to_envelope`). Both give equal
 envelopes; the seqs are checked to be exactly the range.
+
+Merging (:func:`merge_segments`) makes one segment of adjacent ones without decoding a record: their blocks
+are inflated, their record bytes concatenated in seq order into blocks of about :data:`BLOCK_BYTES`, and
+deflated again. Segments written under another schema than the others' are decoded and their events encoded
+under the current schema first. The result is a function of the inputs' bytes, and it is read back (every
+seq of the range, in order) before anyone may rely on it.
 """
 
 from __future__ import annotations
@@ -49,7 +55,16 @@ from ..avro import (
 from ..avro.decoding import decode_bodies
 from ..avro.direct import reads_directly
 
-__all__ = ["BLOCK_BYTES", "CODEC", "SegmentEncoder", "body_of", "build_segment", "event_head", "read_segment"]
+__all__ = [
+    "BLOCK_BYTES",
+    "CODEC",
+    "SegmentEncoder",
+    "body_of",
+    "build_segment",
+    "event_head",
+    "merge_segments",
+    "read_segment",
+]
 
 CODEC = "deflate"
 BLOCK_BYTES = 256 * 1024  # uncompressed bytes per container block
@@ -305,3 +320,92 @@ def read_segment(data: bytes, session_id: str, first: int, end: int, where: str)
             if env.seq != first + i:
                 raise ArchiveCorrupt(where, f"record {i} has seq {env.seq}, expected {first + i}")
     return events
+
+
+# ---------------------------------------------------------------- merging
+
+
+def _records(container: _Container) -> Iterator[tuple[int, bytes]]:
+    """Each block of a container as ``(record count, the records' bytes, inflated)``."""
+    codec = container.meta.get("avro.codec", b"null")
+    if codec not in (b"deflate", b"null"):
+        raise ValueError(f"a segment compressed with {codec.decode(errors='replace')!r}, not deflate")
+    for count, block in container.blocks:
+        yield count, zlib.decompress(block, -15) if codec == b"deflate" else block
+
+
+def merge_segments(session_id: str, parts: Sequence[tuple[int, int, bytes, str]]) -> bytes:
+    """One segment holding the events of adjacent segments of ``session_id``.
+
+    ``parts`` are ``(first, end, bytes, where)`` of each input in seq order, their bytes already checked
+    against their digests. Their metadata must name the session and their ranges, their record counts must
+    fill the ranges; the output is read back (every seq of the whole range, in order) before it is
+    returned. :class:`~foldline.errors.ArchiveCorrupt` names the input (or the output) that fails a check.
+    """
+    if len(parts) < 2:
+        raise ValueError("a merge takes two segments or more")
+    first, end = parts[0][0], parts[-1][1]
+    where = f"the merge of seqs {first}..{end} of session {session_id!r}"
+    containers: list[tuple[_Container, bytes, str]] = []
+    at = first
+    for a, b, data, name in parts:
+        if a != at:
+            raise ValueError(f"merge inputs are not adjacent: {name} starts at {a}, expected {at}")
+        at = b
+        try:
+            container = _Container(data)
+            named = tuple(container.meta.get(k, b"").decode() or None for k in (_META_SESSION, _META_FIRST, _META_END))
+            fingerprint = _writer(container.meta["avro.schema"].decode())[0]
+        except (ValueError, KeyError, UnicodeDecodeError) as exc:
+            raise ArchiveCorrupt(name, f"not a readable Avro container file: {exc}") from exc
+        if named != (session_id, str(a), str(b)):
+            raise ArchiveCorrupt(
+                name, f"the segment names session {named[0]!r} seqs {named[1]}..{named[2]}, not {session_id!r} {a}..{b}"
+            )
+        if sum(count for count, _ in container.blocks) != b - a:
+            raise ArchiveCorrupt(name, f"its blocks hold another number of records than its range {a}..{b} needs")
+        containers.append((container, fingerprint, name))
+    schemas = {fp for _, fp, _ in containers}
+    if len(schemas) == 1:
+        container = containers[0][0]
+        document: dict[str, Any] = json.loads(container.meta["avro.schema"])
+        target = next(iter(schemas))
+    else:  # written under several schemas: everything under the current one
+        target = _current()[1]
+        found = writer_schema_documents().get(target)
+        if found is None:
+            raise FormatError("avro-unknown-schema", f"no event schema has fingerprint {target.hex()}")
+        document = dict(found)
+    chunks: list[tuple[int, bytes]] = []
+    encoder: SegmentEncoder | None = None
+    for (container, fingerprint, name), (a, b, data, _) in zip(containers, parts, strict=True):
+        try:
+            if fingerprint == target:
+                chunks.extend(_records(container))
+                continue
+            encoder = encoder or SegmentEncoder()
+            events = read_segment(data, session_id, a, b, name)
+            chunks.append((len(events), b"".join(encoder.body(e) for e in events)))
+        except (ValueError, zlib.error) as exc:
+            raise ArchiveCorrupt(name, f"its blocks do not inflate: {exc}") from exc
+    out = io.BytesIO()
+    writer = fastavro.write.Writer(
+        out,
+        document,
+        codec=CODEC,
+        sync_marker=sync_marker(session_id, first, end),
+        metadata={_META_SESSION: session_id, _META_FIRST: str(first), _META_END: str(end)},
+    )
+    count, pieces, size = 0, [], 0
+    for n, raw in chunks:  # whole input blocks into blocks of about BLOCK_BYTES
+        count, size = count + n, size + len(raw)
+        pieces.append(raw)
+        if size >= BLOCK_BYTES:
+            writer.write_block(_Block(count, b"".join(pieces)))
+            count, pieces, size = 0, [], 0
+    if count:
+        writer.write_block(_Block(count, b"".join(pieces)))
+    writer.flush()
+    merged = out.getvalue()
+    read_segment(merged, session_id, first, end, where)  # every seq of the range, in order, or ArchiveCorrupt
+    return merged

@@ -54,6 +54,7 @@ from typing import Any, NoReturn, TypeVar
 
 from confluent_kafka import KafkaException
 
+from ...collector import collector_paused
 from ...core.events import Envelope
 from ...core.limits import check_event_size
 from ...core.validation import LogRules, check_session_id
@@ -515,7 +516,8 @@ class KafkaEventLog(EventLog):
 
     def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
         """The lease and the session's events as the take-over (or the creation) found them: exact, with no
-        second read of the index."""
+        second read of the index. The validation rules the next append checks against are built from the
+        same events (a loaded session is not read again at its first append)."""
         check_session_id(session_id)
         self._ensure_ready()
         deadline = self._clients.deadline()
@@ -523,7 +525,15 @@ class KafkaEventLog(EventLog):
             owned, _ = self._own(session_id, deadline, new_epoch=True)
             state = owned.state
             lease = WriterLease(session_id, state.epoch)
-            return lease, self._read_known(session_id, state, 0, state.next_seq, deadline)
+            events = self._read_known(session_id, state, 0, state.next_seq, deadline)
+            if owned.rules is None:
+                # the session's rules (seqs, calls, surface) from the events just read; their values were
+                # checked when they were appended, and the index names only records this log wrote
+                rules = LogRules()
+                with collector_paused():
+                    rules.check_batch(events, values_checked=True)
+                owned.rules = rules
+            return lease, events
 
     def close(self) -> None:
         with self._ready_lock:
@@ -758,7 +768,9 @@ class KafkaEventLog(EventLog):
     def _rules_for(self, session_id: str, state: SessionState, deadline: float) -> LogRules:
         rules = LogRules()
         if state.next_seq:
-            rules.check_batch(self._events.events(session_id, state, 0, state.next_seq, deadline))
+            events = self._events.events(session_id, state, 0, state.next_seq, deadline)
+            with collector_paused():
+                rules.check_batch(events)
         return rules
 
     def _load_state(self, session_id: str, deadline: float) -> SessionState:

@@ -36,9 +36,23 @@ from ...errors import ConfigError, UnsafeRetention
 from .clients import KafkaClients
 from .records import MAX_MESSAGE_BYTES, dlq_topic, index_topic
 
-__all__ = ["MIN_RETENTION_FACTOR", "TopicCheck", "TopicPolicy", "check_topics", "enforce"]
+__all__ = [
+    "INDEX_DIRTY_RATIO",
+    "INDEX_SEGMENT_MS",
+    "MIN_RETENTION_FACTOR",
+    "TopicCheck",
+    "TopicPolicy",
+    "check_topics",
+    "enforce",
+]
 
 MIN_RETENTION_FACTOR = 2  # a finite retention must be at least this many times the archiver's maximum delay
+
+
+#: The index topic rolls its segments after this long, so the log cleaner compacts all but the last one.
+INDEX_SEGMENT_MS = 60_000
+#: The share of superseded entries in the index at which the cleaner compacts it.
+INDEX_DIRTY_RATIO = "0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +109,15 @@ class TopicPolicy:
                 "retention.bytes": "-1",
                 "unclean.leader.election.enable": "false",
             },
-            index_topic(topic): {**common, "cleanup.policy": "compact", "unclean.leader.election.enable": "false"},
+            index_topic(topic): {
+                **common,
+                "cleanup.policy": "compact",
+                "unclean.leader.election.enable": "false",
+                # a segment closes after a minute, so the cleaner compacts it: a process's first read of a
+                # partition then reads about one entry per session, not every entry written since the last roll
+                "segment.ms": str(INDEX_SEGMENT_MS),
+                "min.cleanable.dirty.ratio": INDEX_DIRTY_RATIO,
+            },
             dlq_topic(topic): {**common, **forever},
         }
 

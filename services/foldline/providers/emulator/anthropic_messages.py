@@ -24,7 +24,7 @@ from . import checks
 from .answer import Answer, AnswerPart
 from .cache import AnthropicCachePolicy, CacheUsage, PrefixCache
 from .checks import RequestRejected
-from .prompt import Prompt
+from .prompt import Prompt, Resume
 from .script import ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .sealing import sign_thinking, valid_redacted, valid_signature
 from .wire_api import WireApi
@@ -200,8 +200,9 @@ def _add_system(prompt: Prompt, system: Any, policy: AnthropicCachePolicy) -> No
         )
 
 
-def _final_turn_starts_with_thinking(messages: list[Any]) -> None:
-    """With thinking on, the assistant message before the last tool results must start with a thinking block."""
+def _final_turn_starts_with_thinking(messages: list[Any], first: int = 0) -> None:
+    """With thinking on, the assistant message before the last tool results must start with a thinking block
+    (``messages`` are the request's from index ``first`` on)."""
     if len(messages) < 2 or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
         return
     content = messages[-1].get("content")
@@ -210,13 +211,13 @@ def _final_turn_starts_with_thinking(messages: list[Any]) -> None:
     ):
         return
     at = len(messages) - 2
-    first = (messages[at].get("content") or [{}])[0] if isinstance(messages[at], dict) else {}
-    kind = first.get("type") if isinstance(first, dict) else None
+    opening = (messages[at].get("content") or [{}])[0] if isinstance(messages[at], dict) else {}
+    kind = opening.get("type") if isinstance(opening, dict) else None
     if kind not in _THINKING_KINDS:
         raise RequestRejected(
             400,
-            f"messages.{at}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. When "
-            "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
+            f"messages.{first + at}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. "
+            "When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
             "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
             "previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at "
             "https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
@@ -289,9 +290,14 @@ def _sampling(req: dict[str, Any], model: str, thinking: bool) -> None:
 _SAMPLING_DEFAULTS: Final[dict[str, Any]] = {"temperature": 1, "top_p": 1, "top_k": None}
 
 
-def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy, key: bytes) -> None:
-    pairing = _Pairing(key=key)
-    for index, (where, msg) in enumerate(checks.objects(messages, "messages")):
+def _add_messages(
+    prompt: Prompt, messages: list[Any], policy: AnthropicCachePolicy, key: bytes, resume: Resume | None
+) -> None:
+    first = 0 if resume is None else resume.messages
+    pairing = _Pairing(key=key) if resume is None else _Pairing(previous=set(resume.state), key=key)
+    if resume is not None:
+        prompt.resume(resume)
+    for index, (where, msg) in enumerate(checks.objects(messages, "messages", start=first), start=first):
         checks.exact_keys(msg, frozenset({"role", "content"}), where)
         role = msg.get("role")
         if role not in ("user", "assistant"):
@@ -313,10 +319,12 @@ def _add_messages(prompt: Prompt, messages: list[Any], policy: AnthropicCachePol
         if index:
             pairing.check_answered(index - 1)
         prompt.add_turn(role, parts, ttls)
+        prompt.mark(frozenset(pairing.current))
         pairing = _Pairing(previous=pairing.current, key=key)
 
 
-def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"") -> Prompt:
+def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"", resume: Resume | None = None) -> Prompt:
+    """A Messages body; ``resume``: its messages continue a prefix parsed before (``body`` holds the rest)."""
     req = checks.request_body(body, _TOP)
     model = checks.string(req.get("model"), "model")
     max_tokens: Any = req.get("max_tokens")
@@ -333,12 +341,14 @@ def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"") -
     _sampling(req, model, prompt.thinking)
     _add_tools(prompt, req.get("tools", []), policy)
     _add_system(prompt, req.get("system"), policy)
-    _add_messages(prompt, checks.message_list(req), policy, key)
+    _add_messages(prompt, checks.message_list(req), policy, key, resume)
     if prompt.thinking:
-        _final_turn_starts_with_thinking(req["messages"])
+        if resume is None:
+            _final_turn_starts_with_thinking(req["messages"])
+        else:
+            _final_turn_starts_with_thinking([resume.last, *req["messages"]], resume.messages - 1)
     if (auto := _ttl(req.get("cache_control"), "cache_control", policy)) is not None:
-        last = prompt.blocks[-1]
-        last.ttl = max(last.ttl or 0.0, auto)
+        prompt.mark_last_block(auto)
     if (found := len(prompt.breakpoints())) > policy.max_breakpoints:
         raise RequestRejected(
             400, f"A maximum of {policy.max_breakpoints} blocks with cache_control may be provided. Found {found}."
@@ -379,11 +389,21 @@ class AnthropicMessages(WireApi[AnthropicCachePolicy]):
         if "anthropic-version" not in headers:
             raise RequestRejected(400, "anthropic-version: header is required")
 
-    def parse(self, payload: Any) -> Prompt:
-        return parse_anthropic(payload, self.policy, self.key)
+    resumable = True
+
+    def parse(self, payload: Any, resume: Resume | None = None) -> Prompt:
+        return parse_anthropic(payload, self.policy, self.key, resume)
 
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
-        return cache.account_breakpoints(self.name, prompt.model, prompt.blocks, prompt.digests()[0], self.policy)
+        return cache.account_breakpoints(
+            self.name,
+            prompt.model,
+            prompt.blocks,
+            prompt.digests()[0],
+            self.policy,
+            breakpoints=prompt.breakpoints(),
+            tokens_through=prompt.tokens_through,
+        )
 
     def render(self, prompt: Prompt, answer: Answer, usage: CacheUsage, clock: Callable[[], float]) -> dict[str, Any]:
         return {

@@ -27,9 +27,10 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
-from .tokens import BYTES_PER_TOKEN, Block
+from .tokens import BYTES_PER_TOKEN, Block, chain_seed
 
 __all__ = ["SWEEP_EVERY", "AnthropicCachePolicy", "CacheUsage", "OpenAICachePolicy", "PrefixCache"]
 
@@ -97,18 +98,31 @@ class PrefixCache:
         return entries
 
     def account_breakpoints(
-        self, api: str, model: str, blocks: Sequence[Block], digests: Sequence[bytes], policy: AnthropicCachePolicy
+        self,
+        api: str,
+        model: str,
+        blocks: Sequence[Block],
+        digests: Sequence[bytes],
+        policy: AnthropicCachePolicy,
+        *,
+        breakpoints: Sequence[int] | None = None,
+        tokens_through: Callable[[int], int] | None = None,
     ) -> CacheUsage:
-        """Explicit caching: read and write at the blocks that carry a TTL (see the module docstring)."""
-        breakpoints = [i for i, b in enumerate(blocks) if b.ttl is not None]
+        """Explicit caching: read and write at the blocks that carry a TTL (see the module docstring).
+
+        ``breakpoints`` (the indexes of those blocks) and ``tokens_through`` (the prompt's tokens up to and
+        including a block) spare a pass over every block when the caller keeps them (a parsed prompt does)."""
+        if breakpoints is None:
+            breakpoints = [i for i, b in enumerate(blocks) if b.ttl is not None]
+        if tokens_through is None:
+            cumulative = list(accumulate(b.tokens for b in blocks))
+
+            def tokens_through(i: int) -> int:
+                return cumulative[i] if i >= 0 else 0
+
         with self._lock:
             cache = self._for(api, model)
             now = self._clock()
-            cumulative: list[int] = []
-            running = 0
-            for b in blocks:
-                running += b.tokens
-                cumulative.append(running)
             read_at = -1
             for p in breakpoints:
                 for j in range(p, max(-1, p - policy.lookback_blocks - 1), -1):
@@ -116,7 +130,7 @@ class PrefixCache:
                     if entry is not None and entry.expires > now:
                         read_at = max(read_at, j)
                         break
-            read = cumulative[read_at] if read_at >= 0 else 0
+            read = tokens_through(read_at)
             if read_at >= 0:
                 hit = cache[digests[read_at]]
                 hit.expires = max(hit.expires, now + policy.ttl_seconds)
@@ -129,20 +143,20 @@ class PrefixCache:
                 entry = cache.get(digests[p])
                 if entry is not None and entry.expires > now:
                     entry.expires = max(entry.expires, now + ttl)
-                elif cumulative[p] >= policy.min_tokens:
+                elif tokens_through(p) >= policy.min_tokens:
                     cache[digests[p]] = _Entry(now + ttl)
                     written_to = max(written_to, p)
                     if ttl >= policy.long_ttl_seconds:
-                        write_1h += max(0, cumulative[p] - covered)
-                    covered = max(covered, cumulative[p])
-            write = cumulative[written_to] - read if written_to > read_at else 0
+                        write_1h += max(0, tokens_through(p) - covered)
+                    covered = max(covered, tokens_through(p))
+            write = tokens_through(written_to) - read if written_to > read_at else 0
         return CacheUsage(read, write, write_1h)
 
     def account_automatic(self, api: str, model: str, blocks: Sequence[Block], policy: OpenAICachePolicy) -> CacheUsage:
         """Automatic caching: every ``granularity``-token prefix from ``min_tokens`` up is read and stored."""
         stream = b"".join(b.data for b in blocks)
         step = policy.granularity * BYTES_PER_TOKEN
-        h = hashlib.sha256(b"foldline-emulator\0" + api.encode() + b"\0" + model.encode() + b"\0")
+        h = hashlib.sha256(chain_seed(api, model))
         keys: list[tuple[int, bytes]] = []
         for k in range(1, len(stream) // step + 1):
             h.update(stream[(k - 1) * step : k * step])

@@ -120,9 +120,10 @@ def message_list(req: Mapping[str, Any]) -> list[Any]:
     return messages
 
 
-def objects(value: Any, where: str, *, brackets: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each item of an array, checked to be an object, with its path (``where.0`` or ``where[0]``)."""
-    for i, item in enumerate(array(value, where)):
+def objects(value: Any, where: str, *, brackets: bool = False, start: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of an array, checked to be an object, with its path (``where.0`` or ``where[0]``; the first
+    item numbered ``start``: the array continues one whose first ``start`` items were checked before)."""
+    for i, item in enumerate(array(value, where), start=start):
         at = f"{where}[{i}]" if brackets else f"{where}.{i}"
         yield at, json_object(item, at)
 

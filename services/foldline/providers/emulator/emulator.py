@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...core.codec import canonical_json, loads
+from ...collector import collector_paused
+from ...core.codec import canonical_json
 from .answer import answer
 from .anthropic_messages import AnthropicMessages
 from .cache import AnthropicCachePolicy, OpenAICachePolicy, PrefixCache
@@ -27,6 +28,8 @@ from .checks import RequestRejected
 from .faults import Fault, FaultPlan
 from .openai_chat import OpenAIChat, ReasoningChat
 from .openai_responses import OpenAIResponses
+from .prefix import SeenPrompts
+from .prompt import Prompt
 from .script import Script, ToolLoopScript
 from .streaming import anthropic_stream, openai_chat_stream, responses_stream, stream_error_event
 from .wire_api import WireApi
@@ -105,6 +108,8 @@ class Emulator:
         apis: tuple[WireApi[Any], ...] = (self._anthropic, self._openai, self._responses, self._reasoning_chat)
         self.apis: dict[str, WireApi[Any]] = {api.path: api for api in apis}
         self._cache = PrefixCache(clock)
+        # a body that extends one seen before is parsed from where they differ (its cost: its new messages)
+        self.prompts = SeenPrompts()
 
     @property
     def requests(self) -> int:
@@ -214,11 +219,17 @@ class Emulator:
                 raise api.status_error(401)
             api.check_headers(lower)
             try:
-                payload = loads(body)
+                decoded = self.prompts.decode(api, body)
             except ValueError as exc:
                 raise RequestRejected(400, f"body is not valid JSON: {exc}") from None
-            stream, include_usage = _stream_options(payload)
-            answered = self._exchange(api, payload)
+            stream, include_usage = _stream_options(decoded.payload)
+            if decoded.resume is None:  # parsed whole: a long conversation's objects, none of them cyclic
+                with collector_paused():
+                    prompt = api.parse(decoded.payload)
+            else:
+                prompt = api.parse(decoded.payload, decoded.resume)
+            self.prompts.keep(decoded, prompt)
+            answered = self._respond(api, prompt)
             if not stream:
                 return EmulatorResponse(200, canonical_json(answered), headers=ids)
             if api.name == "anthropic":
@@ -249,13 +260,16 @@ class Emulator:
         return self._exchange(self._reasoning_chat, payload)
 
     def _exchange(self, api: WireApi[Any], payload: Any) -> dict[str, Any]:
-        prompt = api.parse(payload)
+        return self._respond(api, api.parse(payload))
+
+    def _respond(self, api: WireApi[Any], prompt: Prompt) -> dict[str, Any]:
         usage = api.account(self._cache, prompt)
         said = answer(self.script, prompt)
         return api.render(prompt, said, usage, self.clock)
 
     def reset_caches(self) -> None:
         self._cache.clear()
+        self.prompts.clear()
 
 
 def _with(answered: EmulatorResponse, **changes: Any) -> EmulatorResponse:

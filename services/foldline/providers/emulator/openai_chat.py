@@ -26,7 +26,7 @@ from . import checks
 from .answer import Answer, StopReason
 from .cache import CacheUsage, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
-from .prompt import Prompt
+from .prompt import Prompt, Resume
 from .script import Api, ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .tokens import output_tokens
 from .wire_api import WireApi
@@ -202,8 +202,9 @@ def _deepseek_thinking(req: dict[str, Any]) -> bool:
     return bool(tc["type"] == "enabled")
 
 
-def parse_openai(body: Any, *, reasoning: bool = False) -> Prompt:
-    """A Chat Completions body; ``reasoning``: DeepSeek's dialect (``thinking``, ``reasoning_content``)."""
+def parse_openai(body: Any, *, reasoning: bool = False, resume: Resume | None = None) -> Prompt:
+    """A Chat Completions body; ``reasoning``: DeepSeek's dialect (``thinking``, ``reasoning_content``);
+    ``resume``: its messages continue a prefix parsed before (``body`` holds the rest)."""
     req = checks.json_object(body, "body")
     unknown = sorted(set(req) - (_TOP | {"thinking"} if reasoning else _TOP))
     if unknown:
@@ -233,7 +234,11 @@ def parse_openai(body: Any, *, reasoning: bool = False) -> Prompt:
         raise RequestRejected(400, "temperature: expected a number between 0 and 2")
     _add_tools(prompt, req.get("tools", []))
     pending: set[str] = set()
-    for where, msg in checks.objects(checks.message_list(req), "messages", brackets=True):
+    first = 0
+    if resume is not None:
+        prompt.resume(resume)
+        pending, first = set(resume.state), resume.messages
+    for where, msg in checks.objects(checks.message_list(req), "messages", brackets=True, start=first):
         role = msg.get("role")
         if role != "tool" and pending:
             raise RequestRejected(
@@ -245,6 +250,7 @@ def parse_openai(body: Any, *, reasoning: bool = False) -> Prompt:
         if parse_message is None:
             raise RequestRejected(400, f"{where}.role: unexpected role {role!r}")
         parse_message(prompt, msg, where, pending)
+        prompt.mark(frozenset(pending))
     if pending:
         raise RequestRejected(400, f"messages: tool calls without responses: {sorted(pending)}")
     return prompt
@@ -262,8 +268,10 @@ class OpenAIChat(WireApi[OpenAICachePolicy]):
     def credential(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("authorization", "").removeprefix("Bearer ")
 
-    def parse(self, payload: Any) -> Prompt:
-        return parse_openai(payload)
+    resumable = True
+
+    def parse(self, payload: Any, resume: Resume | None = None) -> Prompt:
+        return parse_openai(payload, resume=resume)
 
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
         return cache.account_automatic(self.name, prompt.model, prompt.blocks, self.policy)
@@ -415,8 +423,8 @@ class ReasoningChat(OpenAIChat):
     name: ClassVar[Api] = "deepseek"
     path = REASONING_PATH
 
-    def parse(self, payload: Any) -> Prompt:
-        return parse_openai(payload, reasoning=True)
+    def parse(self, payload: Any, resume: Resume | None = None) -> Prompt:
+        return parse_openai(payload, reasoning=True, resume=resume)
 
     def _message(
         self, said: str | None, refused: bool, calls: list[dict[str, Any]], reasoning: str | None

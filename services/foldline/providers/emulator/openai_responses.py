@@ -26,7 +26,7 @@ from .answer import Answer
 from .cache import CacheUsage, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
 from .openai_chat import openai_error, openai_status_error
-from .prompt import Prompt
+from .prompt import Prompt, Resume
 from .script import Api, ImagePart, Part, ReasoningPart, Role, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .sealing import open_reasoning, seal_reasoning
 from .tokens import output_tokens
@@ -243,7 +243,9 @@ class OpenAIResponses(WireApi[OpenAICachePolicy]):
     def credential(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("authorization", "").removeprefix("Bearer ")
 
-    def parse(self, payload: Any) -> Prompt:
+    def parse(self, payload: Any, resume: Resume | None = None) -> Prompt:
+        if resume is not None:
+            raise ValueError("the Responses API's parser does not resume after a prefix")
         return parse_responses(payload, self.key)
 
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:

@@ -30,6 +30,7 @@ __all__ = [
     "IMAGE_PIXELS_PER_TOKEN",
     "Block",
     "block",
+    "chain_seed",
     "count_tokens",
     "digest_chain",
     "mark_role",
@@ -142,9 +143,14 @@ def output_tokens(part: TextPart | ToolCallPart | ReasoningPart) -> int:
             assert_never(part)
 
 
+def chain_seed(api: str, model: str) -> bytes:
+    """What the digest chain of a prompt starts from: the API and the model."""
+    return b"foldline-emulator\0" + api.encode() + b"\0" + model.encode() + b"\0"
+
+
 def digest_chain(api: str, model: str, blocks: Sequence[Block]) -> tuple[list[bytes], str]:
     """The sha256 chain at every block boundary (seeded with api and model) and the hex digest of it all."""
-    h = hashlib.sha256(b"foldline-emulator\0" + api.encode() + b"\0" + model.encode() + b"\0")
+    h = hashlib.sha256(chain_seed(api, model))
     out = []
     for b in blocks:
         h.update(b.data)

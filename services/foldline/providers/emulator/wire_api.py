@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from .answer import Answer
 from .cache import CacheUsage, PrefixCache
 from .checks import RequestRejected
-from .prompt import Prompt
+from .prompt import Prompt, Resume
 from .script import Api
 
 __all__ = ["WireApi"]
@@ -22,6 +22,8 @@ class WireApi(abc.ABC, Generic[PolicyT]):
 
     name: ClassVar[Api]
     path: ClassVar[str]
+    #: its parser takes ``resume`` (a request is parsed from where it differs from one seen: :mod:`.prefix`)
+    resumable: ClassVar[bool] = False
 
     def __init__(self, policy: PolicyT) -> None:
         self.policy = policy
@@ -34,8 +36,11 @@ class WireApi(abc.ABC, Generic[PolicyT]):
         """Reject a request that lacks a header this API requires; by default none is required."""
 
     @abc.abstractmethod
-    def parse(self, payload: Any) -> Prompt:
-        """The decoded JSON body → a complete :class:`~.prompt.Prompt`, or :class:`RequestRejected`."""
+    def parse(self, payload: Any, resume: Resume | None = None) -> Prompt:
+        """The decoded JSON body → a complete :class:`~.prompt.Prompt`, or :class:`RequestRejected`.
+
+        ``resume`` (only when :attr:`resumable`): the body's message list holds only the messages after a
+        prefix parsed before, which ``resume`` describes; the result is the prompt of the whole request."""
 
     @abc.abstractmethod
     def account(self, cache: PrefixCache, prompt: Prompt) -> CacheUsage:
