@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.core.content import ImageBlock, TextBlock
+from foldline.core.header import ToolSpec
 from foldline.demo import demo_png
 from foldline.errors import ToolDefinitionError
 from foldline.loop.tool_runner import ToolRun, ToolRunSettings
@@ -206,6 +207,21 @@ def test_arguments_are_validated_before_the_tool_runs() -> None:
     good = run('{"n": 3, "at": {"x": 1}, "box": {"width": 1, "height": 2}, "json": "y"}')
     assert good == ToolOutput("planned")
     assert calls == [(3, Point(x=1, y=0), Box(1.0, 2.0), "y")]
+
+
+def test_a_function_under_an_explicit_spec_needs_no_docstring_and_may_take_the_arguments_as_given() -> None:
+    seen: list[dict[str, object]] = []
+    spec = ToolSpec("echo", "Echo the arguments.", {"type": "object", "properties": {"a": {"type": "integer"}}})
+    tools = Toolset()
+    tools.add(lambda **kw: seen.append(kw) or "ok", spec)
+    assert tools.specs()[0] is spec
+    assert asyncio.run(tools.call("echo", '{"a": 1, "b": [2]}')) == ToolOutput("ok")
+    assert seen == [{"a": 1, "b": [2]}]
+    assert asyncio.run(tools.call("echo", "[1]")).is_error
+    with pytest.raises(ToolDefinitionError, match="needs a type annotation"):
+        Toolset().add(lambda a: a, spec)  # a signature with names is still checked
+    with pytest.raises(ToolDefinitionError, match="add a docstring"):
+        Toolset().add(lambda **kw: "", name="x")  # without a spec the model would see no description
 
 
 def test_what_a_tool_may_return() -> None:

@@ -20,7 +20,7 @@ import base64
 import binascii
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,11 +101,14 @@ def stdio_command(
 def http_endpoint(url: str, headers: Mapping[str, str] | None, timeout_s: float) -> Transport:
     """A Streamable HTTP server at ``url``; ``headers`` go with every request (authorization, say)."""
 
-    def open_transport(errlog: TextIO) -> AbstractAsyncContextManager[Any]:
+    @contextlib.asynccontextmanager
+    async def open_transport(errlog: TextIO) -> AsyncIterator[Any]:
+        # the SDK leaves a client it was given open: it is closed here, with its pooled sockets
         client = create_mcp_http_client(
             headers=dict(headers or {}), timeout=httpx2.Timeout(timeout_s, read=max(timeout_s, 300.0))
         )
-        return streamable_http_client(url, http_client=client)
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            yield streams
 
     return open_transport
 

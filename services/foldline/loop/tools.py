@@ -211,8 +211,14 @@ class _Signature:
     fields: tuple[tuple[str, str, bool], ...]  # (field name, parameter name, positional-only)
 
 
-def _signature(fn: ToolFn, name: str) -> tuple[_Signature, str, dict[str, Any]]:
-    """The validating model, the description and the JSON Schema of ``fn``'s parameters."""
+def _signature(fn: ToolFn, name: str, spec: ToolSpec | None = None) -> tuple[_Signature, str, dict[str, Any]]:
+    """The validating model, the description and the JSON Schema of ``fn``'s parameters.
+
+    With an explicit ``spec`` (the model reads its description and schema), ``fn`` needs no docstring, and a
+    ``fn(**arguments)`` receives the model's JSON object as it came, unchecked by a signature it does not have.
+    """
+    if spec is not None and _takes_only_keywords(fn):
+        return _Signature(_PASS_THROUGH, ()), spec.description, dict(spec.input_schema)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -221,7 +227,7 @@ def _signature(fn: ToolFn, name: str) -> tuple[_Signature, str, dict[str, Any]]:
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: _paragraphs(p.description or "") for p in doc.params}
     description = _paragraphs(doc.description or "")
-    if not description:
+    if not description and spec is None:
         raise ToolDefinitionError(name, "add a docstring; the model reads it as the tool's description")
     fields: dict[str, Any] = {}
     order: list[tuple[str, str, bool]] = []
@@ -248,6 +254,21 @@ def _signature(fn: ToolFn, name: str) -> tuple[_Signature, str, dict[str, Any]]:
         raise ToolDefinitionError(name, f"its parameters cannot be described as JSON Schema ({exc})") from exc
     schema.pop("title", None)  # "arguments": the tool's name says it
     return _Signature(model, tuple(order)), description, schema
+
+
+class _PassThrough(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+_PASS_THROUGH: type[pydantic.BaseModel] = _PassThrough
+
+
+def _takes_only_keywords(fn: ToolFn) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 1 and params[0].kind is inspect.Parameter.VAR_KEYWORD
 
 
 def schema_for(fn: ToolFn, name: str | None = None) -> ToolSpec:
@@ -313,7 +334,7 @@ class _FunctionTool:
     __slots__ = ("fn", "is_async", "names", "settings", "signature", "spec", "taken")
 
     def __init__(self, fn: ToolFn, name: str, settings: ToolSettings, spec: ToolSpec | None) -> None:
-        self.signature, description, schema = _signature(fn, name)
+        self.signature, description, schema = _signature(fn, name, spec)
         self.spec = spec or ToolSpec(name, description, schema)
         self.fn = fn
         call = getattr(fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async is an async tool
@@ -335,6 +356,8 @@ class _FunctionTool:
                 args.append(value)
             else:
                 kwargs[pname] = value
+        if self.signature.model is _PASS_THROUGH:
+            kwargs = dict(values.model_extra or {})
         try:
             if self.is_async:
                 result = await self.fn(*args, **kwargs)
