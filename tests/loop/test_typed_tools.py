@@ -213,7 +213,12 @@ def test_a_function_under_an_explicit_spec_needs_no_docstring_and_may_take_the_a
     seen: list[dict[str, object]] = []
     spec = ToolSpec("echo", "Echo the arguments.", {"type": "object", "properties": {"a": {"type": "integer"}}})
     tools = Toolset()
-    tools.add(lambda **kw: seen.append(kw) or "ok", spec)
+
+    def echo(**kw: object) -> str:
+        seen.append(kw)
+        return "ok"
+
+    tools.add(echo, spec)
     assert tools.specs()[0] is spec
     assert asyncio.run(tools.call("echo", '{"a": 1, "b": [2]}')) == ToolOutput("ok")
     assert seen == [{"a": 1, "b": [2]}]
