@@ -37,11 +37,16 @@ tools-prefetch:
 	@nohup bash deploy/local/mcp.sh install > $(LOCAL_STATE)/logs/mcp-prefetch.log 2>&1 &
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
-test: $(STAMP) tools-prefetch lint typecheck
-	bash deploy/local/with-servers.sh $(BIN)/pytest -q -p no:cacheprovider --durations=25
+# The suite runs on TEST_WORKERS processes (pytest-xdist): every test keeps to topics, key prefixes and buckets of
+# its own. The chaos tests stop and flush the shared servers, so they run afterwards, alone (tests/run.sh).
+TEST_WORKERS ?= 2
 
+test: $(STAMP) tools-prefetch lint typecheck
+	TEST_WORKERS=$(TEST_WORKERS) bash deploy/local/with-servers.sh bash tests/run.sh
+
+# The fast subset for working: no servers, in parallel.
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not kafka and not redis and not s3"
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not kafka and not redis and not s3 and not slow"
 
 bench: $(STAMP)
 	bash deploy/local/with-servers.sh $(BIN)/python -m benchmarks.run
