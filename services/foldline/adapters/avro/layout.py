@@ -29,7 +29,7 @@ from typing import Any
 from ...core import codec
 from ...core.content import REASONING_KINDS
 from ...core.events import ALWAYS_IGNORABLE, EVENT_TYPES, Event
-from ...core.frozen import thaw_json
+from ...core.frozen import freeze_ordered, thaw_json
 from ...core.records import (
     AltT,
     ArrT,
@@ -242,7 +242,11 @@ def event_schema() -> dict[str, Any]:
 
 class _Encoders:
     def __init__(self) -> None:
-        self.scope: dict[str, Any] = {"thaw": thaw_json, "canonical": codec.canonical_json}
+        self.scope: dict[str, Any] = {
+            "thaw": thaw_json,
+            "canonical": codec.canonical_json,
+            "freeze_ordered": freeze_ordered,
+        }
         self.names: dict[type, str] = {}
         self.sources: list[str] = []
         self.counter = 0
@@ -250,8 +254,8 @@ class _Encoders:
     def expr(self, node: Node, v: str) -> str:
         if isinstance(node, IntT | FloatT | StrT | BoolT | LitT):
             return v
-        if isinstance(node, JsonT):
-            return f"canonical(thaw({v})).decode()"
+        if isinstance(node, JsonT):  # ordered: canonical JSON writes it in its own order (docs/FORMAT.md §1.9)
+            return f"canonical(freeze_ordered({v})).decode()" if node.ordered else f"canonical(thaw({v})).decode()"
         if isinstance(node, ArrT):
             if isinstance(node.item, IntT | StrT | LitT | FloatT | BoolT):
                 return f"list({v})"
