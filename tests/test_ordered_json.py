@@ -30,6 +30,7 @@ from foldline.core.records import (
     record_spec,
     to_json,
 )
+from foldline.core.request_diff import header_changes
 from foldline.core.wire import _ORDERED_TYPES as ORDERED_TYPES
 from foldline.core.wire import decode_canonical, decode_event, encode_event
 from foldline.errors import FormatError
@@ -114,7 +115,7 @@ def test_a_pydantic_schema_keeps_its_declaration_order_in_the_log() -> None:
     assert env == event
     assert canonical == raw
     assert codec.canonical_json(orjson.loads(raw)) != raw
-    assert ORDERED_TYPES == {"request/header"}  # the only event type whose sorted re-encoding is not canonical
+    assert {"request/header"} == ORDERED_TYPES  # the only event type whose sorted re-encoding is not canonical
 
 
 def test_a_schema_read_through_the_checking_reader_keeps_its_order_too() -> None:
@@ -144,6 +145,10 @@ def test_an_order_change_is_a_header_change() -> None:
     b = make_header(CallConfig("p", "m"), "s", [ToolSpec("probe", "d", resorted)])
     assert a != b  # ...but not to a model: a `change` snapshot is owed
     assert diff_headers(a, b).tools_changed == ("probe",)
+    # what replay reports: the reordered object itself, shown in each side's order
+    (change,) = header_changes(a, b)
+    assert change.path == "tools[0].inputSchema.properties"
+    assert orjson.dumps(change.to_json()).startswith(b'{"path":"tools[0].inputSchema.properties","old":{"zeta":')
     assert a == make_header(CallConfig("p", "m"), "s", [ToolSpec("probe", "d", probe_schema())])
 
 
