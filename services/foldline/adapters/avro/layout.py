@@ -21,6 +21,7 @@ definition order, with these differences from the JSON form (docs/SCHEMAS.md), a
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -325,13 +326,18 @@ class _Encoders:
 
 
 _ENCODERS = _Encoders()
+#: The encoders are generated on first use, and the writers of several threads (Kafka's producer threads, the
+#: archiver) may ask for one at the same moment: one at a time writes the shared scope, so none reads a name
+#: another has registered but not yet compiled.
+_BUILDING = threading.Lock()
 
 
 @cache
 def datum_encoder(cls: type) -> Callable[[Any], tuple[str, dict[str, Any]]]:
     """The function giving a record of ``cls`` as its ``data`` union branch: ``(record name, datum)``."""
-    fn = _ENCODERS.branch(cls)
-    _ENCODERS.build()
+    with _BUILDING:
+        fn = _ENCODERS.branch(cls)
+        _ENCODERS.build()
     return fn
 
 
