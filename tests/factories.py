@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from foldline.core import (
@@ -141,3 +142,12 @@ class PlanScript:
                 return Reply(f"round {done}", calls)
             done += 1
         return Reply("done")
+
+
+class ThinkingPlan(PlanScript):
+    """A :class:`PlanScript` that thinks before each answer when the request asks for thinking (a thinking API
+    refuses a later request whose assistant turn lacks the reasoning it produced)."""
+
+    def reply(self, conversation: Conversation) -> Reply:
+        out = super().reply(conversation)
+        return replace(out, reasoning="The plan says what to call.") if conversation.thinking else out

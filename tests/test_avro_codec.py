@@ -346,3 +346,39 @@ def test_confluent_framing_with_mock_registry() -> None:
 def test_confluent_framing_without_registry_is_a_typed_error(codec: AvroCodec) -> None:
     with pytest.raises(UnknownSchemaError, match="no schema registry"):
         codec.decode(b"\x00\x00\x00\x00\x01" + b"\x00")
+
+
+def test_the_datum_encoders_build_safely_from_many_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The encoders are generated on first use; writer threads that ask for them at the same moment each get a
+    working one (unguarded, a thread could look up a name another had registered but not compiled yet)."""
+    import sys
+    import threading
+
+    from foldline.adapters.avro import layout
+    from foldline.core.events import EVENT_TYPES
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-7)  # switch threads as often as possible: what a busy machine does now and then
+    try:
+        for _ in range(20):
+            monkeypatch.setattr(layout, "_ENCODERS", layout._Encoders())
+            layout.datum_encoder.cache_clear()
+            errors: list[str] = []
+            barrier = threading.Barrier(len(EVENT_TYPES))
+
+            def build(cls: type, barrier: threading.Barrier = barrier, errors: list[str] = errors) -> None:
+                barrier.wait()
+                try:
+                    layout.datum_encoder(cls)
+                except Exception as exc:  # the failure this test is about, reported below
+                    errors.append(f"{cls.__name__}: {exc!r}")
+
+            threads = [threading.Thread(target=build, args=(cls,)) for cls in EVENT_TYPES]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+    finally:
+        sys.setswitchinterval(interval)
+        layout.datum_encoder.cache_clear()

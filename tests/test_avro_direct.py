@@ -13,13 +13,18 @@ import pytest
 from hypothesis import given, settings
 
 from foldline.adapters.avro import AvroCodec, avro_to_envelope, decoding, envelope_to_avro, writer_schemas
-from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, reads_directly
+from foldline.adapters.avro.direct import DIRECT_FINGERPRINT, decoder_source, reads_directly
 from foldline.core import Envelope, TextBlock, ToolCallBlock, TurnEnd, UserMessage
+from foldline.core.codec import canonical_json
 from foldline.core.events import MAX_TIME_MS
+from foldline.core.frozen import OrderedObject
+from foldline.core.wire import encode_event
 from foldline.errors import FormatError
 from tests.builds import require_compiled_decoder
 from tests.factories import simple_log
+from tests.golden_logs.ordered import ORDERED_SESSIONS
 from tests.golden_logs.reasoning import REASONING_SESSIONS
+from tests.golden_logs.test_ordered_logs import events as ordered_events
 from tests.golden_logs.test_reasoning_logs import events
 from tests.strategies import logs
 from tests.test_avro_codec import EVERY_TYPE
@@ -104,6 +109,33 @@ def test_the_golden_reasoning_logs_decode_as_fastavro_decodes_them(session: str)
     log = events(session)
     bodies = [_body(e) for e in log]
     assert decode_bodies(b"".join(bodies), len(bodies), SCHEMA) == log
+
+
+@pytest.mark.parametrize("session", ORDERED_SESSIONS)
+def test_the_golden_ordered_logs_decode_in_their_order(session: str) -> None:
+    """A tool schema is read straight into an ordered object, in the order of its text (docs/FORMAT.md §1.9): the
+    decoded events re-encode to the very bytes they were read from."""
+    log = ordered_events(session)
+    bodies = [_body(e) for e in log]
+    decoded = decode_bodies(b"".join(bodies), len(bodies), SCHEMA)
+    assert decoded == log
+    assert [encode_event(e) for e in decoded] == [encode_event(e) for e in log]
+
+
+def test_an_ordered_field_is_read_by_the_ordered_reader() -> None:
+    """The reader the definitions name for an ordered field keeps the text's key order at every depth; an unordered
+    field's reader gives a plain frozen object."""
+    text = b'{"zeta":{"y":1,"x":2},"alpha":[{"q":1,"p":2}]}'
+    raw = io.BytesIO()
+    fastavro.schemaless_writer(raw, "string", text.decode())
+    ordered, end = direct_module._ordered_json(raw.getvalue(), 0)
+    assert end == len(raw.getvalue())
+    assert isinstance(ordered, OrderedObject)
+    assert ordered.json == text
+    plain, _ = direct_module._json(raw.getvalue(), 0)
+    assert not isinstance(plain, OrderedObject)
+    assert canonical_json(plain) == b'{"alpha":[{"p":2,"q":1}],"zeta":{"x":2,"y":1}}'
+    assert "= _ordered_json(buf, p)" in decoder_source()  # a ToolSpec's inputSchema
 
 
 def test_the_loop_s_events_are_read_directly_and_ignorable_ones_through_fastavro() -> None:

@@ -108,9 +108,7 @@ def test_reconstruction_theorem_over_random_sessions(script: list[str]) -> None:
             agent, provider = make_agent(log, system=lambda: system[0])
         asyncio.run(agent.run_turn(f"question {i}"))
     sent += provider.bodies
-    from foldline.providers.registry import ANTHROPIC_MESSAGES_V1
-
-    rebuilt = [ANTHROPIC_MESSAGES_V1.serialize(req, None) for req in _rebuilt(log)]
+    rebuilt = [provider.serializer.serialize(req, None) for req in _rebuilt(log)]
     assert rebuilt == sent
     assert verify_events("s", log.read("s")).ok
 

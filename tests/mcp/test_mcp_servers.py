@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
@@ -26,9 +27,10 @@ from foldline.errors import ConfigError, ToolServerError, ToolServerUnavailable
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.mcp import MCPServer, model_tool_name
 from foldline.providers import emulated_provider
+from foldline.providers.emulated import WireFormat
 from foldline.providers.emulator import Emulator
 from foldline.replay.verify import verify_events
-from tests.factories import PlanScript
+from tests.factories import CapturingProvider, PlanScript, ThinkingPlan
 from tests.mcp.conftest import REPO, processes_marked
 
 CONFIG = CallConfig("anthropic", "claude-emulated", max_tokens=256)
@@ -121,6 +123,45 @@ def test_server_everything_over_streamable_http(everything_http: str) -> None:
 
     asyncio.run(main())
     assert [text_of(r) for r in results(log)] == ["The sum of 1 and 2 is 3.", "Echo: x"]
+    assert_verifies(log, store)
+
+
+#: wire format → the provider its config names, and where a body puts a tool's schema
+ORDERED_WIRES: dict[WireFormat, str] = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "openai-responses": "openai",
+    "deepseek": "deepseek",
+}
+
+
+@pytest.mark.parametrize("wire", list(ORDERED_WIRES))
+def test_an_mcp_tool_schema_reaches_the_wire_in_the_servers_order_and_verifies(wire: WireFormat, mark: str) -> None:
+    """The server lists ``reading``'s properties as declared (zeta, alpha, mid): every adapter sends them so, and the
+    log rebuilds each body byte for byte (docs/FORMAT.md §1.9, §9.8)."""
+    tools = Toolset()
+    tools.include(tool_server(mark))
+    log, store = MemoryEventLog(), MemoryAttachmentStore()
+    provider = CapturingProvider(
+        emulated_provider(wire, emulator=Emulator(ThinkingPlan([[("t__reading", {"zeta": "z", "alpha": 1})]])))
+    )
+    config = CallConfig(ORDERED_WIRES[wire], f"{wire}-emulated", max_tokens=256)
+    agent = Agent("s", log, provider, AgentOptions(config, system=SYSTEM_PROMPT, tools=tools), attachments=store)
+
+    async def main() -> None:
+        async with agent:
+            await agent.run_turn("go")
+
+    asyncio.run(main())
+    assert [text_of(r).startswith("recorded z 1 None") for r in results(log)] == [True]
+    assert len(provider.bodies) == 2
+    for body in provider.bodies:
+        (schema,) = [
+            t.get("input_schema") or t.get("parameters") or t["function"]["parameters"]
+            for t in orjson.loads(body)["tools"]
+            if t.get("name", t.get("function", {}).get("name")) == "t__reading"
+        ]
+        assert list(schema["properties"]) == ["zeta", "alpha", "mid"], wire
     assert_verifies(log, store)
 
 

@@ -3,8 +3,9 @@ stdio`` or ``... http PORT``.
 
 Tools: ``add``, ``slow`` (sleeps; appends "start"/"stop" lines to $TOOL_SERVER_JOURNAL), ``grow`` (registers the
 tool ``extra`` and tells subscribers the list changed), ``crash`` (the process exits at once), ``picture`` (a PNG),
-``weather`` (structured content) and ``whoami`` (the request's Authorization header, over HTTP). When the file
-$TOOL_SERVER_REFUSE names exists, the server exits at start (a server that cannot be restarted).
+``weather`` (structured content), ``reading`` (parameters declared out of alphabetical order) and ``whoami`` (the
+request's Authorization header, over HTTP). When the file $TOOL_SERVER_REFUSE names exists, the server exits at start
+(a server that cannot be restarted).
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ class Weather(BaseModel):
 def weather(city: str) -> Weather:
     """The weather in a city."""
     return Weather(city=city, celsius=21.5)
+
+
+@server.tool()
+def reading(zeta: str, alpha: int, mid: list[float] | None = None) -> str:
+    """Record a probe reading (its parameters are declared zeta, alpha, mid)."""
+    return f"recorded {zeta} {alpha} {mid}"
 
 
 @server.tool()

@@ -20,6 +20,7 @@ from foldline.core import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    ToolSpec,
 )
 from foldline.core.projection import Message
 from foldline.ports.attachments import AttachmentStore
@@ -28,16 +29,18 @@ from .helpers import PNG_3X2, image_block, request, user
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "golden"
 
-#: The cases a serializer version refuses (it raises ProviderError, so there is no fixture): v2 and v3 of
+#: The cases a serializer version refuses (it raises ProviderError, so there is no fixture): v2 and later of
 #: anthropic-messages require maxTokens, the Responses API has no stop sequences, and every version before
 #: the streaming ones refuses a config that streams.
 REFUSED: dict[tuple[str, int], frozenset[str]] = {
     ("anthropic-messages", 1): frozenset({"streaming"}),
     ("anthropic-messages", 2): frozenset({"minimal", "streaming"}),
     ("anthropic-messages", 3): frozenset({"minimal"}),
+    ("anthropic-messages", 4): frozenset({"minimal"}),
     ("openai-chat", 1): frozenset({"streaming"}),
     ("openai-responses", 1): frozenset({"tools_and_config", "streaming"}),
     ("openai-responses", 2): frozenset({"tools_and_config"}),
+    ("openai-responses", 3): frozenset({"tools_and_config"}),
     ("reasoning-chat", 1): frozenset({"streaming"}),
 }
 #: Each version that adds streaming, and the version it extends: without ``stream`` they write the same bytes.
@@ -46,6 +49,29 @@ STREAMING_VERSIONS: dict[tuple[str, int], int] = {
     ("openai-chat", 2): 1,
     ("openai-responses", 2): 1,
     ("reasoning-chat", 2): 1,
+}
+#: Each version that sends tool schemas (and anthropic-messages' tool-call inputs) in their author's key order
+#: (docs/FORMAT.md §9.8), and the version it extends: with every object sorted again, their bodies are equal.
+#: (reasoning-chat v3 changes more, §9.9, so it is not here.)
+ORDERED_VERSIONS: dict[tuple[str, int], int] = {
+    ("anthropic-messages", 4): 3,
+    ("openai-chat", 3): 2,
+    ("openai-responses", 3): 2,
+}
+#: The provider documentation each case of a version follows where the version departs from the one before:
+#: its fixture directory's README.md names the page beside the fixture (a test holds them to it).
+DEEPSEEK_REFERENCE = "https://api-docs.deepseek.com/api/create-chat-completion"
+DEEPSEEK_THINKING = "https://api-docs.deepseek.com/guides/thinking_mode"
+DOCUMENTED: dict[tuple[str, int], dict[str, str]] = {
+    ("anthropic-messages", 4): {"ordered_schema": "https://docs.claude.com/en/docs/agents-and-tools/tool-use/overview"},
+    ("openai-chat", 3): {"ordered_schema": "https://platform.openai.com/docs/guides/structured-outputs"},
+    ("openai-responses", 3): {"ordered_schema": "https://platform.openai.com/docs/guides/structured-outputs"},
+    ("reasoning-chat", 3): {
+        "ordered_schema": "https://platform.openai.com/docs/guides/structured-outputs",
+        "tool_calls_only": DEEPSEEK_REFERENCE,
+        "several_texts": DEEPSEEK_REFERENCE,
+        "thinking_effort": DEEPSEEK_THINKING,
+    },
 }
 
 #: A reasoning session as each provider returns it: thinking with signatures and redacted thinking
@@ -56,6 +82,31 @@ THINKING = (
 )
 ITEM = EncryptedReasoningBlock("rs_0001", ("Listing the directory first.", "Then reading."), "ZW5jcnlwdGVk")
 PLAIN = ReasoningBlock("I need the directory listing; list_dir gives it.")
+
+#: A tool whose parameters are a pydantic model declared ``zeta, alpha, mid``, its schema exactly as
+#: ``Probe.model_json_schema()`` writes it (pydantic sorts the keywords of each schema object and keeps
+#: ``properties`` in declaration order), plus a nested object of our own in a non-sorted order.
+PROBE = ToolSpec(
+    "probe",
+    "Record a probe reading.",
+    {
+        "$defs": {"Unit": {"enum": ["mm", "in"], "title": "Unit", "type": "string"}},
+        "properties": {
+            "zeta": {"title": "Zeta", "type": "string"},
+            "alpha": {"title": "Alpha", "type": "integer"},
+            "mid": {
+                "anyOf": [{"items": {"type": "number"}, "type": "array"}, {"type": "null"}],
+                "default": None,
+                "title": "Mid",
+            },
+            "unit": {"$ref": "#/$defs/Unit", "default": "mm"},
+        },
+        "required": ["zeta", "alpha"],
+        "title": "Probe",
+        "type": "object",
+        "x-display": {"order": 2, "label": "Probe", "group": "sensors"},
+    },
+)
 
 
 def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
@@ -132,6 +183,60 @@ def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
         ),
         "reasoning_off": request(
             [user("No thinking, please.")], system=None, tools=None, max_tokens=100, reasoning_effort="off"
+        ),
+        # A tool whose schema's properties are not in sorted order, called with arguments not in sorted order (a
+        # key given twice, a nested object): the versions of docs/FORMAT.md §9.8 keep both orders.
+        "ordered_schema": request(
+            [
+                user("Take a reading."),
+                Message(
+                    "assistant",
+                    (
+                        ToolCallBlock(
+                            "call_7",
+                            "probe",
+                            '{"zeta": "z1", "alpha": 3, "mid": [2.5, 1], "alpha": 4, "x": {"b": 1, "a": 2}}',
+                        ),
+                    ),
+                ),
+                Message("tool", (ToolResultBlock("call_7", (TextBlock("recorded"),)),)),
+            ],
+            tools=(PROBE,),
+            max_tokens=256,
+        ),
+        # An assistant turn of tool calls only (reasoning-chat v3: "content": null, DeepSeek's reference).
+        "tool_calls_only": request(
+            [
+                user("Read both files."),
+                Message(
+                    "assistant",
+                    (
+                        ToolCallBlock("call_3", "read_file", '{"path":"a.py"}'),
+                        ToolCallBlock("call_4", "read_file", '{"path":"b.py"}'),
+                    ),
+                ),
+                Message("tool", (ToolResultBlock("call_3", (TextBlock("print(1)"),)),)),
+                Message("tool", (ToolResultBlock("call_4", (TextBlock("print(2)"),)),)),
+            ],
+            max_tokens=256,
+        ),
+        # Several text blocks in one message of every role, an empty one among them (reasoning-chat v3: one string
+        # each, the non-empty texts joined by a blank line).
+        "several_texts": request(
+            [
+                Message("user", (TextBlock("Context: the repo is small."), TextBlock(""), TextBlock("Question: why?"))),
+                Message(
+                    "assistant",
+                    (TextBlock("First, a look."), TextBlock("Then the answer."), ToolCallBlock("call_6", "now", "{}")),
+                ),
+                Message("tool", (ToolResultBlock("call_6", (TextBlock("12:00"), TextBlock("UTC"))),)),
+                Message("user", (TextBlock(""), TextBlock(""))),
+            ],
+            max_tokens=256,
+        ),
+        # An effort and no reasoning in the history (reasoning-chat v3: the thinking switch sent explicitly).
+        "thinking_effort": request(
+            [user("Think it through.")], system=None, tools=None, max_tokens=2048, reasoning_effort="medium"
         ),
         # A tool round trip whose logged config asks for a streamed answer.
         "streaming": request(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
+from foldline.core.codec import canonical_json
 from foldline.errors import ProviderError
 from foldline.providers import SERIALIZERS
 
-from .golden_cases import GOLDEN_DIR, REFUSED, STREAMING_VERSIONS, cases
+from .golden_cases import DOCUMENTED, GOLDEN_DIR, ORDERED_VERSIONS, REFUSED, STREAMING_VERSIONS, cases
 
 UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
 CASE_NAMES = sorted(cases(MemoryAttachmentStore()))
@@ -61,3 +63,41 @@ def test_a_body_that_does_not_stream_has_the_same_bytes_as_under_the_version_str
             assert _path(name, base, case).read_bytes() == _path(name, version, case).read_bytes(), (name, case)
             compared += 1
         assert compared >= 3
+
+
+def test_an_ordered_version_changes_nothing_but_key_order() -> None:
+    """docs/FORMAT.md §9.8: with every object sorted again, a body of an ordered version is the body of the version
+    it extends, byte for byte; and it is not always that body (the ordered case shows the author's order)."""
+    for (name, version), base in ORDERED_VERSIONS.items():
+        differs = 0
+        for case in CASE_NAMES:
+            if case in REFUSED.get((name, base), ()) or case in REFUSED.get((name, version), ()):
+                continue
+            ordered = _path(name, version, case).read_bytes()
+            assert canonical_json(orjson.loads(ordered)) == _path(name, base, case).read_bytes(), (name, case)
+            differs += ordered != _path(name, base, case).read_bytes()
+        assert differs >= 2, name
+
+
+def test_every_version_that_keeps_the_author_order_sends_the_declared_order() -> None:
+    """The pydantic-declared ``zeta, alpha, mid, unit`` reach the wire in that order from every current version,
+    and sorted from every earlier one."""
+    declared = ["zeta", "alpha", "mid", "unit"]
+    for name, version in SERIALIZERS:
+        body = orjson.loads(_path(name, version, "ordered_schema").read_bytes())
+        tool = body["tools"][0]
+        schema = tool.get("input_schema") or tool.get("parameters") or tool["function"]["parameters"]
+        ordered = SERIALIZERS[(name, version)].ordered_schemas  # type: ignore[attr-defined]
+        assert list(schema["properties"]) == (declared if ordered else sorted(declared)), (name, version)
+
+
+def test_each_documented_fixture_names_its_provider_documentation_beside_it() -> None:
+    """A fixture that follows a provider's documentation where its version departs from the one before has that
+    page named on its line of the README.md beside it."""
+    for (name, version), documented in DOCUMENTED.items():
+        readme = (GOLDEN_DIR / name / f"v{version}" / "README.md").read_text(encoding="utf-8")
+        for case, url in documented.items():
+            assert _path(name, version, case).exists(), (name, version, case)
+            lines = [line for line in readme.splitlines() if f"`{case}.json`" in line]
+            assert lines, f"{name}/v{version}/README.md has no line for {case}.json"
+            assert url in lines[0], f"{name}/v{version}/README.md names no {url} beside {case}.json"

@@ -54,7 +54,11 @@ def _float(x: float) -> str:
     return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
-def canonical(value: Json) -> str:
+class Ordered(dict):  # type: ignore[type-arg]
+    """An ordered value (§1.9): written with its keys in document order, and every object inside it too."""
+
+
+def canonical(value: Json, ordered: bool = False) -> str:
     if value is True:
         return "true"
     if value is False:
@@ -70,10 +74,21 @@ def canonical(value: Json) -> str:
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, list):
-        return "[" + ",".join(canonical(v) for v in value) + "]"
+        return "[" + ",".join(canonical(v, ordered) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(_string(k) + ":" + canonical(value[k]) for k in sorted(value)) + "}"
+        ordered = ordered or isinstance(value, Ordered)
+        keys = list(value) if ordered else sorted(value)
+        return "{" + ",".join(_string(k) + ":" + canonical(value[k], ordered) for k in keys) + "}"
     raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def mark_ordered(event: dict[str, Any]) -> dict[str, Any]:
+    """§1.9 / §3.4: each tool's ``inputSchema`` in a ``request/header`` is an ordered value (``json.loads`` keeps the
+    document order of the text)."""
+    if event["type"] == "request/header":
+        for tool in event["data"]["header"].get("tools", []):
+            tool["inputSchema"] = Ordered(tool["inputSchema"])
+    return event
 
 
 def body_bytes(value: Json) -> bytes:
@@ -128,7 +143,9 @@ def apply(fold: Fold, event: dict[str, Any]) -> None:
 
 
 def tool_input(arguments: str) -> dict[str, Json]:
-    """§9.1 "Arguments → input": the JSON object of a tool call's raw arguments, by the number and key rules."""
+    """§9.1 "Arguments → input": the JSON object of a tool call's raw arguments, by the number and key rules. Its
+    keys are in the order they first appear in the text, a repeated key with its last value (§9.8: what v4
+    writes); every earlier version sorts them."""
 
     def constant(name: str) -> Json:
         raise Refused(f"arguments hold {name}, which is not JSON")
@@ -177,8 +194,11 @@ class Objects:
         return base64.b64encode(data).decode("ascii")
 
 
-def schema(tool: dict[str, Any]) -> Any:
-    return tool["inputSchema"] or {"properties": {}, "type": "object"}
+def schema(tool: dict[str, Any], ordered: bool) -> Any:
+    """§9.0 "Tool schemas": sorted before §9.8, in document order from it; the empty one is ours, sorted."""
+    if not tool["inputSchema"]:
+        return {"properties": {}, "type": "object"}
+    return Ordered(tool["inputSchema"]) if ordered else dict(tool["inputSchema"])
 
 
 def data_url(ref: dict[str, Any], objects: Objects) -> str:
@@ -192,13 +212,15 @@ REASONING = {"reasoning", "redacted-reasoning", "encrypted-reasoning"}
 
 
 def anthropic(version: int, header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+    """v1, v2 (§9.2, also what v3 extends) and v4 (v2's rules with §9.8's key order; its streaming is §9.7's)."""
     config = header["config"]
+    ordered = version == 4
     marker: dict[str, Any] = {"type": "ephemeral"}
-    if version == 2 and "cacheTtl" in config:
+    if version >= 2 and "cacheTtl" in config:
         if config["cacheTtl"] not in ("5m", "1h"):
             raise Refused("cacheTtl")
         marker["ttl"] = config["cacheTtl"]
-    if version == 2 and "maxTokens" not in config:
+    if version >= 2 and "maxTokens" not in config:
         raise Refused("maxTokens is required")
     body: dict[str, Any] = {
         "cache_control": marker,
@@ -216,14 +238,14 @@ def anthropic(version: int, header: dict[str, Any], messages: list[dict[str, Any
     if "tools" in header:
         tools = []
         for k, tool in enumerate(header["tools"]):
-            t: dict[str, Any] = {"input_schema": schema(tool), "name": tool["name"]}
+            t: dict[str, Any] = {"input_schema": schema(tool, ordered), "name": tool["name"]}
             if tool["description"]:
                 t["description"] = tool["description"]
             if k == len(header["tools"]) - 1:
                 t["cache_control"] = marker
             tools.append(t)
         body["tools"] = tools
-    if version == 2:
+    if version >= 2:
         effort = config.get("reasoningEffort")
         if "thinkingBudget" in config:
             if effort == "off" or config["thinkingBudget"] >= config["maxTokens"]:
@@ -255,7 +277,13 @@ def anthropic(version: int, header: dict[str, Any], messages: list[dict[str, Any
         if kind == "tool-call":
             if role != "assistant":
                 raise Refused("tool call outside an assistant message")
-            return {"id": b["id"], "input": tool_input(b["arguments"]), "name": b["name"], "type": "tool_use"}
+            arguments = tool_input(b["arguments"])
+            return {
+                "id": b["id"],
+                "input": Ordered(arguments) if ordered else arguments,
+                "name": b["name"],
+                "type": "tool_use",
+            }
         if kind == "tool-result":
             if role == "assistant":
                 raise Refused("tool result in an assistant message")
@@ -299,8 +327,17 @@ def anthropic(version: int, header: dict[str, Any], messages: list[dict[str, Any
 # ---------------------------------------------------------------------------- §9.3 / §9.5 Chat Completions
 
 
-def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+def chat(
+    reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects, version: int = 1
+) -> Json:
+    """openai-chat v1 (§9.3) and v3 (§9.8); reasoning-chat v1 (§9.5) and v3 (§9.9). Streaming is §9.7's."""
     config = header["config"]
+    ordered = version == 3
+    documented = reasoning_chat and version == 3  # §9.9: DeepSeek's documented content shapes and switch
+
+    def joined(items: list[str]) -> str:
+        return "\n\n".join(t for t in items if t)
+
     body: dict[str, Any] = {"model": config["model"]}
     if "maxTokens" in config:
         body["max_tokens" if reasoning_chat else "max_completion_tokens"] = config["maxTokens"]
@@ -314,12 +351,14 @@ def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, 
             body["thinking"] = {"type": "disabled"}
         elif effort is not None:
             body["reasoning_effort"] = effort
+            if documented:
+                body["thinking"] = {"type": "enabled"}
     elif effort is not None:
         body["reasoning_effort"] = "none" if effort == "off" else effort
     if "tools" in header:
         functions = []
         for tool in header["tools"]:
-            f: dict[str, Any] = {"name": tool["name"], "parameters": schema(tool)}
+            f: dict[str, Any] = {"name": tool["name"], "parameters": schema(tool, ordered)}
             if tool["description"]:
                 f["description"] = tool["description"]
             functions.append({"function": f, "type": "function"})
@@ -350,6 +389,8 @@ def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, 
                     raise Refused(f"{b['type']} in a user message")
             if len(parts) == 1 and parts[0]["type"] == "text":
                 wire.append({"content": parts[0]["text"], "role": "user"})
+            elif parts and documented and all(x["type"] == "text" for x in parts):
+                wire.append({"content": joined([x["text"] for x in parts]), "role": "user"})
             elif parts:
                 wire.append({"content": parts, "role": "user"})
         elif m["role"] == "assistant":
@@ -372,7 +413,9 @@ def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, 
             if not said and not calls:
                 continue
             out: dict[str, Any] = {"role": "assistant"}
-            if said:
+            if documented:
+                out["content"] = joined(said) if said else None
+            elif said:
                 out["content"] = texts(said)
             if calls:
                 out["tool_calls"] = calls
@@ -382,7 +425,8 @@ def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, 
         else:
             (result,) = m["content"]
             said = [p["text"] for p in result["content"] if p["type"] == "text"]
-            wire.append({"content": texts(said) if said else "", "role": "tool", "tool_call_id": result["toolCallId"]})
+            content = joined(said) if documented else texts(said) if said else ""
+            wire.append({"content": content, "role": "tool", "tool_call_id": result["toolCallId"]})
             images = [image(p["attachment"]) for p in result["content"] if p["type"] == "image"]
             if images:
                 pending.append({"text": f"Images returned by tool call {result['toolCallId']}:", "type": "text"})
@@ -396,7 +440,8 @@ def chat(reasoning_chat: bool, header: dict[str, Any], messages: list[dict[str, 
 # ---------------------------------------------------------------------------- §9.4 Responses
 
 
-def responses(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+def responses(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects, version: int = 1) -> Json:
+    """v1 (§9.4) and v3 (§9.8); streaming is §9.7's."""
     config = header["config"]
     if "stop" in config:
         raise Refused("stop")
@@ -420,7 +465,12 @@ def responses(header: dict[str, Any], messages: list[dict[str, Any]], objects: O
     if "tools" in header:
         functions = []
         for tool in header["tools"]:
-            f: dict[str, Any] = {"name": tool["name"], "parameters": schema(tool), "strict": False, "type": "function"}
+            f: dict[str, Any] = {
+                "name": tool["name"],
+                "parameters": schema(tool, version == 3),
+                "strict": False,
+                "type": "function",
+            }
             if tool["description"]:
                 f["description"] = tool["description"]
             functions.append(f)
@@ -508,12 +558,16 @@ SERIALIZERS: dict[tuple[str, int], Serialize] = {
     ("anthropic-messages", 1): no_stream(lambda h, m, o: anthropic(1, h, m, o)),
     ("anthropic-messages", 2): no_stream(lambda h, m, o: anthropic(2, h, m, o)),
     ("anthropic-messages", 3): streaming(lambda h, m, o: anthropic(2, h, m, o), {"stream": True}),
+    ("anthropic-messages", 4): streaming(lambda h, m, o: anthropic(4, h, m, o), {"stream": True}),
     ("openai-chat", 1): no_stream(lambda h, m, o: chat(False, h, m, o)),
     ("openai-chat", 2): streaming(lambda h, m, o: chat(False, h, m, o), USAGE_CHUNK),
+    ("openai-chat", 3): streaming(lambda h, m, o: chat(False, h, m, o, 3), USAGE_CHUNK),
     ("reasoning-chat", 1): no_stream(lambda h, m, o: chat(True, h, m, o)),
     ("reasoning-chat", 2): streaming(lambda h, m, o: chat(True, h, m, o), USAGE_CHUNK),
+    ("reasoning-chat", 3): streaming(lambda h, m, o: chat(True, h, m, o, 3), USAGE_CHUNK),
     ("openai-responses", 1): no_stream(responses),
     ("openai-responses", 2): streaming(responses, {"stream": True}),
+    ("openai-responses", 3): streaming(lambda h, m, o: responses(h, m, o, 3), {"stream": True}),
 }
 
 # ---------------------------------------------------------------------------- §9.6 the summarize body
@@ -585,7 +639,7 @@ def reconstruct(events: Iterable[bytes], attachments: Path | None = None) -> lis
     region: list[dict[str, Any]] = []
     checks: list[Check] = []
     for raw in events:
-        event = json.loads(raw)
+        event = mark_ordered(json.loads(raw))
         assert body_bytes(event) == raw, "an event is not in canonical form (§1)"
         data = event["data"]
         if event["type"] == "request/dispatch":

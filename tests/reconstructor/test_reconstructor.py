@@ -12,6 +12,7 @@ from foldline.config import Config, open_stores
 from foldline.demo import run_demo
 
 from ..golden_logs.layout import ATTACHMENTS_DIR, SESSIONS, jsonl_path
+from ..golden_logs.ordered import ORDERED_DIR, ORDERED_SESSIONS
 from ..golden_logs.reasoning import REASONING_DIR, REASONING_SESSIONS
 from . import reconstruct as reconstructor
 from .reconstruct import body_bytes, reconstruct
@@ -53,6 +54,15 @@ def test_every_digest_of_the_reasoning_golden_logs() -> None:
     assert kinds == {"dispatch", "summarize"}
 
 
+def test_every_digest_of_the_ordered_golden_logs() -> None:
+    """The versions that keep the author's key order (§1.9, §9.8, §9.9): ordered schemas in the events and in the
+    bodies, DeepSeek's documented shapes."""
+    for session in ORDERED_SESSIONS:
+        checks = reconstruct(export_lines(ORDERED_DIR / f"{session}.jsonl"))
+        assert len(checks) == 4, session
+        assert [c for c in checks if not c.ok] == [], session
+
+
 def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path)
     stores = open_stores(config)
@@ -75,6 +85,41 @@ def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
         assert kinds == {"dispatch", "summarize"}
     finally:
         db.close()
+
+
+def test_every_golden_wire_body(tmp_path: Path) -> None:
+    """Every example body of tests/fixtures/golden (every serializer version, every case it does not refuse) is what
+    the reconstructor writes for that request — the new versions' key order, null content, joined texts and thinking
+    switch included (docs/FORMAT.md §9.8, §9.9)."""
+    import orjson
+
+    from foldline.adapters.fs_attachments import FilesystemAttachmentStore
+    from foldline.core.codec import canonical_json
+    from foldline.core.wire import block_to_json, header_to_json
+    from foldline.providers import SERIALIZERS
+
+    from ..providers.golden_cases import GOLDEN_DIR, REFUSED, cases
+
+    requests = cases(FilesystemAttachmentStore(tmp_path))
+    objects = reconstructor.Objects(tmp_path)
+    compared = 0
+    for name, version in SERIALIZERS:
+        for case, request in requests.items():
+            if case in REFUSED.get((name, version), ()):
+                continue
+            event = {
+                "type": "request/header",
+                "data": {"header": orjson.loads(canonical_json(header_to_json(request.header)))},
+            }
+            header = reconstructor.mark_ordered(event)["data"]["header"]
+            messages = [
+                {"role": m.role, "content": orjson.loads(canonical_json([block_to_json(b) for b in m.content]))}
+                for m in request.messages
+            ]
+            body = body_bytes(reconstructor.SERIALIZERS[(name, version)](header, messages, objects))
+            assert body == (GOLDEN_DIR / name / f"v{version}" / f"{case}.json").read_bytes(), (name, version, case)
+            compared += 1
+    assert compared == len(list(GOLDEN_DIR.glob("*/v*/*.json")))  # every fixture, none skipped
 
 
 ARGUMENT_CASES = [

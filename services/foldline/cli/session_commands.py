@@ -27,6 +27,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..core.codec import json_default
 from ..core.content import (
     EncryptedReasoningBlock,
     ImageBlock,
@@ -178,7 +179,10 @@ def _summary(data: object) -> str:
             args = data.arguments if len(data.arguments) <= 120 else data.arguments[:117] + "…"
             return f"{data.name}({args}) id={data.call_id}"
         case RequestHeader():
-            return f"reason={data.reason} " + orjson.dumps(header_to_json(data.header)).decode()[:160]
+            return (
+                f"reason={data.reason} "
+                + orjson.dumps(header_to_json(data.header), default=json_default).decode()[:160]
+            )
         case RequestDispatch():
             return f"{data.serializer}/v{data.serializer_version} {data.digest[:23]}… {data.bytes} bytes"
         case TurnEnd():

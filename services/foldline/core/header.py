@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .frozen import FrozenDict, freeze_json
-from .records import Nat, Pos, Record
+from .frozen import OrderedObject, freeze_ordered
+from .records import Nat, OrderedJson, Pos, Record
 
 __all__ = [
     "CACHE_TTLS",
@@ -76,26 +76,30 @@ class CallConfig(Record, frozen=True):
 
 
 class ToolSpec(Record, frozen=True):
-    """A tool the model may call: name, description and JSON-schema for its arguments."""
+    """A tool the model may call: name, description and JSON-schema for its arguments.
+
+    ``input_schema`` keeps the key order its author gave, at every depth (an ordered JSON object,
+    docs/FORMAT.md §1.9): pass the mapping as generated — ``pydantic.TypeAdapter(T).json_schema()`` or
+    ``Model.model_json_schema()`` lists the properties in declaration order — and the model reads them in that
+    order from every serializer version that keeps it (§9). Two specs whose schemas differ only in key order are
+    different tools to a model, so they are different values (a header change).
+    """
 
     name: str
     description: str
-    input_schema: Annotated[
-        Mapping[str, Any], msgspec.Meta(description="The JSON schema object as canonical JSON text.")
-    ] = msgspec.field(default_factory=FrozenDict)  # frozen on construction
+    input_schema: Annotated[OrderedJson, msgspec.Meta(description="The JSON schema object as canonical JSON text.")] = (
+        msgspec.field(default_factory=OrderedObject)  # frozen, in its order, on construction
+    )
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("tool name must be non-empty")
-        if not isinstance(self.input_schema, FrozenDict):
-            msgspec.structs.force_setattr(self, "input_schema", _freeze_mapping(self.input_schema))
-
-
-def _freeze_mapping(value: Mapping[str, Any]) -> FrozenDict:
-    frozen = freeze_json(value)
-    if not isinstance(frozen, FrozenDict):
-        raise TypeError("a tool input_schema must be a JSON object")
-    return frozen
+        if not isinstance(self.input_schema, OrderedObject):
+            try:
+                schema = freeze_ordered(self.input_schema)
+            except TypeError as exc:
+                raise TypeError(f"tool {self.name!r}: input_schema must be a JSON object ({exc})") from None
+            msgspec.structs.force_setattr(self, "input_schema", schema)
 
 
 class EpochHeader(Record, frozen=True):

@@ -24,6 +24,8 @@ Conventions the definitions follow (docs/ARCHITECTURE.md, "Defining a record"):
   with ``extra={"expect": ...}`` constrains a string; ``extra={"id": "id" | "session"}`` makes a string an
   id (checked by :func:`check_record`, rule ``id``); ``extra={"rule": ...}`` names the rule a bad value of the
   field breaks (default ``format``); ``Meta(description=...)`` documents the field in the Avro schema.
+* A ``Mapping[str, Any]`` field is free-form JSON, sorted like every object of canonical JSON; declared
+  :data:`OrderedJson` it keeps the key order its author gave (docs/FORMAT.md §1.9).
 * Content blocks and the replace op are tagged (``tag_field``/``tag``): the tag is their ``type`` (``op``)
   key in JSON and their ``kind`` attribute in Python.
 * A class may name constant JSON keys that are not attributes (``JSON_CONSTANTS``, e.g. a message's
@@ -43,7 +45,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from ..errors import FormatError, ValidationError
-from .frozen import freeze_json, thaw_json
+from .frozen import freeze_json, freeze_ordered, thaw_json
 
 __all__ = [
     "ID_MAX_BYTES",
@@ -60,6 +62,7 @@ __all__ = [
     "LitT",
     "Nat",
     "Node",
+    "OrderedJson",
     "Pos",
     "RecT",
     "Record",
@@ -71,6 +74,7 @@ __all__ = [
     "fast_decoder",
     "field_signatures",
     "from_json",
+    "holds_ordered_json",
     "id_problem",
     "read_json",
     "record_spec",
@@ -99,6 +103,13 @@ Pos: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
 Id: TypeAlias = Annotated[str, msgspec.Meta(extra={"id": "id"})]
 #: A session id: non-empty printable text of at most ``SESSION_ID_MAX_BYTES`` bytes (rule ``id``).
 SessionId: TypeAlias = Annotated[str, msgspec.Meta(extra={"id": "session"})]
+#: A free-form JSON object whose key order is part of its value (docs/FORMAT.md §1.9), held as an
+#: :class:`~foldline.core.frozen.OrderedObject`: written in its document order at every depth where every other
+#: object is sorted, and equal only to the same members in the same order. For the JSON a model reads as given —
+#: a tool's input schema, an output schema. The decoders build the OrderedObject; a record built in code freezes
+#: the mapping it is given in ``__post_init__`` (:class:`~foldline.core.header.ToolSpec`), and the encoders freeze
+#: one that was not, in its own order.
+OrderedJson: TypeAlias = Annotated[Mapping[str, Any], msgspec.Meta(extra={"ordered": True})]
 #: ``sha256:`` + 64 lowercase hex digits.
 Digest: TypeAlias = Annotated[
     str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z", extra={"expect": "'sha256:' + 64 lowercase hex digits"})
@@ -148,7 +159,10 @@ class LitT:
 
 @dataclass(frozen=True, slots=True)
 class JsonT:
-    """Free-form JSON object, held as a :class:`FrozenDict`."""
+    """Free-form JSON object, held as a :class:`FrozenDict` — or, ``ordered``, as an
+    :class:`~foldline.core.frozen.OrderedObject` whose key order is kept (:data:`OrderedJson`)."""
+
+    ordered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +249,7 @@ def _node(t: Any) -> tuple[Node, dict[str, Any], str | None]:
     if isinstance(t, mi.LiteralType):
         return LitT(tuple(str(v) for v in t.values)), extra, doc
     if isinstance(t, mi.DictType | mi.CustomType):
-        return JsonT(), extra, doc
+        return JsonT(bool(extra.get("ordered"))), extra, doc
     if isinstance(t, mi.VarTupleType):
         item, item_extra, _ = _node(t.item_type)
         extra = {**item_extra, **extra}
@@ -310,6 +324,9 @@ def _encode_expr(node: Node, v: str, scope: dict[str, Any]) -> str:
     if isinstance(node, IntT | FloatT | StrT | BoolT | LitT):
         return v
     if isinstance(node, JsonT):
+        if node.ordered:  # an OrderedObject (itself when it is one): canonical JSON writes it in its order
+            scope["freeze_ordered"] = freeze_ordered
+            return f"freeze_ordered({v})"
         scope["thaw"] = thaw_json
         return f"thaw({v})"
     if isinstance(node, ArrT):
@@ -380,7 +397,12 @@ class _Gen:
     accepts and raising ``_Other`` (or a ``LookupError``/``TypeError``) on anything else."""
 
     def __init__(self) -> None:
-        self.scope: dict[str, Any] = {"Other": _Other, "MISSING": _MISSING, "freeze": freeze_json}
+        self.scope: dict[str, Any] = {
+            "Other": _Other,
+            "MISSING": _MISSING,
+            "freeze": freeze_json,
+            "freeze_ordered": freeze_ordered,
+        }
         self.names: dict[type, str] = {}
         self.sources: list[str] = []
         self.tables: list[dict[str, Any]] = []  # tag -> decoder name, resolved to the function after exec
@@ -418,7 +440,7 @@ class _Gen:
             return v
         if isinstance(node, JsonT):
             out.append(f"{ind}if type({v}) is not dict: raise Other\n")
-            return f"freeze({v})"
+            return f"freeze_ordered({v})" if node.ordered else f"freeze({v})"
         if isinstance(node, RecT):
             return f"{self.record(node.cls)}({v})"
         if isinstance(node, TagT):
@@ -570,7 +592,7 @@ def _read(node: Node, v: Any, where: str, rule: str, seq: int | None) -> Any:
     if isinstance(node, JsonT):
         if not isinstance(v, dict):
             _fail(f"{where} must be an object, got {_tname(v)}", rule, seq)
-        return freeze_json(v)
+        return freeze_ordered(v) if node.ordered else freeze_json(v)
     if isinstance(node, ArrT):
         if not isinstance(v, list):
             _fail(f"{where} must be an array, got {_tname(v)}", rule, seq)
@@ -818,7 +840,7 @@ def _signature(node: Node) -> str:
     if isinstance(node, LitT):
         return "|".join(repr(v) for v in node.values)
     if isinstance(node, JsonT):
-        return "object"
+        return "object"  # ordered or not: the logged type is a JSON object; its key order is a rule of §1
     if isinstance(node, ArrT):
         return f"[{_signature(node.item)}]" + ("+" if node.min_len else "")
     if isinstance(node, RecT):
@@ -828,6 +850,27 @@ def _signature(node: Node) -> str:
     if isinstance(node, AltT):
         return f"{_signature(node.lit)}|{record_spec(node.rec).name}"
     raise AssertionError(node)
+
+
+def holds_ordered_json(cls: type) -> bool:
+    """Whether a record of ``cls`` can hold an :data:`OrderedJson` value (at any depth): its canonical bytes are
+    then not the sorted encoding of its JSON."""
+
+    def walk(node: Node, seen: frozenset[type]) -> bool:
+        if isinstance(node, JsonT):
+            return node.ordered
+        if isinstance(node, ArrT):
+            return walk(node.item, seen)
+        members: tuple[type, ...] = ()
+        if isinstance(node, RecT):
+            members = (node.cls,)
+        elif isinstance(node, TagT):
+            members = node.members
+        elif isinstance(node, AltT):
+            members = (node.rec,)
+        return any(walk(f.node, seen | {c}) for c in members if c not in seen for f in record_spec(c).fields)
+
+    return any(walk(f.node, frozenset({cls})) for f in record_spec(cls).fields)
 
 
 def field_signatures(*roots: type) -> list[str]:

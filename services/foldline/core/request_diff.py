@@ -18,12 +18,13 @@ where they part:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import codec
 from .compaction import BYTES_PER_TOKEN, message_tokens
+from .frozen import OrderedObject, thaw_json
 from .header import EpochHeader
 from .projection import Message
 from .request import GenerateOptions
@@ -74,7 +75,7 @@ class FieldChange:
 
     def to_json(self) -> dict[str, Any]:
         old, new = self.excerpts()
-        out: dict[str, Any] = {"path": self.path, "old": old, "new": new}
+        out: dict[str, Any] = {"path": self.path, "old": thaw_json(old), "new": thaw_json(new)}  # objects in order
         if self.at is not None:
             out["at"] = self.at
         return out
@@ -139,9 +140,11 @@ def json_changes(old: Any, new: Any, path: str = "") -> list[FieldChange]:
     """Every leaf where ``old`` and ``new`` differ, in document order (object keys sorted, arrays by index).
 
     A key or an array element present on one side only is one change of the whole value (``None`` on the
-    other side). Values of different JSON types (``1`` and ``1.0``, ``1`` and ``true``) differ.
+    other side). Values of different JSON types (``1`` and ``1.0``, ``1`` and ``true``) differ. An ordered
+    object (a tool's input schema, docs/FORMAT.md §1.9) whose shared keys come in another order is a change of
+    that whole object, listed after the changes inside it.
     """
-    if isinstance(old, dict) and isinstance(new, dict):
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
         out: list[FieldChange] = []
         for key in sorted(old.keys() | new.keys()):
             sub = f"{path}.{key}" if path else key
@@ -149,6 +152,9 @@ def json_changes(old: Any, new: Any, path: str = "") -> list[FieldChange]:
                 out.append(FieldChange(sub, old.get(key), new.get(key)))
             else:
                 out += json_changes(old[key], new[key], sub)
+        ordered = isinstance(old, OrderedObject) or isinstance(new, OrderedObject)
+        if ordered and [k for k in old if k in new] != [k for k in new if k in old]:
+            out.append(FieldChange(path, old, new))
         return out
     if isinstance(old, list) and isinstance(new, list):
         out = []

@@ -37,7 +37,7 @@ from .events import (
 )
 from .frozen import FrozenDict, freeze_json
 from .header import EpochHeader
-from .records import MAX_INT, fast_decoder, read_json, tagged_union, to_json, union_from_json
+from .records import MAX_INT, fast_decoder, holds_ordered_json, read_json, tagged_union, to_json, union_from_json
 
 __all__ = [
     "CONTENT_BLOCKS",
@@ -80,6 +80,9 @@ CONTENT_BLOCKS = tagged_union(
 _ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "ignorable"})
 _FAST = {etype: fast_decoder(cls) for etype, cls in _BY_TYPE.items()}
 _FAST_PLAIN = {etype: fn for etype, fn in _FAST.items() if etype not in ALWAYS_IGNORABLE}
+#: Event types whose payload can hold an ordered JSON object (a header's tool schemas): their canonical bytes keep
+#: that object's key order, so they are not the sorted encoding of the parsed text (docs/FORMAT.md §1.9).
+_ORDERED_TYPES = frozenset(etype for etype, cls in _BY_TYPE.items() if holds_ordered_json(cls))
 
 # ------------------------------------------------------------------------------------------ to JSON
 
@@ -278,13 +281,16 @@ def decode_canonical(raw: bytes | str) -> tuple[Envelope, bytes]:
 
     The text is canonical exactly when those bytes equal it. For the shapes the generated decoders take they
     are the canonical JSON of the parsed value itself (those decoders take only what the encoder writes),
-    which spares building the event's JSON again."""
+    which spares building the event's JSON again — except for an event that can hold an ordered object, whose
+    order the sorted encoding of the parsed value would lose."""
     try:
         value = codec.loads(raw)
     except ValueError as exc:
         raise FormatError("format", str(exc)) from exc
     fast = _fast_envelope(value)
     if fast is not None:
+        if fast.type in _ORDERED_TYPES:
+            return fast, encode_event(fast)
         return fast, codec.canonical_json(value)
     env = read_envelope(value)
     return env, encode_event(env)

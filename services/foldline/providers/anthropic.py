@@ -1,7 +1,8 @@
-"""Anthropic Messages adapter: the ``anthropic-messages`` serializers (v1, v2) and :class:`AnthropicProvider`.
+"""Anthropic Messages adapter: the ``anthropic-messages`` serializers (v1 to v4) and :class:`AnthropicProvider`.
 
-docs/FORMAT.md §9 specifies both byte for byte; v2 (the provider's default) is v1 plus reasoning pass-back,
-thinking and effort and the logged cache TTL (:class:`AnthropicMessagesV2Serializer`).
+docs/FORMAT.md §9 specifies each byte for byte; v2 is v1 plus reasoning pass-back, thinking and effort and the
+logged cache TTL (:class:`AnthropicMessagesV2Serializer`), v3 adds streaming, and v4 (the provider's default) sends
+the tool schemas and the tool-call inputs in their author's key order (:class:`AnthropicMessagesV4Serializer`).
 
 Wire mapping of serializer v1 (``POST /v1/messages``; canonical JSON, so object keys are sorted — the
 prompt order the API caches on is tools → system → messages whatever the key order):
@@ -72,7 +73,7 @@ from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
 from ._answer_parsing import answer_shape, token_count
 from .base import STOP_REASONS, ProviderResponse
-from .encoding import image_base64, misplaced_block, tool_input_object, tool_schema
+from .encoding import image_base64, misplaced_block, tool_input, tool_schema
 from .http import JsonHttpProvider
 from .json_body import JsonBodySerializer
 from .settings import TransportSettings
@@ -83,12 +84,14 @@ __all__ = [
     "ANTHROPIC_MESSAGES_V1",
     "ANTHROPIC_MESSAGES_V2",
     "ANTHROPIC_MESSAGES_V3",
+    "ANTHROPIC_MESSAGES_V4",
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
     "MESSAGES_PATH",
     "AnthropicMessagesSerializer",
     "AnthropicMessagesV2Serializer",
     "AnthropicMessagesV3Serializer",
+    "AnthropicMessagesV4Serializer",
     "AnthropicProvider",
     "parse_response",
 ]
@@ -134,9 +137,15 @@ def _sent(block: ContentBlock, reasoning: bool) -> bool:
 
 
 def _block(
-    block: ContentBlock, index: int, role: str, attachments: AttachmentStore | None, reasoning: bool
+    block: ContentBlock,
+    index: int,
+    role: str,
+    attachments: AttachmentStore | None,
+    reasoning: bool,
+    ordered: bool = False,
 ) -> dict[str, Any] | None:
-    """One content block as a plain JSON dict, or None when it is dropped (see :func:`_sent`)."""
+    """One content block as a plain JSON dict, or None when it is dropped (see :func:`_sent`); ``ordered``: a tool
+    call's ``input`` keeps the key order of its arguments."""
     match block:
         case TextBlock(text=text):
             return {"text": text, "type": "text"} if text else None
@@ -147,7 +156,7 @@ def _block(
         case ToolCallBlock(id=call_id, name=name, arguments=arguments):
             if role != "assistant":
                 raise misplaced_block(PROVIDER, f"the {API}", "tool-call", index, role)
-            arguments_object = tool_input_object(arguments, call_id, PROVIDER)
+            arguments_object = tool_input(arguments, call_id, PROVIDER, ordered=ordered)
             return {"id": call_id, "input": arguments_object, "name": name, "type": "tool_use"}
         case ToolResultBlock(tool_call_id=call_id, content=parts, is_error=is_error):
             if role == "assistant":
@@ -184,8 +193,8 @@ def _block(
             assert_never(block)
 
 
-def _tool(spec: ToolSpec, last: bool, marker: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"input_schema": tool_schema(spec.input_schema), "name": spec.name}
+def _tool(spec: ToolSpec, last: bool, marker: dict[str, str], ordered: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"input_schema": tool_schema(spec.input_schema, ordered=ordered), "name": spec.name}
     if spec.description:
         out["description"] = spec.description
     if last:
@@ -235,7 +244,7 @@ class AnthropicMessagesSerializer(JsonBodySerializer):
     ) -> list[dict[str, Any]]:
         out = []
         for block in message.content:
-            item = _block(block, index, message.role, attachments, self.reasoning)
+            item = _block(block, index, message.role, attachments, self.reasoning, self.ordered_schemas)
             if item is not None:
                 out.append(item)
         return out
@@ -275,7 +284,8 @@ class AnthropicMessagesSerializer(JsonBodySerializer):
         if request.system:
             out["system"] = [{"cache_control": marker, "text": request.system, "type": "text"}]
         if request.tools:
-            out["tools"] = [_tool(t, i == len(request.tools) - 1, marker) for i, t in enumerate(request.tools)]
+            last = len(request.tools) - 1
+            out["tools"] = [_tool(t, i == last, marker, self.ordered_schemas) for i, t in enumerate(request.tools)]
         return out
 
 
@@ -348,10 +358,20 @@ class AnthropicMessagesV3Serializer(AnthropicMessagesV2Serializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
 
 
+class AnthropicMessagesV4Serializer(AnthropicMessagesV3Serializer):
+    """``anthropic-messages`` v4: v3, with each tool's ``input_schema`` in its author's key order and each tool call's
+    ``input`` in the key order of its logged arguments (§9.8): the model reads a schema's properties, and its own
+    earlier calls, in the order they were written."""
+
+    version: int = 4
+    ordered_schemas: ClassVar[bool] = True
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 ANTHROPIC_MESSAGES_V1: Final = AnthropicMessagesSerializer()
 ANTHROPIC_MESSAGES_V2: Final = AnthropicMessagesV2Serializer()
-ANTHROPIC_MESSAGES_V3: Final = AnthropicMessagesV3Serializer()  # v2 + streaming: what the adapter sends with
+ANTHROPIC_MESSAGES_V3: Final = AnthropicMessagesV3Serializer()  # v2 + streaming
+ANTHROPIC_MESSAGES_V4: Final = AnthropicMessagesV4Serializer()  # v3 + author key order: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -411,12 +431,12 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         base_url: str = "https://api.anthropic.com",
         *,
         anthropic_version: str = ANTHROPIC_VERSION,
-        serializer: AnthropicMessagesSerializer | None = None,  # default: ANTHROPIC_MESSAGES_V3 (v2 and streaming)
+        serializer: AnthropicMessagesSerializer | None = None,  # default: ANTHROPIC_MESSAGES_V4 (v3 + author key order)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this API: the provider name its CallConfig gives
     ) -> None:
-        self.serializer = serializer or ANTHROPIC_MESSAGES_V3
+        self.serializer = serializer or ANTHROPIC_MESSAGES_V4
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key

@@ -1,5 +1,13 @@
 """Pieces shared by the wire serializers: image resolution, tool arguments, tool schemas, misplaced blocks, the
-results of a tool message."""
+results of a tool message.
+
+Key order (docs/FORMAT.md §9.0): a body is canonical JSON, sorted at every depth, except the objects a version
+sends in their author's order — the tool schemas of every version from ``anthropic-messages`` v4,
+``openai-chat`` v3, ``openai-responses`` v3 and ``reasoning-chat`` v3 on, and ``anthropic-messages`` v4's tool-call
+``input``. Such an object is handed to the encoder as an :class:`~foldline.core.frozen.OrderedObject` (a schema,
+written in its order) or as its text already encoded in order (an ``orjson.Fragment``: a tool call's input); an
+earlier version hands it over as a plain ``dict``, which the encoder sorts.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,11 @@ import base64
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import orjson
+
 from ..core.codec import loads
 from ..core.content import ImageRef, ToolResultBlock
+from ..core.frozen import OrderedObject, freeze_ordered, thaw_json
 from ..core.projection import Message
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
@@ -17,6 +28,7 @@ __all__ = [
     "EMPTY_OBJECT_SCHEMA",
     "image_base64",
     "misplaced_block",
+    "tool_input",
     "tool_input_object",
     "tool_results",
     "tool_schema",
@@ -68,6 +80,21 @@ def tool_input_object(arguments: str, call_id: str, provider: str) -> dict[str, 
     return value
 
 
-def tool_schema(schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A tool's JSON schema as sent: the empty schema becomes an object schema with no properties."""
-    return schema if len(schema) else EMPTY_OBJECT_SCHEMA
+def tool_input(arguments: str, call_id: str, provider: str, *, ordered: bool) -> dict[str, Any] | orjson.Fragment:
+    """A tool call's raw arguments as the JSON object a Messages API ``tool_use`` carries: ``ordered``, its keys in
+    the text's order at every depth (a key given twice keeps its first place and its last value: what the parser
+    builds), written once as it will be spliced into the body; else a plain ``dict`` that canonical JSON sorts."""
+    value = tool_input_object(arguments, call_id, provider)
+    return orjson.Fragment(orjson.dumps(value)) if ordered else value
+
+
+def tool_schema(schema: Mapping[str, Any], *, ordered: bool) -> Mapping[str, Any]:
+    """A tool's JSON schema as sent: the empty schema becomes an object schema with no properties (sorted, ours);
+    any other in its author's order when ``ordered`` (the logged :class:`~foldline.core.frozen.OrderedObject`), else
+    as a plain ``dict`` that canonical JSON sorts at every depth (what every earlier version sends)."""
+    if not len(schema):
+        return EMPTY_OBJECT_SCHEMA
+    if ordered:
+        return schema if isinstance(schema, OrderedObject) else freeze_ordered(schema)
+    plain: dict[str, Any] = thaw_json(schema)
+    return plain

@@ -10,6 +10,9 @@ chunk per wire message — the :class:`~foldline.providers.framing.FramedSeriali
 Streaming is the same for every API: a version that can ask for a streamed answer names the top-level keys
 that do (:attr:`JsonBodySerializer.stream_fields`) and writes them when the logged ``config.stream`` is true;
 a version without them predates streaming and refuses such a request (docs/FORMAT.md §9.7).
+
+Key order is too: a version with :attr:`JsonBodySerializer.ordered_schemas` sends each tool's input schema in its
+author's order; every earlier version sorts it like the rest of the body (docs/FORMAT.md §9.8).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class JsonBodySerializer(abc.ABC):
     list_key: ClassVar[str] = "messages"
     #: The top-level keys that ask for a streamed answer (None: this version predates streaming).
     stream_fields: ClassVar[Mapping[str, Any] | None] = None
+    #: Whether tool schemas go out in their author's key order (False: sorted, the versions before §9.8).
+    ordered_schemas: ClassVar[bool] = False
 
     @abc.abstractmethod
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:

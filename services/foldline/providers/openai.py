@@ -1,4 +1,7 @@
-"""OpenAI Chat Completions adapter: the ``openai-chat`` serializer (v1) and :class:`OpenAIProvider`.
+"""OpenAI Chat Completions adapter: the ``openai-chat`` serializers (v1 to v3) and :class:`OpenAIProvider`.
+
+v2 adds streaming (docs/FORMAT.md §9.7); v3, the provider's default, sends each tool's ``parameters`` in its
+author's key order (§9.8). The mapping below is v1's, which both keep.
 
 Wire mapping of serializer v1 (``POST /v1/chat/completions``; canonical JSON, keys sorted):
 
@@ -63,8 +66,10 @@ __all__ = [
     "CHAT_COMPLETIONS_PATH",
     "OPENAI_CHAT_V1",
     "OPENAI_CHAT_V2",
+    "OPENAI_CHAT_V3",
     "OpenAIChatSerializer",
     "OpenAIChatV2Serializer",
+    "OpenAIChatV3Serializer",
     "OpenAIProvider",
     "chat_usage",
     "openai_effort",
@@ -87,7 +92,15 @@ def _text_content(texts: list[str]) -> str | list[dict[str, Any]]:
     return [{"text": t, "type": "text"} for t in texts]
 
 
-def _user(message: Message, index: int, attachments: AttachmentStore | None) -> dict[str, Any] | None:
+def _joined(texts: list[str], separator: str) -> str:
+    """Texts as one string: the non-empty ones joined by ``separator`` (``""`` when none is non-empty)."""
+    return separator.join(t for t in texts if t)
+
+
+def _user(
+    message: Message, index: int, attachments: AttachmentStore | None, separator: str | None = None
+) -> dict[str, Any] | None:
+    """A user message; with ``separator``, one that holds only texts is one string (:func:`_joined`)."""
     parts: list[dict[str, Any]] = []
     for block in message.content:
         match block:
@@ -107,11 +120,16 @@ def _user(message: Message, index: int, attachments: AttachmentStore | None) -> 
         return None
     if len(parts) == 1 and parts[0]["type"] == "text":
         return {"content": parts[0]["text"], "role": "user"}
+    if separator is not None and all(p["type"] == "text" for p in parts):
+        return {"content": _joined([p["text"] for p in parts], separator), "role": "user"}
     return {"content": parts, "role": "user"}
 
 
-def _assistant(message: Message, index: int, reasoning_content: bool = False) -> dict[str, Any] | None:
-    """An assistant message; with ``reasoning_content`` its reasoning texts go back concatenated in that field."""
+def _assistant(
+    message: Message, index: int, reasoning_content: bool = False, separator: str | None = None
+) -> dict[str, Any] | None:
+    """An assistant message; with ``reasoning_content`` its reasoning texts go back concatenated in that field; with
+    ``separator`` its texts are one string (:func:`_joined`) and a message without text says ``"content": null``."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     thoughts: list[str] = []
@@ -136,7 +154,9 @@ def _assistant(message: Message, index: int, reasoning_content: bool = False) ->
     out: dict[str, Any] = {"role": "assistant"}
     if reasoning_content and thoughts:
         out["reasoning_content"] = "".join(thoughts)
-    if texts:
+    if separator is not None:
+        out["content"] = _joined(texts, separator) if texts else None
+    elif texts:
         out["content"] = _text_content(texts)
     if calls:
         out["tool_calls"] = calls
@@ -144,9 +164,10 @@ def _assistant(message: Message, index: int, reasoning_content: bool = False) ->
 
 
 def _tool(
-    message: Message, index: int, attachments: AttachmentStore | None
+    message: Message, index: int, attachments: AttachmentStore | None, separator: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The tool messages of ``message`` and the user-message parts carrying their images."""
+    """The tool messages of ``message`` and the user-message parts carrying their images; with ``separator`` a
+    result's texts are one string (:func:`_joined`)."""
     tool_messages: list[dict[str, Any]] = []
     image_parts: list[dict[str, Any]] = []
     for result in tool_results(message, index, PROVIDER, API):
@@ -161,17 +182,19 @@ def _tool(
                     images.append(_image_part(ref, attachments))
                 case _:
                     assert_never(part)
-        tool_messages.append(
-            {"content": _text_content(texts) if texts else "", "role": "tool", "tool_call_id": call_id}
-        )
+        if separator is not None:
+            content: str | list[dict[str, Any]] = _joined(texts, separator)
+        else:
+            content = _text_content(texts) if texts else ""
+        tool_messages.append({"content": content, "role": "tool", "tool_call_id": call_id})
         if images:
             image_parts.append({"text": f"Images returned by tool call {call_id}:", "type": "text"})
             image_parts.extend(images)
     return tool_messages, image_parts
 
 
-def function_tool(spec: ToolSpec) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": spec.name, "parameters": tool_schema(spec.input_schema)}
+def function_tool(spec: ToolSpec, ordered: bool = False) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": spec.name, "parameters": tool_schema(spec.input_schema, ordered=ordered)}
     if spec.description:
         function["description"] = spec.description
     return {"function": function, "type": "function"}
@@ -188,6 +211,10 @@ class OpenAIChatSerializer(JsonBodySerializer):
     version: int = 1
     reasoning_content: ClassVar[bool] = False  # v1 leaves reasoning out; the reasoning-chat serializer sends it
     max_tokens_key: ClassVar[str] = "max_completion_tokens"  # the top-level key of config.maxTokens
+    #: None: text-only content as OpenAI documents it (one text a string, several a list of text parts). A string:
+    #: every text-only content is one string, its non-empty texts joined by it, and an assistant message without
+    #: text says ``"content": null`` (DeepSeek's documented shapes: ``reasoning-chat`` v3, docs/FORMAT.md §9.9).
+    text_separator: ClassVar[str | None] = None
 
     def effort_fields(self, effort: str) -> dict[str, Any]:
         """The top-level keys of a logged reasoning effort."""
@@ -205,7 +232,7 @@ class OpenAIChatSerializer(JsonBodySerializer):
         if config.reasoning_effort is not None:
             out.update(self.effort_fields(config.reasoning_effort))
         if request.tools:
-            out["tools"] = [function_tool(t) for t in request.tools]
+            out["tools"] = [function_tool(t, self.ordered_schemas) for t in request.tools]
         return out
 
     def lead_messages(self, request: GenerateOptions) -> list[dict[str, Any]]:
@@ -222,15 +249,15 @@ class OpenAIChatSerializer(JsonBodySerializer):
                 pending_images = []
             match message.role:
                 case "user":
-                    item = _user(message, i, attachments)
+                    item = _user(message, i, attachments, self.text_separator)
                     if item is not None:
                         out.append(item)
                 case "assistant":
-                    item = _assistant(message, i, self.reasoning_content)
+                    item = _assistant(message, i, self.reasoning_content, self.text_separator)
                     if item is not None:
                         out.append(item)
                 case "tool":
-                    tool_messages, images = _tool(message, i, attachments)
+                    tool_messages, images = _tool(message, i, attachments, self.text_separator)
                     out.extend(tool_messages)
                     pending_images.extend(images)
                 case _:
@@ -252,9 +279,18 @@ class OpenAIChatV2Serializer(OpenAIChatSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
+class OpenAIChatV3Serializer(OpenAIChatV2Serializer):
+    """``openai-chat`` v3: v2, with each tool's ``parameters`` in its author's key order (§9.8): the model reads the
+    properties in the order they were declared."""
+
+    version: int = 3
+    ordered_schemas: ClassVar[bool] = True
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 OPENAI_CHAT_V1: Final = OpenAIChatSerializer()
-OPENAI_CHAT_V2: Final = OpenAIChatV2Serializer()  # v1 + streaming: what the adapter sends with
+OPENAI_CHAT_V2: Final = OpenAIChatV2Serializer()  # v1 + streaming
+OPENAI_CHAT_V3: Final = OpenAIChatV3Serializer()  # v2 + author key order: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -329,7 +365,7 @@ class OpenAIProvider(OpenAIHttpProvider[OpenAIChatSerializer], name=PROVIDER, pa
     """
 
     def default_serializer(self) -> OpenAIChatSerializer:
-        return OPENAI_CHAT_V2  # v2: v1 and streaming
+        return OPENAI_CHAT_V3  # v3: v1, streaming and ordered schemas
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

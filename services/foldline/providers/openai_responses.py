@@ -1,4 +1,7 @@
-"""OpenAI Responses adapter: the ``openai-responses`` serializer (v1) and :class:`OpenAIResponsesProvider`.
+"""OpenAI Responses adapter: the ``openai-responses`` serializers (v1 to v3) and :class:`OpenAIResponsesProvider`.
+
+v2 adds streaming (docs/FORMAT.md §9.7); v3, the provider's default, sends each tool's ``parameters`` in its
+author's key order (§9.8). The mapping below is v1's, which both keep.
 
 Wire mapping of serializer v1 (``POST /v1/responses``; canonical JSON, keys sorted; docs/FORMAT.md §9.4 is
 the byte-level specification):
@@ -58,10 +61,12 @@ from .streaming import OpenAIResponsesStream, StreamAssembler
 __all__ = [
     "OPENAI_RESPONSES_V1",
     "OPENAI_RESPONSES_V2",
+    "OPENAI_RESPONSES_V3",
     "RESPONSES_PATH",
     "OpenAIResponsesProvider",
     "OpenAIResponsesSerializer",
     "OpenAIResponsesV2Serializer",
+    "OpenAIResponsesV3Serializer",
     "parse_response",
 ]
 
@@ -148,10 +153,10 @@ def _tool_output(message: Message, index: int, attachments: AttachmentStore | No
     return items
 
 
-def _function(spec: ToolSpec) -> dict[str, Any]:
+def _function(spec: ToolSpec, ordered: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": spec.name,
-        "parameters": tool_schema(spec.input_schema),
+        "parameters": tool_schema(spec.input_schema, ordered=ordered),
         "strict": False,
         "type": "function",
     }
@@ -197,7 +202,7 @@ class OpenAIResponsesSerializer(JsonBodySerializer):
         if request.system:
             out["instructions"] = request.system
         if request.tools:
-            out["tools"] = [_function(t) for t in request.tools]
+            out["tools"] = [_function(t, self.ordered_schemas) for t in request.tools]
         return out
 
     def wire_messages(
@@ -228,9 +233,17 @@ class OpenAIResponsesV2Serializer(OpenAIResponsesSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True}
 
 
+class OpenAIResponsesV3Serializer(OpenAIResponsesV2Serializer):
+    """``openai-responses`` v3: v2, with each tool's ``parameters`` in its author's key order (§9.8)."""
+
+    version: int = 3
+    ordered_schemas: ClassVar[bool] = True
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 OPENAI_RESPONSES_V1: Final = OpenAIResponsesSerializer()
-OPENAI_RESPONSES_V2: Final = OpenAIResponsesV2Serializer()  # v1 + streaming: what the adapter sends with
+OPENAI_RESPONSES_V2: Final = OpenAIResponsesV2Serializer()  # v1 + streaming
+OPENAI_RESPONSES_V3: Final = OpenAIResponsesV3Serializer()  # v2 + author key order: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -303,7 +316,7 @@ class OpenAIResponsesProvider(OpenAIHttpProvider[OpenAIResponsesSerializer], nam
     :class:`~foldline.providers.streaming.OpenAIResponsesStream`."""
 
     def default_serializer(self) -> OpenAIResponsesSerializer:
-        return OPENAI_RESPONSES_V2  # v2: v1 and streaming
+        return OPENAI_RESPONSES_V3  # v3: v1, streaming and ordered schemas
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

@@ -1,5 +1,12 @@
 """Chat Completions with ``reasoning_content`` (DeepSeek; vLLM and SGLang serve the same shape): the
-``reasoning-chat`` serializer (v1) and :class:`ReasoningChatProvider`.
+``reasoning-chat`` serializers (v1 to v3) and :class:`ReasoningChatProvider`.
+
+v2 adds streaming (docs/FORMAT.md §9.7). v3, the provider's default, follows DeepSeek's documented request schema
+where v1 departs from it (§9.9): tool schemas in their author's key order; every text-only content is one string
+(DeepSeek documents ``content`` as a string), its texts joined by :data:`TEXT_SEPARATOR`; an assistant message with
+only tool calls carries ``"content": null`` (required, nullable); and a logged effort always sends the thinking
+switch, ``thinking: {"type": "enabled"}`` beside ``reasoning_effort``, so a server whose default differs still
+thinks as logged.
 
 Serializer v1 is ``openai-chat`` v1 (docs/FORMAT.md §9.3) with these differences (§9.5):
 
@@ -35,13 +42,19 @@ __all__ = [
     "REASONING_CHAT_PATH",
     "REASONING_CHAT_V1",
     "REASONING_CHAT_V2",
+    "REASONING_CHAT_V3",
+    "TEXT_SEPARATOR",
     "ReasoningChatProvider",
     "ReasoningChatSerializer",
     "ReasoningChatV2Serializer",
+    "ReasoningChatV3Serializer",
 ]
 
 PROVIDER: Final = "deepseek"
 REASONING_CHAT_PATH: Final = "/chat/completions"
+#: What separates the texts of one message when ``reasoning-chat`` v3 sends them as one string: a blank line, so
+#: two blocks never run together and each stays a paragraph of its own (docs/FORMAT.md §9.9).
+TEXT_SEPARATOR: Final = "\n\n"
 
 
 class ReasoningChatSerializer(OpenAIChatSerializer):
@@ -65,9 +78,36 @@ class ReasoningChatV2Serializer(ReasoningChatSerializer):
     stream_fields: ClassVar[Mapping[str, Any] | None] = {"stream": True, "stream_options": {"include_usage": True}}
 
 
+class ReasoningChatV3Serializer(ReasoningChatV2Serializer):
+    """``reasoning-chat`` v3: v2 in DeepSeek's documented request schema (§9.9).
+
+    * tool schemas in their author's key order (§9.8);
+    * ``content`` of a user, assistant or tool message that holds only texts: one string, the non-empty texts
+      joined by :data:`TEXT_SEPARATOR` (DeepSeek's chat completion reference types every message's ``content``
+      as a string; joining here keeps what the model reads under foldline's rule instead of a server's);
+    * an assistant message with tool calls and no text: ``"content": null`` (the reference lists the assistant
+      ``content`` as required and nullable);
+    * ``reasoningEffort`` other than ``off``: ``thinking: {"type": "enabled"}`` and ``reasoning_effort`` (DeepSeek's
+      thinking-mode switch and its effort; v1 left the switch to the server's default).
+    """
+
+    version: int = 3
+    ordered_schemas: ClassVar[bool] = True
+    text_separator: ClassVar[str | None] = TEXT_SEPARATOR
+
+    def effort_fields(self, effort: str) -> dict[str, Any]:
+        """The thinking switch, always explicit; the effort as logged beside it."""
+        if effort == "off":
+            return {"thinking": {"type": "disabled"}}
+        return {"reasoning_effort": effort, "thinking": {"type": "enabled"}}
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 REASONING_CHAT_V1: Final = ReasoningChatSerializer()
-REASONING_CHAT_V2: Final = ReasoningChatV2Serializer()  # v1 + streaming: what the adapter sends with
+REASONING_CHAT_V2: Final = ReasoningChatV2Serializer()  # v1 + streaming
+REASONING_CHAT_V3: Final = (
+    ReasoningChatV3Serializer()
+)  # v2 in DeepSeek's documented schema: what the adapter sends with
 
 
 class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT_PATH):
@@ -86,12 +126,12 @@ class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT
         api_key: str | None = None,
         base_url: str = "https://api.deepseek.com",
         *,
-        serializer: ReasoningChatSerializer | None = None,  # default: v2 (v1 and streaming)
+        serializer: ReasoningChatSerializer | None = None,  # default: v3 (DeepSeek's schema, streaming)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this dialect: the provider name its CallConfig gives
     ) -> None:
-        self.serializer = serializer or REASONING_CHAT_V2
+        self.serializer = serializer or REASONING_CHAT_V3
         headers = bearer_headers(api_key)
         super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 

@@ -10,22 +10,26 @@ logs keep replaying with the version that wrote them), plus its golden fixtures 
 
 from __future__ import annotations
 
-from .anthropic import ANTHROPIC_MESSAGES_V1, ANTHROPIC_MESSAGES_V2, ANTHROPIC_MESSAGES_V3
+from .anthropic import ANTHROPIC_MESSAGES_V1, ANTHROPIC_MESSAGES_V2, ANTHROPIC_MESSAGES_V3, ANTHROPIC_MESSAGES_V4
 from .base import Serializer, register_serializer
-from .openai import OPENAI_CHAT_V1, OPENAI_CHAT_V2
-from .openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2
-from .reasoning_chat import REASONING_CHAT_V1, REASONING_CHAT_V2
+from .openai import OPENAI_CHAT_V1, OPENAI_CHAT_V2, OPENAI_CHAT_V3
+from .openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2, OPENAI_RESPONSES_V3
+from .reasoning_chat import REASONING_CHAT_V1, REASONING_CHAT_V2, REASONING_CHAT_V3
 
 __all__ = [
     "ANTHROPIC_MESSAGES_V1",
     "ANTHROPIC_MESSAGES_V2",
     "ANTHROPIC_MESSAGES_V3",
+    "ANTHROPIC_MESSAGES_V4",
     "OPENAI_CHAT_V1",
     "OPENAI_CHAT_V2",
+    "OPENAI_CHAT_V3",
     "OPENAI_RESPONSES_V1",
     "OPENAI_RESPONSES_V2",
+    "OPENAI_RESPONSES_V3",
     "REASONING_CHAT_V1",
     "REASONING_CHAT_V2",
+    "REASONING_CHAT_V3",
     "REGISTERED",
 ]
 
@@ -34,12 +38,16 @@ REGISTERED: tuple[Serializer, ...] = (
     ANTHROPIC_MESSAGES_V1,
     ANTHROPIC_MESSAGES_V2,
     ANTHROPIC_MESSAGES_V3,
+    ANTHROPIC_MESSAGES_V4,
     OPENAI_CHAT_V1,
     OPENAI_CHAT_V2,
+    OPENAI_CHAT_V3,
     OPENAI_RESPONSES_V1,
     OPENAI_RESPONSES_V2,
+    OPENAI_RESPONSES_V3,
     REASONING_CHAT_V1,
     REASONING_CHAT_V2,
+    REASONING_CHAT_V3,
 )
 
 for _serializer in REGISTERED:

@@ -70,7 +70,11 @@ def request_diff(expected: GenerateOptions, actual: GenerateOptions) -> str:
 
     def lines(req: GenerateOptions) -> list[str]:
         return (
-            orjson.dumps(request_to_json(req), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode().split("\n")
+            orjson.dumps(
+                request_to_json(req), default=codec.json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+            )
+            .decode()
+            .split("\n")
         )
 
     return "\n".join(

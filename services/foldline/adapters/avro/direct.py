@@ -59,7 +59,7 @@ import orjson
 
 from foldline.adapters.avro.datum import avro_to_envelope
 from foldline.core.events import Envelope
-from foldline.core.frozen import freeze_json
+from foldline.core.frozen import freeze_json, freeze_ordered
 
 _DOUBLE = struct.Struct("<d")
 
@@ -124,6 +124,15 @@ def _json(buf: bytes, p: int) -> tuple[Any, int]:
     if type(value) is not dict:
         raise _Other
     return freeze_json(value), p
+
+
+def _ordered_json(buf: bytes, p: int) -> tuple[Any, int]:
+    """An ordered JSON object (docs/FORMAT.md §1.9): its keys in the order of its text."""
+    text, p = _string(buf, p)
+    value = orjson.loads(text)
+    if type(value) is not dict:
+        raise _Other
+    return freeze_ordered(value), p
 
 
 def _merge(content: list[Any], reasoning: list[tuple[int, Any]]) -> tuple[Any, ...]:
@@ -239,7 +248,8 @@ class _Source:
         elif isinstance(node, BoolT):
             out.append(f"{ind}b = buf[p]\n{ind}p += 1\n{ind}if b > 1: raise _Other\n{ind}{v} = b == 1\n")
         elif isinstance(node, JsonT):
-            out.append(f"{ind}{v}, p = _json(buf, p)\n")
+            reader = "_ordered_json" if node.ordered else "_json"  # the record's definition says which
+            out.append(f"{ind}{v}, p = {reader}(buf, p)\n")
         elif isinstance(node, RecT):
             out.append(f"{ind}{v}, p = {self.record(node.cls)}(buf, p)\n")
         elif isinstance(node, TagT):

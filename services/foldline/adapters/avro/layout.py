@@ -21,6 +21,7 @@ definition order, with these differences from the JSON form (docs/SCHEMAS.md), a
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 from ...core import codec
 from ...core.content import REASONING_KINDS
 from ...core.events import ALWAYS_IGNORABLE, EVENT_TYPES, Event
-from ...core.frozen import thaw_json
+from ...core.frozen import freeze_ordered, thaw_json
 from ...core.records import (
     AltT,
     ArrT,
@@ -242,7 +243,11 @@ def event_schema() -> dict[str, Any]:
 
 class _Encoders:
     def __init__(self) -> None:
-        self.scope: dict[str, Any] = {"thaw": thaw_json, "canonical": codec.canonical_json}
+        self.scope: dict[str, Any] = {
+            "thaw": thaw_json,
+            "canonical": codec.canonical_json,
+            "freeze_ordered": freeze_ordered,
+        }
         self.names: dict[type, str] = {}
         self.sources: list[str] = []
         self.counter = 0
@@ -250,8 +255,8 @@ class _Encoders:
     def expr(self, node: Node, v: str) -> str:
         if isinstance(node, IntT | FloatT | StrT | BoolT | LitT):
             return v
-        if isinstance(node, JsonT):
-            return f"canonical(thaw({v})).decode()"
+        if isinstance(node, JsonT):  # ordered: canonical JSON writes it in its own order (docs/FORMAT.md §1.9)
+            return f"canonical(freeze_ordered({v})).decode()" if node.ordered else f"canonical(thaw({v})).decode()"
         if isinstance(node, ArrT):
             if isinstance(node.item, IntT | StrT | LitT | FloatT | BoolT):
                 return f"list({v})"
@@ -321,13 +326,18 @@ class _Encoders:
 
 
 _ENCODERS = _Encoders()
+#: The encoders are generated on first use, and the writers of several threads (Kafka's producer threads, the
+#: archiver) may ask for one at the same moment: one at a time writes the shared scope, so none reads a name
+#: another has registered but not yet compiled.
+_BUILDING = threading.Lock()
 
 
 @cache
 def datum_encoder(cls: type) -> Callable[[Any], tuple[str, dict[str, Any]]]:
     """The function giving a record of ``cls`` as its ``data`` union branch: ``(record name, datum)``."""
-    fn = _ENCODERS.branch(cls)
-    _ENCODERS.build()
+    with _BUILDING:
+        fn = _ENCODERS.branch(cls)
+        _ENCODERS.build()
     return fn
 
 
