@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .frozen import FrozenDict, freeze_json
-from .records import Nat, Pos, Record
+from .records import Content, Nat, Pos, Record
 
 __all__ = [
     "CACHE_TTLS",
@@ -79,9 +79,10 @@ class ToolSpec(Record, frozen=True):
     """A tool the model may call: name, description and JSON-schema for its arguments."""
 
     name: str
-    description: str
+    description: Content
     input_schema: Annotated[
-        Mapping[str, Any], msgspec.Meta(description="The JSON schema object as canonical JSON text.")
+        Mapping[str, Any],
+        msgspec.Meta(description="The JSON schema object as canonical JSON text.", extra={"content": True}),
     ] = msgspec.field(default_factory=FrozenDict)  # frozen on construction
 
     def __post_init__(self) -> None:
@@ -102,7 +103,7 @@ class EpochHeader(Record, frozen=True):
     """Call config, rendered system prompt and tool schemas; empty values are held as absent."""
 
     config: CallConfig
-    system: Annotated[str, msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
+    system: Annotated[str, msgspec.Meta(min_length=1, extra={**_CANONICAL, "content": True})] | None = None
     tools: Annotated[tuple[ToolSpec, ...], msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
 
     def __post_init__(self) -> None:

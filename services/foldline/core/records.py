@@ -24,6 +24,9 @@ Conventions the definitions follow (docs/ARCHITECTURE.md, "Defining a record"):
   with ``extra={"expect": ...}`` constrains a string; ``extra={"id": "id" | "session"}`` makes a string an
   id (checked by :func:`check_record`, rule ``id``); ``extra={"rule": ...}`` names the rule a bad value of the
   field breaks (default ``format``); ``Meta(description=...)`` documents the field in the Avro schema.
+* ``extra={"content": True}`` (the :data:`Content` type, or the hint on a JSON object or a list of strings) marks a
+  field as model-visible content: when encryption is on it is logged sealed under the session's data key, and
+  erasing the session destroys it (``core/sealing.py`` derives sealing and opening from these marks alone).
 * Content blocks and the replace op are tagged (``tag_field``/``tag``): the tag is their ``type`` (``op``)
   key in JSON and their ``kind`` attribute in Python.
 * A class may name constant JSON keys that are not attributes (``JSON_CONSTANTS``, e.g. a message's
@@ -51,6 +54,7 @@ __all__ = [
     "SESSION_ID_MAX_BYTES",
     "ArrT",
     "BoolT",
+    "Content",
     "Digest",
     "FieldSpec",
     "FloatT",
@@ -99,6 +103,8 @@ Pos: TypeAlias = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
 Id: TypeAlias = Annotated[str, msgspec.Meta(extra={"id": "id"})]
 #: A session id: non-empty printable text of at most ``SESSION_ID_MAX_BYTES`` bytes (rule ``id``).
 SessionId: TypeAlias = Annotated[str, msgspec.Meta(extra={"id": "session"})]
+#: Model-visible content: text the model reads or wrote (sealed when encryption is on; docs/ERASURE.md).
+Content: TypeAlias = Annotated[str, msgspec.Meta(extra={"content": True})]
 #: ``sha256:`` + 64 lowercase hex digits.
 Digest: TypeAlias = Annotated[
     str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z", extra={"expect": "'sha256:' + 64 lowercase hex digits"})
@@ -195,6 +201,11 @@ class FieldSpec:
     true_only: bool
     doc: str | None
     extra: Mapping[str, Any]  # every hint of the field (avro hints among them)
+
+    @property
+    def content(self) -> bool:
+        """Whether the field is model-visible content (sealed when encryption is on)."""
+        return bool(self.extra.get("content"))
 
 
 @dataclass(frozen=True, slots=True)
