@@ -324,7 +324,8 @@ class RedisFoldStore(FoldStore):
     def rewrite_persistence(self) -> list[str]:
         """Ask Redis to rewrite its persistence files, so no copy of an erased fold stays in them: an
         append-only-file rewrite when ``appendonly`` is on, a snapshot when ``save`` rules are set. Returns what
-        was asked (nothing when Redis persists nothing); one already running is left to finish."""
+        was asked (nothing when Redis persists nothing); one already running is left to finish. A Redis that
+        refuses ``CONFIG`` (a managed one) is left to its own schedule, and that is what is returned."""
         asked: list[str] = []
 
         def config(name: str) -> str:
@@ -332,11 +333,16 @@ class RedisFoldStore(FoldStore):
             return value.decode() if isinstance(value, bytes) else str(value)
 
         def run() -> None:
-            if config("appendonly") == "yes":
+            try:
+                appendonly, save = config("appendonly"), config("save")
+            except ResponseError as exc:  # a managed Redis may refuse CONFIG: its own schedule rewrites them
+                asked.append(f"none (CONFIG refused: {exc})")
+                return
+            if appendonly == "yes":
                 with contextlib.suppress(ResponseError):  # one in progress: it rewrites what is there now
                     self._redis.bgrewriteaof()
                 asked.append("BGREWRITEAOF")
-            if config("save").strip():
+            if save.strip():
                 with contextlib.suppress(ResponseError):
                     self._redis.bgsave(schedule=True)
                 asked.append("BGSAVE")
