@@ -28,7 +28,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ...core.events import Envelope
 from ...core.validation import LogRules
-from ...errors import ConfigError, FencedError, FoldlineError, FormatError, StoreUnavailable, ValidationError
+from ...errors import (
+    ConfigError,
+    FencedError,
+    FoldlineError,
+    FormatError,
+    StoreUnavailable,
+    TransientError,
+    ValidationError,
+)
 from ...ports.event_log import EventLog, opened
 from ...ports.key_store import Sealer
 from ..avro import AvroCodec
@@ -230,6 +238,8 @@ class RecordChecker:
                 event = opened(f"the Kafka topic {self.topic}", sid, self.sealer, [event])[0]
             self._check(sid, event)
             return ConsumedEvent(sid, event, epoch, part, off)
+        except TransientError:  # the key store did not answer: the record is fine, the batch is consumed again
+            raise
         except FoldlineError as exc:
             return DeadLetter(sid, exc, part, off)
 
