@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import struct
 import zlib
 from pathlib import Path
+
+import fastavro
 
 from foldline.adapters.fs_attachments import FilesystemAttachmentStore
 from foldline.config import Config, Stores, open_stores
@@ -18,7 +21,7 @@ from foldline.providers.base import serializer_for
 from foldline.providers.emulated import emulated_provider
 from foldline.replay.verify import rebuild_requests
 
-__all__ = ["canary_png", "canary_session", "put_request_bodies", "scan"]
+__all__ = ["canary_png", "canary_session", "inflated", "put_request_bodies", "scan"]
 
 
 def canary_png(canary: str, width: int = 4, height: int = 3) -> bytes:
@@ -91,6 +94,15 @@ def put_request_bodies(stores: Stores, session_id: str, attachments: AttachmentS
     return ids
 
 
+def inflated(data: bytes) -> bytes:
+    """The bytes a search must look in: an Avro object container (an archive segment: deflated blocks, in which a
+    string is not found by its bytes) with its records, decoded, after the raw bytes (``repr`` keeps every string
+    and the ASCII of every bytes value); anything else as it is."""
+    if not data.startswith(b"Obj\x01"):
+        return data
+    return data + repr(list(fastavro.reader(io.BytesIO(data)))).encode()
+
+
 def scan(root: Path, needle: bytes) -> list[Path]:
-    """Every file under ``root`` whose bytes hold ``needle``."""
-    return [p for p in sorted(root.rglob("*")) if p.is_file() and needle in p.read_bytes()]
+    """Every file under ``root`` whose bytes (an archive segment's inflated too) hold ``needle``."""
+    return [p for p in sorted(root.rglob("*")) if p.is_file() and needle in inflated(p.read_bytes())]

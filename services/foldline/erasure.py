@@ -52,6 +52,7 @@ from .core.events import (
 )
 from .core.sealing import has_content
 from .errors import ConfigError, ContentErased, KeyMissing, NotErasable, NothingToErase
+from .ports.archive import ArchiveReader
 from .ports.attachments import AttachmentStore
 from .ports.event_log import EventLog
 from .ports.key_store import ErasureRecord, KeyStore, TrackedExport, subject_digest
@@ -217,12 +218,14 @@ def erase_sessions(
     reason: str | None = None,
     now_ms: Callable[[], int] = _now_ms,
     progress: Callable[[str, int, int], None] | None = None,
+    archive: ArchiveReader | None = None,
 ) -> ErasureOutcome:
     """Erase ``session``, or every session of ``subject`` (see the module docstring); returns what was done.
 
     Typed errors: :class:`NothingToErase` for a target the stores do not know, :class:`KeyMissing` for a session
     whose key is lost (restore the key store first), :class:`~foldline.errors.NotErasable` for content logged
-    unsealed on a log that cannot rewrite it. ``progress(step, done, total)`` hears of the long steps."""
+    unsealed on a log that cannot rewrite it, or that a session archive beside the log (``archive``: the embedded
+    log's) holds in the clear. ``progress(step, done, total)`` hears of the long steps."""
     if (session is None) == (subject is None):
         raise ConfigError("name a session or a subject to erase (one of them)")
     log, keys = stores.log, _keys(stores)
@@ -236,7 +239,7 @@ def erase_sessions(
             done = [r for r in keys.erasures() if r.state == "done" and set(sessions) <= set(r.sessions)]
             if done:
                 return ErasureOutcome(done[-1], already=True)
-        record = _plan(stores, keys, scope, target, sessions, by or default_actor(), reason, now_ms(), tell)
+        record = _plan(stores, keys, scope, target, sessions, by or default_actor(), reason, now_ms(), tell, archive)
         keys.put_erasure(record)
         outcome = ErasureOutcome(record)
     else:
@@ -283,6 +286,7 @@ def _plan(
     reason: str | None,
     requested_ms: int,
     tell: Callable[[str, int, int], None],
+    archive: ArchiveReader | None,
 ) -> ErasureRecord:
     """The erasure record, before anything is destroyed: the sessions and the objects they reference (read while
     their keys still open them). Refuses content that cannot be erased before anything changed."""
@@ -297,7 +301,14 @@ def _plan(
             raise NotErasable(
                 f"session {sid!r} holds {len(unsealed)} event(s) with content logged before encryption was on "
                 f"(seqs {unsealed[0]}..{unsealed[-1]}), and this log cannot rewrite its records, so destroying a "
-                "key cannot erase them; nothing was changed (docs/ERASURE.md, 'Sessions logged unsealed')"
+                "key cannot erase them; nothing was changed (docs/ERASURE.md, 'What an erasure cannot do')"
+            )
+        if unsealed and archive is not None and archive.watermark(sid, refresh=True) > unsealed[0]:
+            raise NotErasable(
+                f"session {sid!r} holds {len(unsealed)} event(s) with content logged before encryption was on "
+                f"(seqs {unsealed[0]}..{unsealed[-1]}), and the session archive already holds them in the clear: "
+                "sealing the log in place would leave those segments behind, so nothing was changed "
+                "(docs/ERASURE.md, 'What an erasure cannot do')"
             )
         seals = [e.sealed for e in stored if e.sealed is not None]
         if seals and key is None:

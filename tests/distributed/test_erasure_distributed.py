@@ -29,7 +29,7 @@ from foldline.config import Config, open_stores
 from foldline.config.factories import fold_store, kafka_log
 from foldline.ports.fold_store import ERASED
 
-from ..erasure_helpers import canary_session, put_request_bodies
+from ..erasure_helpers import canary_session, inflated, put_request_bodies
 from .projector_harness import WorkerProcess, wait_until, worker_env
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3, pytest.mark.slow]
@@ -84,6 +84,8 @@ def kafka_holds(bootstrap: str, topics: list[str], needle: bytes) -> tuple[int, 
 
 
 def s3_holds(endpoint: str, buckets: list[str], needle: bytes) -> tuple[int, list[str]]:
+    """(objects read, where the needle is) over every object of ``buckets``: key, metadata and bytes (an archive
+    segment's blocks inflated)."""
     s3 = boto3.session.Session().client("s3", endpoint_url=endpoint)
     found: list[str] = []
     count = 0
@@ -94,7 +96,7 @@ def s3_holds(endpoint: str, buckets: list[str], needle: bytes) -> tuple[int, lis
                     count += 1
                     got = s3.get_object(Bucket=bucket, Key=obj["Key"])
                     meta = json.dumps(got.get("Metadata", {})).encode()
-                    if needle in got["Body"].read() + obj["Key"].encode() + meta:
+                    if needle in inflated(got["Body"].read()) + obj["Key"].encode() + meta:
                         found.append(f"s3://{bucket}/{obj['Key']}")
     finally:
         s3.close()

@@ -89,6 +89,7 @@ def erase(
     A running loop on the session stops at its next append (ContentErased); processes that cached the key can
     read it for at most FOLDLINE_KEY_CACHE_TTL seconds more. Interrupted, run it again: it completes.
     """
+    from ..config.factories import session_archive
     from ..erasure import erase_sessions
 
     if (session is None) == (subject is None):
@@ -99,8 +100,18 @@ def erase(
         raise typer.BadParameter("--subject must not be empty")
     if reason is not None and len(reason.encode()) > 4096:
         raise ConfigError("--reason is longer than 4096 bytes; keep it short (it is logged in the clear)")
-    with stores_for(config_for(data_dir, backend)) as stores, _progress() as tell:
-        outcome = erase_sessions(stores, session=session, subject=subject, by=by, reason=reason, progress=tell)
+    config = config_for(data_dir, backend)
+    # the embedded log is sealed in place when it holds content logged unsealed; its archive cannot be, so the
+    # erasure looks there first (the Kafka log reads its archive itself)
+    archive = session_archive(config) if config.backend == "embedded" else None
+    try:
+        with stores_for(config) as stores, _progress() as tell:
+            outcome = erase_sessions(
+                stores, session=session, subject=subject, by=by, reason=reason, progress=tell, archive=archive
+            )
+    finally:
+        if archive is not None:
+            archive.close()
     record = outcome.record
     if json:
         write_json(outcome.to_json())
