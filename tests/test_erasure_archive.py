@@ -1,33 +1,36 @@
-"""Erasure and the embedded log's session archive (a directory archive, real adapters): a session archived turn by
-turn, its segments merged as they accumulate, is erased like any other — no merged, retired or new segment holds its
-content, the archive keeps only its structure, a restore from it reads as erased — and content that reached the
-archive in the clear is refused before anything changes."""
+"""Erasure and the embedded log's session archive, in a directory and in the real local S3 server (deploy/local): a
+session archived turn by turn, its segments merged as they accumulate, is erased like any other — no merged, retired
+or new segment holds its content, the archive keeps only its structure, a restore from it reads as erased — and
+content that reached the archive in the clear is refused before anything changes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from foldline.adapters.archive import ArchiveAppender, SessionArchive
-from foldline.adapters.dir_archive import DirectoryArchiveStore
 from foldline.archiver.engine import ArchivePolicy, Archiver
 from foldline.archiver.log_feed import LogFeed
 from foldline.archiver.restore import restore_session
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
-from foldline.config.factories import sqlite_log
+from foldline.config.factories import archive_store, sqlite_log
 from foldline.core.events import SessionErased
 from foldline.core.header import CallConfig
 from foldline.loop import Agent, AgentOptions
+from foldline.ports.archive import ArchiveStore
 from foldline.providers.emulated import emulated_provider
 
-from .erasure_helpers import canary_session, scan
+from .erasure_helpers import canary_session, inflated, scan
 
 CANARY = "canary-7a3f90c2"
 
@@ -50,13 +53,60 @@ class Clock:
         self.now = max(self.now, time.time()) + seconds
 
 
-class DirArchiver:
-    """An archiver of ``data``'s log into ``data/archive`` (where ``FOLDLINE_ARCHIVE=dir`` puts it), merging
-    above two segments per session and keeping what a merge replaced for a day."""
+@pytest.fixture(params=["dir", pytest.param("s3", marks=pytest.mark.s3)])
+def archive_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The embedded log's archive, as ``FOLDLINE_ARCHIVE`` configures it for the commands: a directory in the data
+    directory, or a bucket of the local S3 server made for the test (emptied and deleted afterwards)."""
+    kind: str = request.param
+    monkeypatch.setenv("FOLDLINE_ARCHIVE", kind)
+    if kind == "dir":
+        yield kind
+        return
+    import boto3
+
+    endpoint = os.environ.get("FOLDLINE_S3_ENDPOINT")
+    if not endpoint:
+        pytest.fail("FOLDLINE_S3_ENDPOINT is unset: `bash deploy/local/up.sh s3` and `source .local/env.sh`")
+    bucket = f"foldline-erase-arch-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("FOLDLINE_ARCHIVE_BUCKET", bucket)
+    yield kind
+    s3 = boto3.session.Session().client("s3", endpoint_url=endpoint)
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=obj["Key"])
+        s3.delete_bucket(Bucket=bucket)
+    finally:
+        s3.close()
+
+
+def _store(data: Path) -> ArchiveStore:
+    store = archive_store(Config.from_env().overridden(data_dir=data))
+    assert store is not None
+    ensure = getattr(store, "ensure_bucket", None)
+    if callable(ensure):
+        ensure()
+    return store
+
+
+def archive_holds(data: Path, needle: bytes) -> list[str]:
+    """Every object of the configured archive (segments — their records decoded — and manifests) holding ``needle``,
+    read through the store itself: the same search for a directory and a bucket."""
+    store = _store(data)
+    try:
+        return [k for k in store.keys(prefix="") if needle in inflated(store.fetch(k) or b"")]
+    finally:
+        store.close()
+
+
+class TestArchiver:
+    """An archiver of ``data``'s log into the configured archive, merging above two segments per session and
+    keeping what a merge replaced for a day."""
+
+    __test__ = False
 
     def __init__(self, data: Path) -> None:
-        self.store = DirectoryArchiveStore(data / "archive")
-        self.archive = SessionArchive(self.store)
+        self.archive = SessionArchive(_store(data))
         policy = ArchivePolicy(idle_s=1, max_delay_s=60, max_segments=2, grace_s=86_400)
         self.clock = Clock()
         self.feed = LogFeed(sqlite_log(Config(data_dir=data)), self.archive, policy)
@@ -73,9 +123,11 @@ class DirArchiver:
 
     def close(self) -> None:
         self.engine.close()
+        self.feed.close()
+        self.archive.close()
 
 
-def _grow(data: Path, session_id: str, archiver: DirArchiver, turns: int, secret: str) -> None:
+def _grow(data: Path, session_id: str, archiver: TestArchiver, turns: int, secret: str) -> None:
     """``turns`` turns of a sealed session holding ``secret``, the archiver catching up after each."""
     stores = open_stores(Config(data_dir=data))
     provider = emulated_provider()
@@ -101,7 +153,7 @@ def _restored(data: Path, into: Path, session_id: str) -> None:
     into.mkdir()
     shutil.copy(data / "keys.sqlite3", into / "keys.sqlite3")
     stores = open_stores(Config(data_dir=into))
-    archive = SessionArchive(DirectoryArchiveStore(data / "archive"))
+    archive = SessionArchive(_store(data))
     try:
         assert restore_session(archive, stores.log, session_id).appended > 0
     finally:
@@ -109,12 +161,9 @@ def _restored(data: Path, into: Path, session_id: str) -> None:
         stores.close()
 
 
-def test_erasure_covers_a_session_whose_archive_segments_were_merged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FOLDLINE_ARCHIVE", "dir")
+def test_erasure_covers_a_session_whose_archive_segments_were_merged(tmp_path: Path, archive_kind: str) -> None:
     data = tmp_path / "data"
-    archiver = DirArchiver(data)
+    archiver = TestArchiver(data)
     try:
         _grow(data, "other-1", archiver, 2, "nothing-secret-here")
         _grow(data, "secret-1", archiver, 6, CANARY)
@@ -124,7 +173,7 @@ def test_erasure_covers_a_session_whose_archive_segments_were_merged(
         assert manifest.retired  # the segments merges replaced, kept for readers for the grace period
         assert len(manifest.segments) <= 2
         assert any(ref.end - ref.first > 8 for ref in manifest.segments)  # a merged segment, several turns long
-        assert scan(data / "archive", CANARY.encode()) == []  # merged from sealed records, never opened
+        assert archive_holds(data, CANARY.encode()) == []  # merged from sealed records, never opened
         # before the erasure, a restore from the merged segments (with the keys) rebuilds every request
         _restored(data, tmp_path / "restored-before", "secret-1")
         assert run("verify", "secret-1", data_dir=tmp_path / "restored-before")[0] == 0
@@ -147,8 +196,9 @@ def test_erasure_covers_a_session_whose_archive_segments_were_merged(
         assert archiver.engine.merges > merges
 
         # no segment — merged, retired or new — and no other file of the data directory holds the content
+        assert archive_holds(data, CANARY.encode()) == []
         assert scan(data, CANARY.encode()) == []
-        fresh = SessionArchive(DirectoryArchiveStore(data / "archive"))
+        fresh = SessionArchive(_store(data))
         try:
             archived = fresh.read("secret-1", 0, head)
         finally:
@@ -180,7 +230,7 @@ def test_erasure_covers_a_session_whose_archive_segments_were_merged(
 
 
 def test_content_already_archived_in_the_clear_is_not_erasable_and_nothing_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, archive_kind: str
 ) -> None:
     """The embedded log could seal its rows in place, but the archive keeps the segments it already wrote: the
     erasure is refused, before the key or anything else is touched."""
@@ -189,14 +239,13 @@ def test_content_already_archived_in_the_clear_is_not_erasable_and_nothing_chang
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "off")
     code, _, err = run("import", str(tmp_path / "old-1.jsonl"), "--attachments", str(images), data_dir=data)
     assert code == 0, err
-    archiver = DirArchiver(data)
+    archiver = TestArchiver(data)
     try:
         archiver.catch_up()
     finally:
         archiver.close()
-    assert scan(data / "archive", CANARY.encode()) != []  # archived in the clear
+    assert archive_holds(data, CANARY.encode()) != []  # archived in the clear
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "on")
-    monkeypatch.setenv("FOLDLINE_ARCHIVE", "dir")
     code, _, err = run("erase", "old-1", data_dir=data)
     assert code == 2
     assert "NotErasable" in err
