@@ -99,11 +99,9 @@ def archive_holds(data: Path, needle: bytes) -> list[str]:
         store.close()
 
 
-class TestArchiver:
+class TurnArchiver:
     """An archiver of ``data``'s log into the configured archive, merging above two segments per session and
     keeping what a merge replaced for a day."""
-
-    __test__ = False
 
     def __init__(self, data: Path) -> None:
         self.archive = SessionArchive(_store(data))
@@ -127,7 +125,7 @@ class TestArchiver:
         self.archive.close()
 
 
-def _grow(data: Path, session_id: str, archiver: TestArchiver, turns: int, secret: str) -> None:
+def _grow(data: Path, session_id: str, archiver: TurnArchiver, turns: int, secret: str) -> None:
     """``turns`` turns of a sealed session holding ``secret``, the archiver catching up after each."""
     stores = open_stores(Config(data_dir=data))
     provider = emulated_provider()
@@ -163,7 +161,7 @@ def _restored(data: Path, into: Path, session_id: str) -> None:
 
 def test_erasure_covers_a_session_whose_archive_segments_were_merged(tmp_path: Path, archive_kind: str) -> None:
     data = tmp_path / "data"
-    archiver = TestArchiver(data)
+    archiver = TurnArchiver(data)
     try:
         _grow(data, "other-1", archiver, 2, "nothing-secret-here")
         _grow(data, "secret-1", archiver, 6, CANARY)
@@ -239,7 +237,7 @@ def test_content_already_archived_in_the_clear_is_not_erasable_and_nothing_chang
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "off")
     code, _, err = run("import", str(tmp_path / "old-1.jsonl"), "--attachments", str(images), data_dir=data)
     assert code == 0, err
-    archiver = TestArchiver(data)
+    archiver = TurnArchiver(data)
     try:
         archiver.catch_up()
     finally:
