@@ -3,6 +3,7 @@
     python -m benchmarks.loop_session --steps 1000 --shape tools            # the default configuration
     python -m benchmarks.loop_session --steps 1000 --shape tools --no-invariant
     python -m benchmarks.loop_session --steps 5000 --shape chat --windows 50,500,1000,5000
+    python -m benchmarks.loop_session --steps 1000 --shape tools --sealed   # content sealed (docs/ERASURE.md)
 
 A fresh process per session keeps the figures honest: nothing another benchmark left on the heap makes a
 full garbage collection dearer, and the peak RSS is this session's own. Shapes:
@@ -30,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from foldline.adapters.sealing import ContentSealer
+from foldline.adapters.sqlite_keys import KEYS_NAME, SqliteKeyStore
 from foldline.adapters.sqlite_log import SqliteEventLog
 from foldline.core import CallConfig, TextBlock, ToolCallBlock, Usage
 from foldline.core.events import TurnEnd, TurnStart
@@ -125,11 +128,15 @@ def run_session(
     tail: int = DEFAULT_TAIL,
     full_check_every: int | None = None,
     data_dir: Path | None = None,
+    sealed: bool = False,
 ) -> dict[str, Any]:
-    """Run one session of ``steps`` steps in this process and return its measurements (see the module doc)."""
+    """Run one session of ``steps`` steps in this process and return its measurements (see the module doc);
+    ``sealed``: the log seals content under the session's key, as ``open_stores`` does by default
+    (docs/ERASURE.md)."""
     windows = tuple(sorted(set(windows) | {steps}))
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
-        log = SqliteEventLog(Path(tmp))
+        sealer = ContentSealer(SqliteKeyStore(Path(tmp) / KEYS_NAME)) if sealed else None
+        log = SqliteEventLog(Path(tmp), sealer=sealer)
         inner: Provider
         if shape == "tools":
             inner = _ToolRoundsProvider()
@@ -225,8 +232,11 @@ def run_session(
             "memory": memory(),
             "gc_tracked_objects": len(gc.get_objects()),
         }
+        result["sealed"] = sealed
         asyncio.run(provider.aclose())
         log.close()
+        if sealer is not None:
+            sealer.close()
     return result
 
 
@@ -239,9 +249,12 @@ def spawn(
     windows: tuple[int, ...] = (),
     full_check_every: int | None = None,
     timeout_s: float = 1800,
+    sealed: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`run_session` in a fresh interpreter (this one's) and return its JSON result."""
     cmd = [sys.executable, "-m", "benchmarks.loop_session", "--steps", str(steps), "--shape", shape]
+    if sealed:
+        cmd.append("--sealed")
     if not invariant:
         cmd.append("--no-invariant")
     if emulator:
@@ -265,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--emulator", action="store_true", help="tools shape: the in-process HTTP emulator answers")
     parser.add_argument("--windows", default="", help="comma-separated session lengths to measure log growth at")
     parser.add_argument("--tail", type=int, default=DEFAULT_TAIL)
+    parser.add_argument("--sealed", action="store_true", help="seal content under the session's key (encryption on)")
     parser.add_argument(
         "--full-check-every", type=int, default=None, help="override AgentOptions.invariant_full_check_every (0: never)"
     )
@@ -277,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         windows=tuple(int(w) for w in args.windows.split(",") if w),
         tail=args.tail,
         full_check_every=args.full_check_every,
+        sealed=args.sealed,
     )
     json.dump(result, sys.stdout)
     return 0

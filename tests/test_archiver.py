@@ -184,11 +184,18 @@ def test_the_embedded_archiver_backs_up_and_the_cli_restores_and_audits(
         thread.join(timeout=30)
     assert not thread.is_alive()
 
-    # the archive holds the log; attachments live in their own content-addressed store, copied as they are
+    # the archive holds the log (its content sealed, as stored); attachments live in their own content-addressed
+    # store, and the data keys in the key store (docs/ERASURE.md), each copied as they are
     shutil.copytree(tmp_path / "a" / "attachments", tmp_path / "b" / "attachments")
     res = runner.invoke(app, ["restore", *second])
     assert res.exit_code == 0, res.output
-    assert f"restored {len(heads)} session(s), {sum(heads.values())} event(s) appended" in res.output
+    res = runner.invoke(app, ["verify", "--json", *second])
+    assert res.exit_code == 2
+    assert "KeyMissing" in res.output  # without its keys a restored log is a lost key, never an erasure
+    shutil.copy(tmp_path / "a" / "keys.sqlite3", tmp_path / "b" / "keys.sqlite3")
+    res = runner.invoke(app, ["restore", *second])  # nothing left to append
+    assert res.exit_code == 0, res.output
+    assert f"restored {len(heads)} session(s), 0 event(s) appended" in res.output
     res = runner.invoke(app, ["verify", "--json", *second])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == verified_before

@@ -49,7 +49,9 @@ from foldline.core.events import (
     AttachmentQuarantine,
     LlmRetry,
     RequestDispatch,
+    Seal,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     UnknownEvent,
@@ -117,7 +119,10 @@ EVERY_TYPE: list[Envelope] = [
     Envelope(21, 22, LlmRetry(0, 1, 2, "ReadError", None, None, None, 77), ignorable=True),
     Envelope(21, 22, AssistantChunk(0, 1, 1, 0, '{"type":"ping"}', "ping"), ignorable=True),
     Envelope(21, 22, AssistantChunk(0, 1, 1, 1, "[DONE]"), ignorable=True),
+    Envelope(21, 22, SessionErased("erasure-1", "subject", "ops@host", "ab" * 16, "asked"), ignorable=True),
     Envelope(22, 23, TurnStart(3), ignorable=True),
+    # content sealed under a data key (docs/FORMAT.md, "Sealed content"): the tokens stand where the text stood
+    Envelope(23, 24, UserMessage("u9", (TextBlock("dG9rZW4"),)), sealed=Seal("cd" * 16, 1)),
 ]
 
 
@@ -175,17 +180,31 @@ def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) 
         assert codec.decode(data) == event
         assert decoding.direct_envelope(data[10:]) == event
     # the bytes of the schema that added them (1ee11c1993a58747): the name after the height, the reasoning
-    # tokens after cacheWrite, each a ["null", T] union (branch 1 = 02)
-    assert codec.encode(events[0]).hex() == (
+    # tokens after cacheWrite, each a ["null", T] union (branch 1 = 02); still read, by their fingerprint
+    added = [
         "c3011ee11c1993a5874718757365722f6d65737361676500020000027504028e01"
         + "7368613235363a"
         + "6162" * 32
-        + "12696d6167652f706e67060202021263686172742e706e670016776861742069732069743f00087573657200000000"
-    )
-    assert codec.encode(events[1]).hex() == (
+        + "12696d6167652f706e67060202021263686172742e706e670016776861742069732069743f00087573657200000000",
         "c3011ee11c1993a5874722617373697374616e742f6d65737361676502040002026102000e6120636861727400020228060802180000"
-        "0000000000"
-    )
+        "0000000000",
+    ]
+    for event, written in zip(events, added, strict=True):
+        assert codec.decode(bytes.fromhex(written)) == event
+    # and in the current schema: the same body with the envelope's sealed union (null: 00) before the data (after
+    # the type's 13 bytes and seq, time and ignorable)
+    body = bytes.fromhex(added[0])[10:]
+    assert codec.encode(events[0])[10:] == body[:16] + b"\x00" + body[16:]
+
+
+def test_the_sealed_marker_travels_before_the_data(codec: AvroCodec) -> None:
+    """``sealed`` is ``["null", Seal {kid, v}]`` between ``ignorable`` and ``data``: branch 1 (02), the key id (32
+    characters: length 40), the version (1: 02); then the data branch (TurnStart is branch 3: 06) and its turn."""
+    event = Envelope(3, 2, TurnStart(0), sealed=Seal("ab" * 16, 1))
+    head = "14" + b"turn/start".hex() + "06" + "04" + "00"
+    assert codec.encode(event)[10:].hex() == head + "02" + "40" + ("ab" * 16).encode().hex() + "02" + "06" + "00"
+    assert codec.decode(codec.encode(event)) == event
+    assert decoding.direct_envelope(codec.encode(event)[10:]) == event
 
 
 @settings(max_examples=60, deadline=None)

@@ -111,6 +111,13 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_ARCHIVE_CONCURRENCY": "8",
     "FOLDLINE_ARCHIVE_MAX_SEGMENTS": "6",
     "FOLDLINE_ARCHIVE_GRACE": "7200",
+    "FOLDLINE_ENCRYPTION": "false",
+    "FOLDLINE_KEY_STORE": "s3",
+    "FOLDLINE_KEY_DIR": "/srv/keys",
+    "FOLDLINE_KEYS_BUCKET": "prod-keys",
+    "FOLDLINE_KEYS_PREFIX": "",
+    "FOLDLINE_KEY_CACHE_TTL": "5",
+    "FOLDLINE_KEY_ENCRYPTION_KEY": "6b656b2d7365637265742d76616c75652d6f662d33322d62797465732d2d2d21",
 }
 SECRETS = (
     "hunter2",
@@ -119,6 +126,7 @@ SECRETS = (
     "kafka-secret-pw",
     "key-secret-pw",
     "vllm-secret-key",
+    "6b656b2d7365637265742d76616c75652d6f662d33322d62797465732d2d2d21",
 )
 SERVER_KEYS = {"VLLM_API_KEY": "vllm-secret-key"}  # the key of the server named vllm
 SASL = {

@@ -38,7 +38,17 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"replay"}),
     frozenset({"loop"}),
     frozenset(
-        {"projector", "dispatcher", "archiver", "demo", "demo_data_dir", "export", "worker_processes", "replayer"}
+        {
+            "projector",
+            "dispatcher",
+            "archiver",
+            "demo",
+            "demo_data_dir",
+            "export",
+            "erasure",
+            "worker_processes",
+            "replayer",
+        }
     ),
     frozenset({"fleet"}),
     frozenset({"cli", "__init__", "pytest_plugin"}),

@@ -18,9 +18,11 @@ from foldline.adapters.avro.layout import event_schema, schema_text
 from foldline.adapters.avro.schemas import load_schema_json
 from foldline.core.events import EVENT_TYPES, SESSION_FORMAT_VERSION
 from foldline.core.records import field_signatures
+from foldline.core.sealing import SEAL_VERSION, content_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ROOT / "schemas" / f"fields.v{SESSION_FORMAT_VERSION}.txt"
+SEALED = ROOT / "schemas" / f"sealed.v{SEAL_VERSION}.txt"
 
 
 def committed_fields(path: Path = FIELDS) -> list[str]:
@@ -68,6 +70,34 @@ def test_a_removed_field_a_changed_type_and_a_required_addition_are_refused() ->
     optional = [*current, "Usage.flops: int?"]
     assert any("is new: add it" in p for p in evolution_problems(committed, optional))
     assert evolution_problems([*committed, "Usage.flops: int?"], optional) == []
+
+
+def sealing_problems(committed: list[str], current: list[str]) -> list[str]:
+    """What is wrong between the committed content fields of the sealing version and the content marks."""
+    problems = [
+        f"{line!r} is no longer marked content: unmarking a logged field needs a new sealing version "
+        "(SEAL_VERSION + 1 and its own schemas/sealed.v<N>.txt; docs/SCHEMAS.md)"
+        for line in committed
+        if line not in current
+    ]
+    problems += [
+        f"{line!r} is marked content but not in {SEALED.name}: add its line if the field is new (its old events do "
+        "not have it); marking a field that is already logged needs a new sealing version"
+        for line in current
+        if line not in committed
+    ]
+    return problems
+
+
+def test_the_content_marks_are_the_committed_content_fields_of_the_sealing_version() -> None:
+    assert sealing_problems(committed_fields(SEALED), content_fields(*EVENT_TYPES)) == []
+
+
+def test_a_changed_content_mark_is_refused() -> None:
+    committed = committed_fields(SEALED)
+    current = content_fields(*EVENT_TYPES)
+    assert any("no longer marked" in p for p in sealing_problems(committed, current[1:]))
+    assert any("is marked content" in p for p in sealing_problems(committed, [*current, "Usage.input"]))
 
 
 def test_the_committed_avro_schema_is_the_one_the_definitions_give() -> None:

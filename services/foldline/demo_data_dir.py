@@ -8,11 +8,12 @@ A demo run takes its data directory with :func:`demo_data_dir`:
   other's work.
 * **A fresh run (``--fresh``, the default) starts from an empty directory.** A missing or empty directory
   is created and marked as the demo's (``.foldline-demo``). A directory the demo marked earlier is cleared
-  of exactly the files the demo writes — the SQLite log (``log.sqlite3`` and its ``-wal``/``-shm``), the
-  attachment objects (``attachments/objects/<2 hex>/<64 hex>`` and their ``.meta.json``) and the worker
-  logs (``logs/*.log``) — and only when its log holds nothing but demo sessions and no other process has
-  it open; every other file stays. Any other non-empty directory is refused with
-  :class:`~foldline.errors.ConfigError`: it is not the demo's to clear.
+  of exactly the files the demo writes — the SQLite log (``log.sqlite3`` and its ``-wal``/``-shm``), its key
+  store (``keys.sqlite3``: the demo sessions' content keys, docs/ERASURE.md), the attachment objects
+  (``attachments/objects/<2 hex>/<64 hex>`` and their ``.meta.json``) and the worker logs (``logs/*.log``) —
+  and only when its log holds nothing but demo sessions and no other process has it open; every other file
+  stays. Any other non-empty directory is refused with :class:`~foldline.errors.ConfigError`: it is not the
+  demo's to clear.
 * **``--keep``** adds the demo's sessions to whatever log the directory holds and deletes nothing.
 """
 
@@ -37,9 +38,17 @@ LOCK_NAME = ".foldline-demo.lock"
 DEMO_SESSION_RE = re.compile(r"^demo-[a-z0-9]+(\.\d+)?$")
 _MARKER_TEXT = (
     "This directory was created by `foldline demo`. A fresh demo run may clear the files the demo writes here\n"
-    "(log.sqlite3*, attachments/objects/, logs/*.log) while its log holds only demo sessions; nothing else.\n"
+    "(log.sqlite3*, keys.sqlite3*, attachments/objects/, logs/*.log) while its log holds only demo sessions;\n"
+    "nothing else.\n"
 )
-_DB_FILES = ("log.sqlite3", "log.sqlite3-wal", "log.sqlite3-shm", "log.sqlite3-journal")
+_DB_FILES = (
+    "log.sqlite3",
+    "log.sqlite3-wal",
+    "log.sqlite3-shm",
+    "log.sqlite3-journal",
+    "keys.sqlite3",
+    "keys.sqlite3-journal",
+)
 _OBJECT_RE = re.compile(r"^[0-9a-f]{64}(\.meta\.json)?$|^\.tmp-")
 
 

@@ -52,6 +52,12 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     │   │   ├── NothingToReplay         the session holds no request/dispatch record to compare a request with
     │   │   └── NotReplayable           the recording holds something a replay cannot follow (names seq and why)
     │   ├── ToolServerError             a tool server (MCP) answered something unusable (not MCP, a bad schema)
+    │   ├── ErasureError                sealed content and its erasure (docs/ERASURE.md)
+    │   │   ├── ContentErased           the content's key was destroyed (erased): only structure is left
+    │   │   ├── KeyMissing              a sealed event's key is not in the key store (lost, not erased)
+    │   │   ├── ContentCorrupt          sealed content does not authenticate (changed bytes, or another key)
+    │   │   ├── NothingToErase          erase named a session or subject the log and key store do not know
+    │   │   └── NotErasable             content that destroying a key cannot erase (logged unsealed)
     │   ├── MetricsServerError          the /metrics + health endpoint could not start (port taken)
     │   └── InputError                  a file or stream a command was given cannot be read, written or used
     ├── AttachmentError                 [per class] an attachment object cannot be used
@@ -87,10 +93,13 @@ __all__ = [
     "AvroDecodeError",
     "ConfigError",
     "ConflictError",
+    "ContentCorrupt",
+    "ContentErased",
     "ContextOverflow",
     "DispatchFailed",
     "DispatchLost",
     "DispatchTimeout",
+    "ErasureError",
     "EventTooLarge",
     "EventsExpired",
     "FencedError",
@@ -102,10 +111,13 @@ __all__ = [
     "InputError",
     "InvalidChange",
     "InvariantViolation",
+    "KeyMissing",
     "MetricsServerError",
     "MissingExtra",
     "MissingHeader",
+    "NotErasable",
     "NotReplayable",
+    "NothingToErase",
     "NothingToReplay",
     "PermanentError",
     "ProviderError",
@@ -593,6 +605,58 @@ class ToolServerError(PermanentError):
     def __init__(self, server: str, message: str) -> None:
         self.server = server
         super().__init__(f"MCP server {server!r}: {message}")
+
+
+class ErasureError(PermanentError):
+    """Sealed content cannot be read, or an erasure cannot be done (docs/ERASURE.md)."""
+
+
+class ContentErased(ErasureError):
+    """The session's content was erased: its key was destroyed, so only its structure (seqs, types, ids, usage,
+    digests) can be read. Nothing can be built from it, and nothing more can be appended to it."""
+
+    def __init__(self, session_id: str | None, detail: str = "") -> None:
+        self.session_id = session_id
+        who = f"session {session_id!r} was erased" if session_id is not None else "this content was erased"
+        super().__init__(
+            f"{who}: its content key was destroyed, so its content cannot be read and nothing can be built from "
+            f"it or appended to it{'; ' + detail if detail else ''} (`foldline erasures` lists when, by whom and why)"
+        )
+
+
+class KeyMissing(ErasureError):
+    """A sealed event names a data key the key store does not hold and never erased: the key was lost. This is
+    never an erasure: restore the key store from a copy."""
+
+    def __init__(self, kid: str, where: str) -> None:
+        self.kid = kid
+        super().__init__(
+            f"{where}: the content is sealed with key {kid}, which the key store does not hold and did not erase — "
+            "the key was lost (a wiped or replaced key store, another data directory or bucket?); restore the key "
+            "store from a copy. Nothing was read."
+        )
+
+
+class ContentCorrupt(ErasureError):
+    """Sealed content that does not authenticate under its key: the bytes were changed, or the key is not the
+    one they were sealed with."""
+
+    def __init__(self, where: str, seq: int | None = None) -> None:
+        self.seq = seq
+        at = f"event seq {seq} " if seq is not None else ""
+        super().__init__(
+            f"{at}{where}: the sealed content does not authenticate under its key — the stored bytes were changed "
+            "or the key store holds another key under its id; restore the log or the key store from a copy"
+        )
+
+
+class NothingToErase(ErasureError):
+    """``erase`` named a session the log does not hold, or a subject no session was bound to."""
+
+
+class NotErasable(ErasureError):
+    """Content that destroying a key cannot erase: events logged without sealing on a log that cannot rewrite
+    them (Kafka). The message names the events and what can be done."""
 
 
 class MetricsServerError(PermanentError):

@@ -37,6 +37,7 @@ from .core.wire import decode_canonical, encode_event
 from .errors import (
     AttachmentError,
     AttachmentNotFound,
+    ConfigError,
     ConflictError,
     ImportFailed,
     SessionExists,
@@ -112,6 +113,7 @@ class ExportSummary:
     missing: tuple[str, ...] = ()
     copied: int = 0
     attachment_bytes: int = 0
+    erased: int = 0  # events exported with their content sealed: the session was erased (docs/ERASURE.md)
 
 
 def _block_images(blocks: Iterable[ContentBlock]) -> Iterator[ImageRef]:
@@ -162,13 +164,15 @@ class _Images:
         target.put(data, ref.media_type, width=ref.width, height=ref.height)
         self.copied += 1
 
-    def summary(self, session_id: str, events: int, digest: str, holder: AttachmentStore | None) -> ExportSummary:
+    def summary(
+        self, session_id: str, events: int, digest: str, holder: AttachmentStore | None, erased: int = 0
+    ) -> ExportSummary:
         """The summary; ``holder``: also list the objects it lacks as missing."""
         missing = list(self.missing)
         if holder is not None:
             missing += [a for a in self.refs if a not in missing and not holder.exists(a)]
         total = sum(r.bytes for r in self.refs.values())
-        return ExportSummary(session_id, events, digest, tuple(self.refs), tuple(missing), self.copied, total)
+        return ExportSummary(session_id, events, digest, tuple(self.refs), tuple(missing), self.copied, total, erased)
 
 
 def export_session(
@@ -185,20 +189,26 @@ def export_session(
     page by page up to the head seen at the start (appends racing the export are not included), once for
     the digest and once to write them. With ``attachments`` (the session's store) and ``bundle``, every
     referenced object is copied, verified, into ``bundle``; one the store lacks is listed as missing.
+
+    The lines hold each event's content as it was logged — opened by the log's key store — except for an
+    erased session: its events are written as stored, their content sealed under the destroyed key
+    (``sealed`` marker; docs/FORMAT.md §8), so the file shows the structure and holds no content.
     """
     head = log.head(session_id)
     if head == 0:
         raise SessionNotFound(session_id)
     hasher = hashlib.sha256()
     images = _Images(attachments, bundle)
+    erased = 0
     for env in _pages(log, session_id, head):
         hasher.update(encode_event(env) + b"\n")
         images.add(env)
+        erased += env.sealed is not None
     digest = codec.DIGEST_PREFIX + hasher.hexdigest()
     out.write(ExportHeader(session_id, head, digest).to_line())
     for env in _pages(log, session_id, head):
         out.write(encode_event(env) + b"\n")
-    return images.summary(session_id, head, digest, None)
+    return images.summary(session_id, head, digest, None, erased)
 
 
 def _pages(log: EventLog, session_id: str, head: int) -> Iterator[Envelope]:
@@ -298,6 +308,12 @@ class _Lines:
                 env, canonical = decode_canonical(body)
             except ValidationError as exc:
                 raise ImportFailed(line, str(exc)) from exc
+            if env.sealed is not None:
+                raise ImportFailed(
+                    line,
+                    "the event holds sealed content (an export of an erased session): it cannot be imported — "
+                    "a session is imported with its content as it was logged",
+                )
             if canonical != body:
                 at = _first_difference(canonical, body)
                 raise ImportFailed(
@@ -334,6 +350,7 @@ def import_session(
     attachments: AttachmentStore | None = None,
     bundle: AttachmentStore | None = None,
     on_line: Callable[[int], None] | None = None,
+    subject: str | None = None,
 ) -> ExportSummary:
     """Validate an export read from ``fp`` while its events stream into a new session; or write nothing.
 
@@ -343,7 +360,8 @@ def import_session(
     (where the objects are) and ``attachments`` (the target store), each image the events reference is put
     into ``attachments`` as it is met, verified against its reference: a damaged object fails the import, an
     absent one is listed as missing. With ``attachments`` alone, the objects it lacks are listed as missing.
-    ``on_line(n)`` hears of each line read (``n`` bytes), for a progress display.
+    ``on_line(n)`` hears of each line read (``n`` bytes), for a progress display. ``subject`` puts the new
+    session in that subject's erasure scope (its content key names the subject; docs/ERASURE.md).
     """
     first = fp.readline(_HEADER_READ)
     if len(first) == _HEADER_READ and not first.endswith(b"\n"):
@@ -359,6 +377,10 @@ def import_session(
     session_id = header.session_id if as_id is None else as_id
     if log.head(session_id) != 0:
         raise SessionExists(session_id)
+    if subject is not None:
+        if log.sealer is None:
+            raise ConfigError("a subject needs the key store: open the log through foldline's configuration")
+        log.sealer.bind(session_id, subject)
     if on_line is not None:
         on_line(len(first))
     images = _Images(bundle, attachments)

@@ -80,6 +80,17 @@ class AttachmentStoreContract(abc.ABC):
         assert len(set(results)) == 1
         assert store.get(results[0].attachment_id) == data
 
+    def test_delete_removes_one_object_and_nothing_else(self, store: AttachmentStore) -> None:
+        gone = store.put(png(3, 2, seed=1), "image/png")
+        kept = store.put(b"another object", "text/plain")
+        assert store.delete(gone.attachment_id) is True
+        assert not store.exists(gone.attachment_id)
+        with pytest.raises(AttachmentNotFound):
+            store.get(gone.attachment_id)
+        assert store.delete(gone.attachment_id) is False  # gone already: nothing to do
+        assert store.get(kept.attachment_id) == b"another object"
+        assert store.put(png(3, 2, seed=1), "image/png") == gone  # the same bytes can be stored again
+
     def test_missing_object_is_not_found(self, store: AttachmentStore) -> None:
         missing = digest_bytes(b"never stored")
         assert not store.exists(missing)

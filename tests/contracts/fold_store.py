@@ -18,7 +18,7 @@ from foldline.core.fold import FoldDelta, FoldState, fold_delta, fold_state
 from foldline.core.projection import Session
 from foldline.dispatcher import wait_for_fold, wait_for_fold_tail
 from foldline.errors import FoldTimeout
-from foldline.ports.fold_store import FoldStore
+from foldline.ports.fold_store import ERASED, FoldStore
 from tests.factories import HEADER, LogBuilder, env, simple_log
 
 
@@ -58,6 +58,23 @@ class FoldStoreContract(abc.ABC):
                 assert (result.status, result.applied_seq) == ("applied", part[-1].seq)
             assert store.get(key) == fold_state(Session(key, log), epoch=1)
             assert store.applied_seq(key) == len(log) - 1
+
+    def test_an_erased_fold_holds_no_content_and_takes_none_back(self, store: FoldStore, sid: str) -> None:
+        log = simple_log(turns=2, steps=2)
+        store.apply(sid, _delta(log[:5]))
+        store.erase(sid)
+        erased = store.get(sid)
+        assert erased == FoldState(sid, ERASED, ERASED, 0, None, None, ())
+        assert store.applied_seq(sid) == ERASED
+        # a projector that still holds the key cannot fold the content back, by delta or by rebuild
+        assert store.apply(sid, _delta(log[5:])).status == "duplicate"
+        assert store.apply(sid, _delta(log, epoch=ERASED + 1)).status == "duplicate"
+        assert store.put(fold_state(Session(sid, log), epoch=9)).status == "fenced"
+        assert store.get(sid) == erased
+        store.erase(sid)  # again: the same tombstone
+        assert store.get(sid) == erased
+        store.erase(f"{sid}-never")  # a session without a fold gets the tombstone too
+        assert store.applied_seq(f"{sid}-never") == ERASED
 
     def test_redelivery_is_a_no_op(self, store: FoldStore, sid: str) -> None:
         log = simple_log()

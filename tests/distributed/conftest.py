@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -23,6 +24,7 @@ def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
         "FOLDLINE_KAFKA_TOPIC": f"test.distributed.{run}",
         "FOLDLINE_FOLD_PREFIX": f"test:fold:{run}:",
         "FOLDLINE_S3_BUCKET": f"foldline-dist-{run}",
+        "FOLDLINE_KEYS_PREFIX": f"keys-{run}/",  # the sessions' content keys, in the (shared) key bucket
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -42,11 +44,17 @@ def distributed_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
     r.close()
     s3 = boto3.session.Session().client("s3", endpoint_url=s3_endpoint)
     bucket = env["FOLDLINE_S3_BUCKET"]
-    if any(b["Name"] == bucket for b in s3.list_buckets().get("Buckets", [])):
+    buckets = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if bucket in buckets:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
             for obj in page.get("Contents", []):
                 s3.delete_object(Bucket=bucket, Key=obj["Key"])
         s3.delete_bucket(Bucket=bucket)
+    keys = os.environ.get("FOLDLINE_KEYS_BUCKET", "foldline-keys")
+    if keys in buckets:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=keys, Prefix=env["FOLDLINE_KEYS_PREFIX"]):
+            for obj in page.get("Contents", []):
+                s3.delete_object(Bucket=keys, Key=obj["Key"])
     s3.close()
 
 

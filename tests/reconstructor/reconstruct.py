@@ -1,6 +1,7 @@
 """An independent reconstructor written from docs/FORMAT.md alone (§1, §3, §5, §9): it imports nothing of foldline.
 
-Given a session's events (their canonical JSON bytes) and a directory of attachment objects, it folds the log,
+Given a session's events (their canonical JSON bytes; sealed ones are opened with the session's data key, §3.5)
+and a directory of attachment objects, it folds the log,
 rebuilds every loop request and every compaction summarize body, serializes each with the logged serializer
 version, and reports the SHA-256 digest and length of each — to be compared with ``request/dispatch`` and
 ``compaction/summary.inputDigest``.
@@ -12,10 +13,12 @@ import base64
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 Json = Any
 
@@ -615,6 +618,73 @@ def transcript(region: list[dict[str, Any]], instruction: str) -> list[dict[str,
     return out
 
 
+# ---------------------------------------------------------------------------- §3.5 sealed content
+
+
+class Opener:
+    """Opens the sealed content of one session's events (§3.5) with its data keys (key id -> 32 bytes)."""
+
+    def __init__(self, session: str, keys: Mapping[str, bytes]) -> None:
+        self.session = session
+        self.keys = keys
+
+    def open(self, event: dict[str, Any]) -> dict[str, Any]:
+        sealed = event.pop("sealed", None)
+        if sealed is None:
+            return event
+        assert sealed["v"] == 1, "only sealing version 1 is in FORMAT.md"
+        aead = AESGCM(self.keys[sealed["kid"]])
+        head = [self.session, sealed["kid"], event["seq"], event["type"]]
+
+        def plain(token: str, path: str) -> bytes:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            aad = body_bytes(["foldline-sealed", 1, *head, path])
+            return aead.decrypt(raw[:12], raw[12:], aad)
+
+        def text(holder: dict[str, Any], key: str, path: str) -> None:
+            if key in holder:
+                holder[key] = plain(holder[key], f"{path}{key}").decode("utf-8")
+
+        def block(b: dict[str, Any], path: str) -> None:
+            kind = b["type"]
+            if kind == "text":
+                text(b, "text", path)
+            elif kind == "tool-call":
+                text(b, "arguments", path)
+            elif kind == "reasoning":
+                text(b, "text", path)
+                text(b, "signature", path)
+            elif kind == "redacted-reasoning":
+                text(b, "data", path)
+            elif kind == "encrypted-reasoning":
+                b["summary"] = [plain(t, f"{path}summary[{i}]").decode() for i, t in enumerate(b["summary"])]
+                text(b, "encryptedContent", path)
+            elif kind == "image":
+                text(b["attachment"], "name", f"{path}attachment.")
+            elif kind == "tool-result":
+                for i, part in enumerate(b["content"]):
+                    block(part, f"{path}content[{i}].")
+
+        data = event["data"]
+        kind = event["type"]
+        if kind in ("user/message", "assistant/message", "tool/result"):
+            for i, b in enumerate(data["content"]):
+                block(b, f"content[{i}].")
+        elif kind == "tool/call":
+            text(data, "arguments", "")
+        elif kind == "compaction/summary":
+            text(data, "summary", "")
+        elif kind == "assistant/chunk":
+            text(data, "data", "")
+        elif kind == "request/header":
+            header = data["header"]
+            text(header, "system", "header.")
+            for i, tool in enumerate(header.get("tools", [])):
+                text(tool, "description", f"header.tools[{i}].")
+                tool["inputSchema"] = json.loads(plain(tool["inputSchema"]["sealed"], f"header.tools[{i}].inputSchema"))
+        return event
+
+
 # ---------------------------------------------------------------------------- the walk
 
 
@@ -632,8 +702,9 @@ class Check:
         return self.recorded == self.rebuilt and self.recorded_bytes == self.rebuilt_bytes
 
 
-def reconstruct(events: Iterable[bytes], attachments: Path | None = None) -> list[Check]:
-    """Every digest the log records, and the digest this reconstructor rebuilds for it."""
+def reconstruct(events: Iterable[bytes], attachments: Path | None = None, opener: Opener | None = None) -> list[Check]:
+    """Every digest the log records, and the digest this reconstructor rebuilds for it; ``opener`` opens sealed
+    events (§3.5)."""
     objects = Objects(attachments)
     fold = Fold([])
     region: list[dict[str, Any]] = []
@@ -641,6 +712,9 @@ def reconstruct(events: Iterable[bytes], attachments: Path | None = None) -> lis
     for raw in events:
         event = mark_ordered(json.loads(raw))
         assert body_bytes(event) == raw, "an event is not in canonical form (§1)"
+        if "sealed" in event:
+            assert opener is not None, "a sealed event (§3.5) and no key to open it"
+            event = mark_ordered(opener.open(event))  # an opened inputSchema is ordered too (§3.5)
         data = event["data"]
         if event["type"] == "request/dispatch":
             assert fold.header is not None

@@ -3,6 +3,7 @@ digest of the golden logs and of fresh demo logs."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from foldline.demo import run_demo
 from ..golden_logs.layout import ATTACHMENTS_DIR, SESSIONS, jsonl_path
 from ..golden_logs.ordered import ORDERED_DIR, ORDERED_SESSIONS
 from ..golden_logs.reasoning import REASONING_DIR, REASONING_SESSIONS
+from ..golden_logs.sealed import KEYS, STORED
 from . import reconstruct as reconstructor
-from .reconstruct import body_bytes, reconstruct
+from .reconstruct import Opener, body_bytes, reconstruct
 
 
 def export_lines(path: Path) -> list[bytes]:
@@ -63,6 +65,17 @@ def test_every_digest_of_the_ordered_golden_logs() -> None:
         assert [c for c in checks if not c.ok] == [], session
 
 
+def test_every_digest_of_the_sealed_golden_log() -> None:
+    """The stored form of golden-anthropic, opened with its key as §3.5 says, rebuilds every digest."""
+    keys = {k["kid"]: bytes.fromhex(k["key"]) for k in json.loads(KEYS.read_text()).values()}
+    lines = STORED.read_bytes().split(b"\n")[:-1]
+    assert all(b'"text":"' not in line or b'"sealed":{' in line for line in lines)
+    checks = reconstruct(lines, ATTACHMENTS_DIR, Opener("golden-anthropic", keys))
+    assert [c for c in checks if not c.ok] == []
+    assert {c.what for c in checks} == {"dispatch", "summarize"}
+    assert len(checks) == len(reconstruct(export_lines(jsonl_path("golden-anthropic")), ATTACHMENTS_DIR))
+
+
 def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path)
     stores = open_stores(config)
@@ -75,10 +88,16 @@ def test_every_digest_of_a_fresh_demo(tmp_path: Path) -> None:
     try:
         sessions = [row[0] for row in db.execute("SELECT id FROM sessions ORDER BY id")]
         assert {"demo-think", "demo-responses"} <= set(sessions)
+        # the data keys, from the key store's file as FORMAT.md §3.5 lays it out
+        keys_db = sqlite3.connect(tmp_path / "keys.sqlite3")
+        keys = {str(kid): bytes(key) for kid, key in keys_db.execute("SELECT kid, material FROM keys")}
+        keys_db.close()
         kinds = set()
         for session in sessions:
             rows = db.execute("SELECT body FROM events WHERE session_id=? ORDER BY seq", (session,)).fetchall()
-            checks = reconstruct([bytes(r[0]) for r in rows], tmp_path / "attachments")
+            assert any(b'"sealed":{' in bytes(r[0]) for r in rows), session  # the demo's content is stored sealed
+            opener = Opener(session, keys)
+            checks = reconstruct([bytes(r[0]) for r in rows], tmp_path / "attachments", opener)
             assert checks, session
             assert [c for c in checks if not c.ok] == [], session
             kinds |= {c.what for c in checks}

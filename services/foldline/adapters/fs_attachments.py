@@ -115,6 +115,18 @@ class FilesystemAttachmentStore(AttachmentStore):
         except AttachmentNotFound:
             return False
 
+    def delete(self, attachment_id: str) -> bool:
+        obj, meta_path = self._paths(attachment_id)
+        if self.read_only:
+            raise AttachmentReadFailed(attachment_id, f"the store {self.root} was opened read-only")
+        try:
+            existed = obj.exists()
+            obj.unlink(missing_ok=True)
+            meta_path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise AttachmentReadFailed(attachment_id, f"cannot remove the object: {exc.strerror or exc}") from exc
+        return existed
+
     def put_stream(self, stream: ByteSource, media_type: str) -> AttachmentMeta:
         return self.put(stream.read(), media_type)
 

@@ -59,6 +59,10 @@ class MemoryAttachmentStore(AttachmentStore):
         with self._lock:
             return attachment_id in self._objects
 
+    def delete(self, attachment_id: str) -> bool:
+        with self._lock:
+            return self._objects.pop(attachment_id, None) is not None
+
     def replace_bytes(self, attachment_id: str, data: bytes) -> None:
         """Overwrite a stored object's bytes, keeping its metadata — what a corrupted disk or bucket does.
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 
 from ..core.fold import FoldDelta, FoldState
-from ..ports.fold_store import ApplyResult, FoldStore
+from ..ports.fold_store import ERASED, ApplyResult, FoldStore
 from ..ports.partition_marks import PartitionMarks
 
 __all__ = ["MemoryFoldStore", "MemoryPartitionMarks"]
@@ -74,6 +74,10 @@ class MemoryFoldStore(FoldStore):
     def delete(self, session_id: str) -> None:
         with self._lock:
             self._folds.pop(session_id, None)
+
+    def erase(self, session_id: str) -> None:
+        with self._lock:
+            self._folds[session_id] = FoldState(session_id, ERASED, ERASED, 0, None, None, ())
 
 
 class MemoryPartitionMarks(PartitionMarks):

@@ -1,26 +1,32 @@
 """An in-process event log: the reference behaviour of the port, used by fast tests.
 
 Events are stored as their canonical bytes and decoded on read, exactly like the durable adapters,
-so nothing can pass here that the encoding would lose.
+so nothing can pass here that the encoding would lose; with a ``sealer`` their content is stored sealed.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 
 from ..core.events import Envelope
-from ..core.limits import check_event_size
+from ..core.limits import check_stored_size
+from ..core.sealing import has_content
 from ..core.validation import check_session_id
-from ..core.wire import decode_event, encode_event
+from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError
-from ..ports.event_log import EventLog, RulesCache, WriterLease
+from ..ports.event_log import EventLog, RulesCache, WriterLease, opened
+from ..ports.key_store import Sealer
 
 __all__ = ["MemoryEventLog"]
 
 
 class MemoryEventLog(EventLog):
-    def __init__(self) -> None:
+    seals_in_place = True  # its rows are rewritten where they are (an erasure of content logged unsealed)
+
+    def __init__(self, *, sealer: Sealer | None = None) -> None:
+        self.sealer = sealer
         self._events: dict[str, list[bytes]] = {}
         self._epochs: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -39,9 +45,11 @@ class MemoryEventLog(EventLog):
                 raise FencedError(session_id, lease.epoch, epoch)
             if expected_seq != head:
                 raise ConflictError(session_id, expected_seq, head)
-            bodies = [encode_event(e) for e in events]
-            for e, body in zip(events, bodies, strict=True):
-                check_event_size(len(body), e.seq)
+            sealed = self.sealer.seal(session_id, events) if self.sealer is not None else events
+            bodies = [encode_event(e) for e in sealed]
+            for plain, env, body in zip(events, sealed, bodies, strict=True):
+                if plain.sealed is None:  # one given sealed was checked when it was first appended
+                    check_stored_size(len(body), env is not plain, functools.partial(encoded_size, plain), env.seq)
             self._rules.get(session_id, head).check_batch(events)
             self._events.setdefault(session_id, []).extend(bodies)
             return head + len(events)
@@ -50,8 +58,29 @@ class MemoryEventLog(EventLog):
         with self._lock:
             return self._read(session_id, from_seq, to_seq)
 
+    def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        with self._lock:
+            return [decode_event(b) for b in self._events.get(session_id, [])[from_seq:to_seq]]
+
     def _read(self, session_id: str, from_seq: int, to_seq: int | None) -> list[Envelope]:
-        return [decode_event(b) for b in self._events.get(session_id, [])[from_seq:to_seq]]
+        events = [decode_event(b) for b in self._events.get(session_id, [])[from_seq:to_seq]]
+        return opened("the in-process log", session_id, self.sealer, events)
+
+    def seal_in_place(self, session_id: str) -> int:
+        if self.sealer is None:
+            return super().seal_in_place(session_id)
+        with self._lock:
+            stored = self._events.get(session_id, [])
+            count = 0
+            for i, body in enumerate(stored):
+                e = decode_event(body)
+                if e.sealed is None and has_content(type(e.data)):
+                    sealed = self.sealer.seal(session_id, (e,), always=True)[0]
+                    if sealed is not e:
+                        stored[i] = encode_event(sealed)
+                        count += 1
+            self._rules.forget(session_id)
+            return count
 
     def head(self, session_id: str) -> int:
         with self._lock:

@@ -49,6 +49,8 @@ class MeteredEventLog(EventLog):
     def __init__(self, inner: EventLog, observer: AppendObserver) -> None:
         self.inner = inner
         self.observer = observer
+        self.sealer = inner.sealer
+        self.seals_in_place = inner.seals_in_place
 
     def append(
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
@@ -86,6 +88,18 @@ class MeteredEventLog(EventLog):
 
     async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
         return await self.inner.acquire_and_read_async(session_id)
+
+    def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        return self.inner.read_stored(session_id, from_seq, to_seq)
+
+    def erased(self, session_id: str) -> bool:
+        return self.inner.erased(session_id)
+
+    def seal_in_place(self, session_id: str) -> int:
+        return self.inner.seal_in_place(session_id)
+
+    def scrub(self) -> None:
+        self.inner.scrub()
 
     def head(self, session_id: str) -> int:
         return self.inner.head(session_id)

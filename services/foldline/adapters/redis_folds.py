@@ -31,6 +31,7 @@ session's script is still its own atomic unit). Redis errors reach callers as
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -41,7 +42,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
-from ..ports.fold_store import ApplyResult, ApplyStatus, FoldStore, FoldTail
+from ..ports.fold_store import ERASED, ApplyResult, ApplyStatus, FoldStore, FoldTail
 from ..ports.partition_marks import PartitionMarks
 
 __all__ = ["RedisFoldStore", "RedisPartitionMarks"]
@@ -305,6 +306,49 @@ class RedisFoldStore(FoldStore):
     def delete(self, session_id: str) -> None:
         keys = self.keys_of(session_id)
         self._call(lambda: self._redis.delete(*keys), f"deleting the fold of {session_id!r}")
+
+    def erase(self, session_id: str) -> None:
+        """The erased tombstone, in one MULTI/EXEC: the fold's keys (and journal) deleted, then a meta hash with
+        applied seq and epoch :data:`~foldline.ports.fold_store.ERASED` and a list holding one empty entry."""
+        meta, msgs, journal = self.keys_of(session_id)
+
+        def run() -> None:
+            with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(meta, msgs, journal)
+                pipe.rpush(msgs, b"")
+                pipe.hset(meta, mapping={"a": ERASED, "e": ERASED, "g": 0, "hs": -1, "n": 1, "r": 0})
+                pipe.execute()
+
+        self._call(run, f"erasing the fold of {session_id!r}")
+
+    def rewrite_persistence(self) -> list[str]:
+        """Ask Redis to rewrite its persistence files, so no copy of an erased fold stays in them: an
+        append-only-file rewrite when ``appendonly`` is on, a snapshot when ``save`` rules are set. Returns what
+        was asked (nothing when Redis persists nothing); one already running is left to finish. A Redis that
+        refuses ``CONFIG`` (a managed one) is left to its own schedule, and that is what is returned."""
+        asked: list[str] = []
+
+        def config(name: str) -> str:
+            value = self._redis.config_get(name).get(name, "")
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        def run() -> None:
+            try:
+                appendonly, save = config("appendonly"), config("save")
+            except ResponseError as exc:  # a managed Redis may refuse CONFIG: its own schedule rewrites them
+                asked.append(f"none (CONFIG refused: {exc})")
+                return
+            if appendonly == "yes":
+                with contextlib.suppress(ResponseError):  # one in progress: it rewrites what is there now
+                    self._redis.bgrewriteaof()
+                asked.append("BGREWRITEAOF")
+            if save.strip():
+                with contextlib.suppress(ResponseError):
+                    self._redis.bgsave(schedule=True)
+                asked.append("BGSAVE")
+
+        self._call(run, "asking for a rewrite of the persistence files")
+        return asked
 
     def close(self) -> None:
         self._redis.close()

@@ -444,6 +444,39 @@ class S3AttachmentStore(AttachmentStore):
             )
         return existing
 
+    def delete(self, attachment_id: str) -> bool:
+        """DeleteObject; in a bucket that keeps versions, every version of the key (a delete marker alone would
+        leave the bytes in a noncurrent version)."""
+        key = self.key_of(attachment_id)
+        existed = self.exists(attachment_id)
+        try:
+            status = self.client.get_bucket_versioning(Bucket=self.bucket).get("Status")
+        except ClientError as exc:
+            if status_code(exc)[0] not in (404, 501):  # a server without versioning keeps no versions
+                self._raise(exc, attachment_id, "GetBucketVersioning", key)
+            status = None
+        except BotoCoreError as exc:
+            self._raise(exc, attachment_id, "GetBucketVersioning", key)
+        if status in ("Enabled", "Suspended"):
+            listed = self._call(
+                attachment_id,
+                "ListObjectVersions",
+                key,
+                lambda: self.client.list_object_versions(Bucket=self.bucket, Prefix=key),
+            )
+            for v in [*listed.get("Versions", ()), *listed.get("DeleteMarkers", ())]:
+                if v.get("Key") == key:
+                    version = v["VersionId"]
+                    self._call(
+                        attachment_id,
+                        "DeleteObject",
+                        key,
+                        functools.partial(self.client.delete_object, Bucket=self.bucket, Key=key, VersionId=version),
+                    )
+            return existed
+        self._call(attachment_id, "DeleteObject", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+        return existed
+
     # -- reads --------------------------------------------------------------------------------------------
 
     def meta(self, attachment_id: str) -> AttachmentMeta:

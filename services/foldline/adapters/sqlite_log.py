@@ -34,6 +34,7 @@ is rolled back: nothing of it is written.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -43,11 +44,13 @@ from typing import Literal
 from urllib.parse import quote
 
 from ..core.events import SESSION_FORMAT_VERSION, Envelope
-from ..core.limits import check_event_size
+from ..core.limits import check_stored_size
+from ..core.sealing import has_content
 from ..core.validation import LogRules, check_session_id
-from ..core.wire import decode_event, encode_event
+from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
-from ..ports.event_log import EncodedEvent, EventLog, RulesCache, WriterLease
+from ..ports.event_log import EncodedEvent, EventLog, RulesCache, WriterLease, opened
+from ..ports.key_store import Sealer
 
 __all__ = ["DB_NAME", "SqliteEventLog"]
 
@@ -105,6 +108,8 @@ def database_path(path: str | Path) -> Path:
 
 
 class SqliteEventLog(EventLog):
+    seals_in_place = True  # its rows are rewritten where they are (an erasure of content logged unsealed)
+
     def __init__(
         self,
         path: str | Path,
@@ -113,10 +118,13 @@ class SqliteEventLog(EventLog):
         busy_timeout_s: float = 10.0,
         checkpoint_interval_s: float = 0.25,
         read_only: bool = False,
+        sealer: Sealer | None = None,
     ) -> None:
         path = database_path(path)
         self.path = path
         self.read_only = read_only
+        self.sealer = sealer
+        self._beside: Sealer | None = None  # the keys beside the log, for a log opened without a sealer
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self._rules = RulesCache(self._read_all)
@@ -223,9 +231,7 @@ class SqliteEventLog(EventLog):
         if not events:
             return self.head(session_id)
         self._writable(f"appending to session {session_id!r}")
-        bodies = [(session_id, e.seq, encode_event(e)) for e in events]
-        for _, seq, body in bodies:
-            check_event_size(len(body), seq)
+        bodies = self._bodies(session_id, events)
         with self._lock:
             db = self._db
             try:
@@ -274,6 +280,8 @@ class SqliteEventLog(EventLog):
         rules = LogRules()
         check_session_id(session_id)
 
+        sealer = self.sealer if self.sealer is not None and self.sealer.seal_new else None
+
         def rows() -> Iterator[tuple[str, int, bytes]]:
             for item in events:
                 if isinstance(item, EncodedEvent):
@@ -281,7 +289,10 @@ class SqliteEventLog(EventLog):
                 else:
                     e, body = item, encode_event(item)
                 rules.advance(e)  # a failure rolls the whole session back, and these rules are dropped
-                check_event_size(len(body), e.seq)
+                stored = sealer.seal(session_id, (e,))[0] if sealer is not None else e
+                if stored is not e:
+                    body = encode_event(stored)
+                check_stored_size(len(body), stored is not e, functools.partial(encoded_size, e), e.seq)
                 yield session_id, e.seq, body
 
         with self._lock:
@@ -315,6 +326,13 @@ class SqliteEventLog(EventLog):
         with self._lock:
             try:
                 return self._read(session_id, from_seq, to_seq)
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"reading session {session_id!r}") from exc
+
+    def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        with self._lock:
+            try:
+                return self._read(session_id, from_seq, to_seq, open_=False)
             except sqlite3.Error as exc:
                 raise self._translated(exc, f"reading session {session_id!r}") from exc
 
@@ -358,6 +376,9 @@ class SqliteEventLog(EventLog):
         return WriterLease(session_id, int(epoch))
 
     def close(self) -> None:
+        if self._beside is not None:
+            self._beside.close()
+            self._beside = None
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -376,10 +397,21 @@ class SqliteEventLog(EventLog):
 
     # -------------------------------------------------------------- internals
 
+    def _bodies(self, session_id: str, events: Sequence[Envelope]) -> list[tuple[str, int, bytes]]:
+        """The rows of ``events``: their stored bytes (sealed when a sealer seals), each within the size limit."""
+        stored = self.sealer.seal(session_id, events) if self.sealer is not None else events
+        bodies = []
+        for plain, e in zip(events, stored, strict=True):
+            body = encode_event(e)
+            if plain.sealed is None:  # one given sealed (restored from an archive) was checked when first appended
+                check_stored_size(len(body), e is not plain, functools.partial(encoded_size, plain), e.seq)
+            bodies.append((session_id, e.seq, body))
+        return bodies
+
     def _read_all(self, session_id: str) -> list[Envelope]:
         return self._read(session_id, 0, None)
 
-    def _read(self, session_id: str, from_seq: int, to_seq: int | None) -> list[Envelope]:
+    def _read(self, session_id: str, from_seq: int, to_seq: int | None, *, open_: bool = True) -> list[Envelope]:
         upper = to_seq if to_seq is not None else 1 << 62
         rows = self._db.execute(
             "SELECT seq, body FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
@@ -391,7 +423,76 @@ class SqliteEventLog(EventLog):
             if env.seq != seq:
                 raise FormatError("seq-gapless", f"stored row {seq} holds an event with seq {env.seq}", seq=seq)
             out.append(env)
-        return out
+        if not open_:
+            return out
+        sealer = self.sealer
+        if sealer is None and any(e.sealed is not None for e in out):
+            sealer = self._keys_beside()
+        return opened(f"event log {self.path}", session_id, sealer, out)
+
+    def _keys_beside(self) -> Sealer:
+        """A data directory holds its keys beside its log (``keys.sqlite3``): a log opened without a sealer opens
+        sealed content with them, read-only (a missing file: KeyMissing)."""
+        if self._beside is None:
+            from .sealing import ContentSealer
+            from .sqlite_keys import KEYS_NAME, SqliteKeyStore
+
+            self._beside = ContentSealer(SqliteKeyStore(self.path.parent / KEYS_NAME, read_only=True), seal_new=False)
+        return self._beside
+
+    # -------------------------------------------------------------- erasure
+
+    def seal_in_place(self, session_id: str) -> int:
+        """Rewrite the session's unsealed events that hold content as sealed rows (one transaction), with
+        ``secure_delete`` on, so the old bytes are overwritten on their pages; :meth:`scrub` then leaves no copy
+        in the write-ahead log or free pages. Needs a sealer (its key store)."""
+        self._writable(f"sealing session {session_id!r} in place")
+        if self.sealer is None:
+            raise StoreUnavailable(f"event log {self.path}: sealing needs the key store (open it with its config)")
+        sealer = self.sealer
+        with self._lock:
+            db = self._db
+            try:
+                rows = db.execute(
+                    "SELECT seq, body FROM events WHERE session_id=? ORDER BY seq", (session_id,)
+                ).fetchall()
+                plain = [decode_event(bytes(body)) for _, body in rows]
+                todo = [e for e in plain if e.sealed is None and has_content(type(e.data))]
+                if not todo:
+                    return 0
+                sealed = sealer.seal(session_id, todo, always=True)  # the key exists before the rows change
+                changed = [
+                    (encode_event(s), session_id, s.seq) for p, s in zip(todo, sealed, strict=True) if s is not p
+                ]
+                db.execute("PRAGMA secure_delete=ON")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany("UPDATE events SET body=? WHERE session_id=? AND seq=?", changed)
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._translated(exc, f"sealing session {session_id!r} in place") from exc
+            finally:
+                self._rules.forget(session_id)
+        return len(changed)
+
+    def scrub(self) -> None:
+        """Copy the write-ahead log back and truncate it, then rebuild the file without free pages (VACUUM, with
+        ``secure_delete`` on): no earlier version of a rewritten row is left in ``log.sqlite3`` or its ``-wal``."""
+        if self.read_only:
+            return
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("PRAGMA secure_delete=ON")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error as exc:
+                raise self._translated(exc, "scrubbing the log file") from exc
 
 
 def _check_format(path: Path, version: str) -> None:

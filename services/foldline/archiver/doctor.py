@@ -216,7 +216,7 @@ def _embedded_coverage(config: Config, store: ArchiveStore, *, now_ms: int | Non
                 if mark >= head:
                     current += 1
                     continue
-                first = log.read(sid, mark, mark + 1)
+                first = log.read_stored(sid, mark, mark + 1)
                 if first and first[0].time < oldest_allowed:
                     late.append((sid, mark, head))
     except FoldlineError as exc:

@@ -1,10 +1,11 @@
 """An archiver's source on a log that keeps every event (the embedded SQLite log): new events by polling.
 
 :class:`LogFeed` asks the log for its sessions and heads and reads what is new since the last poll (a
-session met for the first time: since its archive watermark). Events are turned into Avro bodies under
-the current event schema, so a backup of the embedded log is the same archive as the Kafka one — it can
-be restored into either. Every event a log returns is the log's: there are no foreign records to tell
-apart (:meth:`LogFeed.offsets` answers ``None``).
+session met for the first time: since its archive watermark). Events are read as stored — sealed content
+stays sealed (docs/ERASURE.md) — and turned into Avro bodies under the current event schema, so a backup
+of the embedded log is the same archive as the Kafka one — it can be restored into either. Every event a
+log returns is the log's: there are no foreign records to tell apart (:meth:`LogFeed.offsets` answers
+``None``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class LogFeed:
             if seen is None:
                 seen = min(self.archive.watermark(sid), head)
             if head > seen:
-                out += [self._raw(sid, e) for e in self.log.read(sid, seen, head)]
+                out += [self._raw(sid, e) for e in self.log.read_stored(sid, seen, head)]
             self._seen[sid] = head
         return out
 
@@ -51,7 +52,7 @@ class LogFeed:
         return None
 
     def fetch(self, session_id: str, from_seq: int, to_seq: int) -> list[RawEvent]:
-        return [self._raw(session_id, e) for e in self.log.read(session_id, from_seq, to_seq)]
+        return [self._raw(session_id, e) for e in self.log.read_stored(session_id, from_seq, to_seq)]
 
     def close(self) -> None:
         self.log.close()

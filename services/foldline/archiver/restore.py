@@ -44,7 +44,7 @@ def restore_session(archive: ArchiveReader, log: EventLog, session_id: str, *, b
     present = log.head(session_id)
     compare = min(present, archived)
     if compare:
-        held = log.read(session_id, 0, compare)
+        held = log.read_stored(session_id, 0, compare)  # as stored: sealed content stays sealed, as archived
         expected = archive.read(session_id, 0, compare)
         for a, b in zip(held, expected, strict=True):
             if a != b:

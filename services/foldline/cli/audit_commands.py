@@ -22,10 +22,12 @@ from rich.text import Text
 from ..core import codec
 from ..core.diff import snapshot_diffs
 from ..core.drops import DROP_CAUSES, Drop, session_drops
+from ..core.events import Envelope
 from ..core.fork import lineage
+from ..core.sealing import erased_view
 from ..errors import SessionNotFound
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
-from .output import console, diff_lines, fail_on_errors, json_safe, line, literal, write_json
+from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
 
 if TYPE_CHECKING:
     from ..replay.verify import VerifyReport, VerifyStatus
@@ -34,8 +36,10 @@ __all__ = ["VERIFY_EXIT_CODES", "register"]
 
 VERIFY_EXIT_CODES = (
     "Exit status: 0 every request of every session verified; 1 a request differs from its recorded digest; "
-    "3 a request could not be rebuilt (unreconstructable); 4 nothing could be verified (no sessions, or a "
-    "session without request/dispatch records); 2 an error (one line on stderr). The worst outcome wins."
+    "3 a request could not be rebuilt (unreconstructable); 5 a session's content was erased (its requests "
+    "cannot be rebuilt, by design); 4 nothing could be verified (no sessions, or a session without "
+    "request/dispatch records); 2 an error (one line on stderr). The worst outcome wins, in the order "
+    "1, 3, 5, 4, 0."
 )
 
 
@@ -46,7 +50,7 @@ def register(app: typer.Typer) -> None:
     app.command("diff")(fail_on_errors(diff))
 
 
-_ORDER: tuple[VerifyStatus, ...] = ("verified", "not-verifiable", "unreconstructable", "mismatched")  # worst last
+_ORDER: tuple[VerifyStatus, ...] = ("verified", "not-verifiable", "erased", "unreconstructable", "mismatched")
 
 
 def verify(
@@ -58,8 +62,9 @@ def verify(
     """Rebuild every loop request from the log and compare it with the digest recorded at dispatch.
 
     Each session is verified (every request matches), mismatched, unreconstructable (a request cannot be
-    rebuilt, e.g. an attachment is missing) or not verifiable (it has no request/dispatch records, so
-    there is nothing to prove); a run that checks nothing at all is not verifiable either.
+    rebuilt, e.g. an attachment is missing), erased (its content key was destroyed: `foldline erase`) or not
+    verifiable (it has no request/dispatch records, so there is nothing to prove); a run that checks nothing
+    at all is not verifiable either.
     """
     from ..replay.verify import VERIFY_EXIT_STATUS, VerifyReport, verify_events
 
@@ -113,7 +118,16 @@ def verify(
                 console.print(
                     line(("NOT VERIFIABLE", "yellow"), f" {sid}: no request/dispatch records, so nothing to prove")
                 )
+            elif one.status == "erased":
+                console.print(
+                    line(
+                        ("ERASED", "cyan"),
+                        f" {sid}: its content was erased; {one.erased_dispatches} request/dispatch digest(s) kept, "
+                        "none can be rebuilt (`foldline erasures` says when and why)",
+                    )
+                )
         unverifiable = sum(1 for _, one in per_session if one.status == "not-verifiable")
+        erased = f", {len(report.erased)} session(s) erased" if report.erased else ""
         colour = "green" if status == "verified" else "red"
         retried = f", {report.retries} failed attempt(s) resent the same bytes" if report.retries else ""
         console.print(
@@ -121,7 +135,7 @@ def verify(
                 (f"{status}:", f"bold {colour}"),
                 f" {report.matched}/{report.checked} requests match across {len(per_session)} session(s) — "
                 f"{len(report.mismatched)} mismatched, {len(report.unreconstructable)} unreconstructable, "
-                f"{unverifiable} session(s) not verifiable{retried}",
+                f"{unverifiable} session(s) not verifiable{erased}{retried}",
             )
         )
     if VERIFY_EXIT_STATUS[status]:
@@ -161,6 +175,9 @@ def requests(
         events = stores.log.read(session)
         if not events:
             raise SessionNotFound(session)
+        if any(e.sealed is not None for e in events):
+            _erased_requests(session, events, step, json)
+            return
         rebuilt = list(rebuild_requests(session, events))
         if step is not None:
             if not 0 <= step < len(rebuilt):
@@ -188,6 +205,39 @@ def requests(
         out.flush()
 
 
+def _erased_requests(session: str, events: list[Envelope], step: int | None, json: bool) -> None:
+    """What ``requests`` prints for an erased session: each request's recorded digest and size, no body."""
+    from ..core.events import RequestDispatch
+
+    dispatches = [(e.seq, e.data) for e in events if isinstance(e.data, RequestDispatch)]
+    if step is not None:
+        if not 0 <= step < len(dispatches):
+            raise typer.BadParameter(f"--step must be within 0..{len(dispatches) - 1} for this session")
+        dispatches = [dispatches[step]]
+    out = sys.stdout.buffer
+    for seq, d in dispatches:
+        if json:
+            row = {
+                "seq": seq,
+                "turn": d.turn,
+                "step": d.step,
+                "serializer": d.serializer,
+                "serializerVersion": d.serializer_version,
+                "recordedDigest": d.digest,
+                "bytes": d.bytes,
+                "body": None,
+                "erased": True,
+            }
+            out.write(orjson.dumps(row) + b"\n")
+        else:
+            text = f"seq {seq} turn {d.turn} step {d.step}: erased — recorded {d.digest} ({d.bytes:,} bytes)"
+            out.write(json_safe(f"{text}, {d.serializer} v{d.serializer_version}").encode() + b"\n")
+    out.flush()
+    err_console.print(
+        line(("erased:", "cyan"), f" the content of {session!r} was erased; its request bodies cannot be rebuilt")
+    )
+
+
 def diff(
     session: Annotated[str, typer.Argument(help="Session id.")],
     data_dir: DataDirOpt = None,
@@ -197,7 +247,7 @@ def diff(
     """List a session's header snapshots (seq, reason) with a field-level diff to the one before."""
     session_ids(session)
     with stores_for(config_for(data_dir, backend), read_only=True) as stores:
-        events = read_session(stores.log, session)
+        events = [erased_view(e) for e in read_session(stores.log, session)]  # erased content shows as such
     diffs = snapshot_diffs(events)
     seed = lineage(events)
     if json:
@@ -247,7 +297,7 @@ def drops(
             events = stores.log.read(sid)
             if not events:
                 raise SessionNotFound(sid)
-            found.extend(session_drops(sid, events))
+            found.extend(session_drops(sid, [erased_view(e) for e in events]))
     counts = {cause: sum(1 for d in found if d.cause == cause) for cause in DROP_CAUSES}
     listed = [d for d in found if not d.explained] if unexplained else found
     if json:

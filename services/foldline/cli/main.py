@@ -19,6 +19,7 @@ from . import (
     audit_commands,
     config_commands,
     demo_commands,
+    erase_commands,
     fleet_commands,
     replay_commands,
     session_commands,
@@ -69,6 +70,7 @@ app = typer.Typer(
 demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
+erase_commands.register(app)
 replay_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)

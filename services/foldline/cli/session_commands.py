@@ -53,6 +53,7 @@ from ..core.events import (
     UserMessage,
 )
 from ..core.projection import fold_request_header
+from ..core.sealing import erased_view
 from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
 from ..errors import ConfigError, InputError, SessionNotFound
@@ -225,7 +226,9 @@ def show(
     """Print a session's transcript, header snapshots included, as it streams from the log.
 
     One line per event: seq, type and a summary of its content. Every character of the log is shown as it
-    is (control characters escaped); nothing in a log is read as formatting.
+    is (control characters escaped); nothing in a log is read as formatting. The content of an erased session
+    shows as [erased]; its structure (seqs, types, ids, usage, digests) as logged. --json prints the events as
+    the log holds them (an erased event's content sealed).
     """
     session_ids(session)
     with stores_for(config_for(data_dir, backend), read_only=True) as stores:
@@ -246,13 +249,16 @@ def show(
                     text = Text()
                     for e in page:
                         style = "bold magenta" if isinstance(e.data, RequestHeader) else ""
-                        text.append_text(literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(e.data)}", style))
+                        text.append_text(
+                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(erased_view(e).data)}", style)
+                        )
                         text.append("\n")
                     console.print(text, end="")
                 else:
                     out.write(
                         "".join(
-                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(e.data)}").plain + "\n" for e in page
+                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(erased_view(e).data)}").plain + "\n"
+                            for e in page
                         )
                     )
                 advance(len(page))
@@ -341,13 +347,16 @@ def export_cmd(
     """Write one session as JSON Lines: a header line, then one canonical event per line (docs/FORMAT.md).
 
     The session's attachment objects (images) are not in the file: they are named, and with
-    ``--attachments DIR`` copied (verified) into DIR, for ``import --attachments DIR`` to take.
+    ``--attachments DIR`` copied (verified) into DIR, for ``import --attachments DIR`` to take. The file is
+    noted in the key store, so that erasing the session removes it too (while it is still this export); an
+    erased session's file holds its structure and no content (its events as the log holds them, sealed).
     """
     from ..export import export_session
 
     session_ids(session)
     to_stdout = str(out) == "-"
-    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
+    config = config_for(data_dir, backend)
+    with stores_for(config, read_only=True) as stores:
         bundle = _bundle(attachments, read_only=False) if attachments is not None else None
         source = stores.attachments if bundle is not None else None
         if to_stdout:
@@ -359,15 +368,58 @@ def export_cmd(
                     summary = export_session(stores.log, session, fp, attachments=source, bundle=bundle)
             except OSError as exc:
                 raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    tracked = None if to_stdout else _track_export(config, summary, out)
     report = err_console if to_stdout else console
     if json:
-        write_json(_summary_json(summary, out=str(out)), stderr=to_stdout, canonical=True)
+        extra: dict[str, Any] = {"out": str(out), "erased": summary.erased}
+        if tracked is not None:
+            extra["tracked"] = tracked == ""
+        write_json(_summary_json(summary, **extra), stderr=to_stdout, canonical=True)
         return
     where = "" if to_stdout else f" to {out}"
     report.print(literal(f"exported {summary.events:,} events of {summary.session_id!r}{where} ({summary.digest})"))
+    if summary.erased:
+        err_console.print(
+            line(
+                ("erased:", "cyan"),
+                f" the session's content was erased: its {summary.erased:,} content event(s) are written sealed "
+                "(structure only, no content)",
+            )
+        )
+    if tracked:
+        err_console.print(
+            line(
+                ("note:", "yellow"),
+                f" the export was not noted in the key store ({tracked}): "
+                "erasing the session will not remove this file",
+            )
+        )
     note = _attachment_note(summary, attachments, exported=True)
     if note is not None:
         err_console.print(note)
+
+
+def _track_export(config: Any, summary: ExportSummary, out: Path) -> str:
+    """Note the export file in the key store (so an erasure removes it); ``""`` when noted, else why not."""
+    import socket
+    import time
+
+    from ..config.factories import key_store
+    from ..errors import FoldlineError
+    from ..ports.key_store import TrackedExport
+
+    export = TrackedExport(
+        summary.session_id, socket.gethostname(), str(out.resolve()), summary.digest, time.time_ns() // 1_000_000
+    )
+    try:
+        keys = key_store(config)
+        try:
+            keys.track_export(export)
+        finally:
+            keys.close()
+    except FoldlineError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 class _CountingReader:
@@ -394,6 +446,14 @@ def import_cmd(
         str | None, typer.Option("--as", help="Import under this new session id instead of the file's.")
     ] = None,
     attachments: AttachmentsOpt = None,
+    subject: Annotated[
+        str | None,
+        typer.Option(
+            "--subject",
+            help="Put the session in this subject's erasure scope: `foldline erase --subject ID` erases it too.",
+            show_default=False,
+        ),
+    ] = None,
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -401,7 +461,8 @@ def import_cmd(
     """Validate an export completely while it streams in, then commit it as one new session — or write nothing.
 
     ``--attachments DIR`` takes the session's attachment objects from DIR (as ``export --attachments``
-    wrote it), each verified against the log's reference.
+    wrote it), each verified against the log's reference. Its content is stored sealed under a key of its own
+    (when encryption is on: FOLDLINE_ENCRYPTION), so that `foldline erase` can destroy it.
     """
     from ..export import import_session
 
@@ -423,7 +484,9 @@ def import_cmd(
         with _progress(total, "importing", "bytes") as advance:
             reader = _CountingReader(fp, advance) if err_console.is_terminal else fp
             try:
-                summary = import_session(stores.log, reader, as_id, attachments=stores.attachments, bundle=bundle)
+                summary = import_session(
+                    stores.log, reader, as_id, attachments=stores.attachments, bundle=bundle, subject=subject
+                )
             except OSError as exc:
                 raise InputError(f"cannot read {file}: {exc.strerror or exc}") from exc
     if json:

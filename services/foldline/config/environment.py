@@ -4,7 +4,7 @@
 leaves the field's default, written only in :mod:`.settings`); :func:`kafka_properties` gathers the Kafka
 client's librdkafka properties from the file named by ``FOLDLINE_KAFKA_CLIENT_PROPERTIES`` and the
 dedicated security variables. The values a choice may take (:data:`BACKENDS`, :data:`RUNTIMES`,
-:data:`ARCHIVE_STORES`) live here with the parsers that check them.
+:data:`ARCHIVE_STORES`, :data:`KEY_STORES`) live here with the parsers that check them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..errors import ConfigError
 __all__ = [
     "ARCHIVE_STORES",
     "BACKENDS",
+    "KEY_STORES",
     "BUILT_IN_PROVIDERS",
     "KAFKA_SECURITY_VARIABLES",
     "PROVIDER_KINDS",
@@ -27,6 +28,7 @@ __all__ = [
     "SETTINGS",
     "ArchiveStoreKind",
     "Backend",
+    "KeyStoreKind",
     "ProjectorRuntime",
     "Setting",
     "kafka_properties",
@@ -41,6 +43,8 @@ ProjectorRuntime = Literal["confluent", "faust"]
 RUNTIMES: tuple[str, ...] = ("confluent", "faust")
 ArchiveStoreKind = Literal["off", "s3", "dir"]
 ARCHIVE_STORES: tuple[str, ...] = ("off", "s3", "dir")
+KeyStoreKind = Literal["auto", "dir", "s3"]
+KEY_STORES: tuple[str, ...] = ("auto", "dir", "s3")
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +419,19 @@ SETTINGS: tuple[Setting, ...] = (
         "archive.grace_s",
         _seconds,
         "seconds a segment a merge replaced is kept for readers before it is deleted",
+    ),
+    Setting("FOLDLINE_ENCRYPTION", "encryption.enabled", _bool, "seal new content under per-session keys (erasable)"),
+    Setting("FOLDLINE_KEY_STORE", "encryption.store", _choice(KEY_STORES), "where data keys live: auto, dir or s3"),
+    Setting("FOLDLINE_KEY_DIR", "encryption.key_dir", Path, "directory of keys.sqlite3 (dir; unset: the data dir)"),
+    Setting("FOLDLINE_KEYS_BUCKET", "encryption.bucket", _text, "bucket of the key store (s3)"),
+    Setting("FOLDLINE_KEYS_PREFIX", "encryption.prefix", str, "key prefix of the key store's objects", empty_ok=True),
+    Setting("FOLDLINE_KEY_CACHE_TTL", "encryption.cache_ttl_s", _seconds, "seconds a process keeps a data key it read"),
+    Setting(
+        "FOLDLINE_KEY_ENCRYPTION_KEY",
+        "encryption.key_encryption_key",
+        _text,
+        "wraps every data key in the store (32 bytes, base64 or hex)",
+        secret=True,
     ),
 )
 

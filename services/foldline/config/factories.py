@@ -1,10 +1,11 @@
 """The adapters a :class:`~foldline.config.Config` names, built here and nowhere else.
 
 * :func:`open_stores` — the factory of loops and the CLI commands on a log (``foldline demo``, ``verify``,
-  ``sessions``, ...): the event log, the attachment store and, on the distributed backend, the folds;
+  ``sessions``, ...): the event log (sealing and opening content with the key store), the attachment store and,
+  on the distributed backend, the folds;
 * :func:`sqlite_log`, :func:`kafka_log`, :func:`fold_store`, :func:`partition_marks`, :func:`attachment_store`,
-  :func:`archive_store`, :func:`session_archive`, :func:`providers` — one adapter each, for the factories of
-  the worker processes (:func:`foldline.projector.factory.open_projector`,
+  :func:`archive_store`, :func:`session_archive`, :func:`key_store`, :func:`content_sealer`, :func:`providers` —
+  one adapter each, for the factories of the worker processes (:func:`foldline.projector.factory.open_projector`,
   :func:`foldline.dispatcher.factory.open_dispatcher`, :func:`foldline.archiver.factory.open_archiver`) and
   for tests.
 
@@ -37,11 +38,13 @@ if TYPE_CHECKING:
     from ..adapters.kafka import KafkaEventLog, TopicPolicy
     from ..adapters.redis_folds import RedisFoldStore, RedisPartitionMarks
     from ..adapters.s3_attachments import S3AttachmentStore
+    from ..adapters.sealing import ContentSealer
     from ..adapters.sqlite_log import SqliteEventLog
     from ..ports.archive import ArchiveStore
     from ..ports.attachments import AttachmentStore
     from ..ports.event_log import EventLog
     from ..ports.fold_store import FoldStore
+    from ..ports.key_store import KeyStore
     from ..providers.base import Provider
 
 __all__ = [
@@ -51,9 +54,11 @@ __all__ = [
     "attachment_store",
     "check_data_dir",
     "check_kafka",
+    "content_sealer",
     "emulated_providers",
     "fold_store",
     "kafka_log",
+    "key_store",
     "open_stores",
     "partition_marks",
     "providers",
@@ -69,30 +74,39 @@ class Stores:
     log: EventLog
     attachments: AttachmentStore
     folds: FoldStore | None = None  # the distributed backend's fold store (Redis), fed by projectors
+    sealer: ContentSealer | None = None  # seals and opens the log's content; its key store (docs/ERASURE.md)
 
     def close(self) -> None:
         self.log.close()
         self.attachments.close()
         if self.folds is not None:
             self.folds.close()
+        if self.sealer is not None:
+            self.sealer.close()
 
 
 # ------------------------------------------------------------------ one adapter each
 
 
-def sqlite_log(config: Config, *, read_only: bool = False) -> SqliteEventLog:
+def sqlite_log(config: Config, *, read_only: bool = False, sealer: ContentSealer | None = None) -> SqliteEventLog:
     """The embedded log: ``foldline.db`` in ``config.data_dir``, waiting ``embedded.busy_timeout_s`` for another
     writer's lock. ``read_only`` (audits, listings, ``foldline doctor``) opens it for reading and never creates
-    the data directory: a missing one is a :class:`ConfigError` (:func:`check_data_dir`)."""
+    the data directory: a missing one is a :class:`ConfigError` (:func:`check_data_dir`). ``sealer`` seals and
+    opens content (:func:`content_sealer`; without one, sealed content is opened with the keys beside the log)."""
     from ..adapters.sqlite_log import DB_NAME, SqliteEventLog
 
     check_data_dir(config, read_only=read_only)
-    return SqliteEventLog(config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only)
+    return SqliteEventLog(
+        config.data_dir / DB_NAME, busy_timeout_s=config.embedded.busy_timeout_s, read_only=read_only, sealer=sealer
+    )
 
 
-def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEventLog:
+def kafka_log(
+    config: Config, *, archive: bool = True, sealer: ContentSealer | None = None, **tuning: Any
+) -> KafkaEventLog:
     """The Kafka event log of ``config.kafka``, reading the configured archive below each session's archive
-    watermark (``archive=False``: Kafka only, as ``foldline restore`` writes and compares); ``tuning``: the
+    watermark (``archive=False``: Kafka only, as ``foldline restore`` writes and compares); ``sealer`` seals
+    and opens content (:func:`content_sealer`; without one, events are moved as stored); ``tuning``: the
     adapter's own knobs, e.g. ``max_writers``. Its topics are checked on first use (:meth:`check_topics`)."""
     require("kafka", what="the Kafka log")
     from ..adapters.kafka import KafkaEventLog
@@ -110,6 +124,7 @@ def kafka_log(config: Config, *, archive: bool = True, **tuning: Any) -> KafkaEv
         client_config=k.librdkafka(),
         archive=reader,
         policy=topic_policy(config),
+        sealer=sealer,
         **tuning,
     )
 
@@ -217,6 +232,39 @@ def s3(config: Config) -> S3Client:
     )
 
 
+def key_store(config: Config, *, read_only: bool = False) -> KeyStore:
+    """The key store ``config.encryption`` names: ``keys.sqlite3`` in the key directory (the data directory by
+    default) or the S3 key bucket (docs/ERASURE.md, "Where keys live"). ``read_only``: nothing is created."""
+    from ..adapters.sealing import kek_from_text
+
+    e = config.encryption
+    kek = kek_from_text(e.key_encryption_key) if e.key_encryption_key else None
+    if e.store_for(config.backend) == "dir":
+        from ..adapters.sqlite_keys import KEYS_NAME, SqliteKeyStore
+
+        return SqliteKeyStore(
+            e.directory(config.data_dir) / KEYS_NAME,
+            read_only=read_only,
+            kek=kek,
+            busy_timeout_s=config.embedded.busy_timeout_s,
+        )
+    require("s3", what="the S3 key store")
+    from ..adapters.s3_keys import S3KeyStore
+
+    return S3KeyStore(e.bucket, client=s3(config), prefix=e.prefix, kek=kek)
+
+
+def content_sealer(config: Config, *, read_only: bool = False) -> ContentSealer:
+    """What seals new content (when ``FOLDLINE_ENCRYPTION`` is on and the process writes) and opens stored content,
+    over :func:`key_store`."""
+    from ..adapters.sealing import ContentSealer
+
+    e = config.encryption
+    return ContentSealer(
+        key_store(config, read_only=read_only), seal_new=e.enabled and not read_only, cache_ttl_s=e.cache_ttl_s
+    )
+
+
 def emulated_providers(latency_s: float = 0.0, latency_spread: float = 0.0) -> dict[str, Provider]:
     """Both wire formats answered by one in-process emulator (one prompt cache, like one provider account)
     that takes ``latency_s`` (± ``latency_spread`` of it) to answer."""
@@ -291,25 +339,39 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
     from ..adapters.fs_attachments import FilesystemAttachmentStore
 
     if config.backend == "embedded":
-        sqlite = sqlite_log(config, read_only=read_only)
+        sealer = content_sealer(config, read_only=read_only)
         try:
-            return Stores(sqlite, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
+            sqlite = sqlite_log(config, read_only=read_only, sealer=sealer)
+        except BaseException:
+            sealer.close()
+            raise
+        try:
+            attachments = FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only)
+            return Stores(sqlite, attachments, sealer=sealer)
         except BaseException:
             sqlite.close()
+            sealer.close()
             raise
     if config.backend in ("kafka", "distributed"):
         needed = ("kafka", "redis", "s3") if config.backend == "distributed" else ("kafka",)
         require(*needed, what=f"the {config.backend} backend")
         if config.backend == "kafka":
             check_data_dir(config)
-        log = kafka_log(config, follow=writer)
+        sealer = content_sealer(config, read_only=read_only)
+        try:
+            log = kafka_log(config, follow=writer, sealer=sealer)
+        except BaseException:
+            sealer.close()
+            raise
         try:
             log.check_topics()  # before anything is written: a topic that could lose the log is refused
             if config.backend == "kafka":
-                return Stores(log, FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only))
-            return Stores(log, attachment_store(config), fold_store(config))
+                attachments = FilesystemAttachmentStore(config.data_dir / "attachments", read_only=read_only)
+                return Stores(log, attachments, sealer=sealer)
+            return Stores(log, attachment_store(config), fold_store(config), sealer=sealer)
         except BaseException:
             log.close()
+            sealer.close()
             raise
     raise ConfigError(f"backend {config.backend!r} is not available in this build")
 

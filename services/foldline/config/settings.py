@@ -2,7 +2,8 @@
 
 :class:`Config` is a tree of frozen sections — ``kafka``, ``redis``, ``folds``, ``s3``, ``dispatch``, ``transport``
 (:class:`~foldline.providers.settings.TransportSettings`: provider HTTP, retries, adaptive concurrency),
-``projector``, ``providers``, ``metrics`` — plus the backend and the data directory.
+``projector``, ``providers``, ``metrics``, ``archive``, ``encryption`` (sealed content and its key store) — plus the
+backend and the data directory.
 :meth:`Config.from_env` reads the ``FOLDLINE_*`` variables listed in :data:`SETTINGS` (and, for Kafka, an
 optional librdkafka client-properties file); an unset variable leaves the field's default, which is
 written only here. Command-line options override single fields (:meth:`Config.overridden`); they carry no
@@ -34,11 +35,13 @@ from ..providers.settings import TransportSettings
 from .environment import (
     ARCHIVE_STORES,
     BACKENDS,
+    KEY_STORES,
     PROVIDER_KINDS,
     RUNTIMES,
     SETTINGS,
     ArchiveStoreKind,
     Backend,
+    KeyStoreKind,
     ProjectorRuntime,
     kafka_properties,
     key_variable,
@@ -50,6 +53,7 @@ __all__ = [
     "Config",
     "DispatchConfig",
     "EmbeddedConfig",
+    "EncryptionConfig",
     "FoldsConfig",
     "KafkaConfig",
     "MetricsConfig",
@@ -302,6 +306,36 @@ class ArchiveConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EncryptionConfig:
+    """Sealed content and its keys (docs/ERASURE.md).
+
+    ``enabled``: new content is sealed under a data key per session (on by default: a session written without it
+    cannot be erased by destroying a key later). ``store`` says where the keys live: ``dir`` (``keys.sqlite3`` in
+    ``key_dir``, default the data directory), ``s3`` (``bucket`` under ``prefix``, through the ``s3`` section's
+    endpoint), or ``auto``: ``s3`` on the distributed backend, ``dir`` otherwise. ``cache_ttl_s`` bounds how long
+    a process keeps a key it read (and so how long after an erasure it could still read the session).
+    ``key_encryption_key`` wraps every data key in the store (32 bytes, base64 or hex).
+    """
+
+    enabled: bool = True
+    store: KeyStoreKind = "auto"
+    key_dir: Path | None = None
+    bucket: str = "foldline-keys"
+    prefix: str = "keys/"
+    cache_ttl_s: float = 30.0
+    key_encryption_key: str | None = field(default=None, repr=False)
+
+    def store_for(self, backend: str) -> str:
+        """The key store this configuration names on ``backend``: ``dir`` or ``s3``."""
+        if self.store != "auto":
+            return self.store
+        return "s3" if backend == "distributed" else "dir"
+
+    def directory(self, data_dir: Path) -> Path:
+        return self.key_dir if self.key_dir is not None else data_dir
+
+
+@dataclass(frozen=True, slots=True)
 class EmbeddedConfig:
     """The embedded backend's SQLite log."""
 
@@ -329,6 +363,7 @@ class Config:
     transport: TransportSettings = field(default_factory=TransportSettings)  # provider HTTP, retries, limits
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
+    encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -461,6 +496,10 @@ def _validate(config: Config) -> None:
     ):
         if not value:
             raise ConfigError(f"{what} is empty; set it or leave it unset for the default")
+    if config.encryption.store not in KEY_STORES:
+        raise ConfigError(f"FOLDLINE_KEY_STORE must be one of {', '.join(KEY_STORES)}, not {config.encryption.store!r}")
+    if config.encryption.store_for(config.backend) == "s3" and not config.encryption.bucket:
+        raise ConfigError("FOLDLINE_KEYS_BUCKET is empty; name the bucket of the key store")
     if config.archive.store not in ARCHIVE_STORES:
         raise ConfigError(f"FOLDLINE_ARCHIVE must be one of {', '.join(ARCHIVE_STORES)}, not {config.archive.store!r}")
     if not config.archive.patterns:

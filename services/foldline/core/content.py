@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, TypeAlias
 
 import msgspec
 
-from .records import Id, Nat, Pos, Record, tagged
+from .records import Content, Id, Nat, Pos, Record, tagged
 
 __all__ = [
     "ATTACHMENT_ID_RE",
@@ -39,7 +39,7 @@ class ImageRef(Record, frozen=True):
     bytes: Nat
     width: Pos
     height: Pos
-    name: str | None = None  # the file name the image came with, when it had one; not model-visible
+    name: Content | None = None  # the file name the image came with, when it had one; not model-visible, but sealed
 
     def __post_init__(self) -> None:
         if not ATTACHMENT_ID_RE.match(self.attachment_id):
@@ -58,7 +58,7 @@ class Block(Record, tag_field="type", frozen=True):
 
 @tagged
 class TextBlock(Block, tag="text", frozen=True):
-    text: str
+    text: Content
 
 
 @tagged
@@ -70,7 +70,7 @@ class ImageBlock(Block, tag="image", frozen=True):
 class ToolCallBlock(Block, tag="tool-call", frozen=True):
     id: Id
     name: Id
-    arguments: Annotated[str, msgspec.Meta(description="The raw JSON text the model produced.")]
+    arguments: Annotated[Content, msgspec.Meta(description="The raw JSON text the model produced.")]
 
 
 ToolResultPart: TypeAlias = TextBlock | ImageBlock
@@ -91,15 +91,15 @@ class ReasoningBlock(Block, tag="reasoning", frozen=True):
     dsh's ``reasoning {text}``. ``signature`` is opaque, kept byte for byte, absent when there is none.
     """
 
-    text: str
-    signature: str | None = None
+    text: Content
+    signature: Content | None = None
 
 
 @tagged
 class RedactedReasoningBlock(Block, tag="redacted-reasoning", frozen=True):
     """Reasoning the provider returned encrypted, with no text: Anthropic ``redacted_thinking {data}``."""
 
-    data: str
+    data: Content
 
 
 @tagged
@@ -110,8 +110,8 @@ class EncryptedReasoningBlock(Block, tag="encrypted-reasoning", frozen=True):
     """
 
     id: str
-    summary: tuple[str, ...]
-    encrypted_content: str
+    summary: tuple[Content, ...]
+    encrypted_content: Content
 
 
 ReasoningContent: TypeAlias = ReasoningBlock | RedactedReasoningBlock | EncryptedReasoningBlock

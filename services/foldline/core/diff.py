@@ -24,6 +24,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -97,6 +98,7 @@ def header_snapshots(events: Sequence[Envelope]) -> list[HeaderSnapshot]:
                 | AssistantChunk()
                 | LlmRetry()
                 | AssistantChunk()
+                | SessionErased()
                 | UnknownEvent()
             ):
                 pass

@@ -60,6 +60,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -303,6 +304,7 @@ class DropTracker:
                 | AttachmentQuarantine()
                 | LlmRetry()
                 | AssistantChunk()
+                | SessionErased()
                 | UnknownEvent()
             ):
                 pass

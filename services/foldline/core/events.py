@@ -1,8 +1,9 @@
 """The event envelope and the full catalog of session events.
 
-An envelope is ``{type, seq, time, data, ignorable?}``. ``seq`` is the index of the event in its
+An envelope is ``{type, seq, time, data, ignorable?, sealed?}``. ``seq`` is the index of the event in its
 session (gapless from 0); ``time`` is epoch milliseconds supplied by the caller and never reaches a
-model. Events are frozen once built. :data:`EventData` is the union of every event payload.
+model; ``sealed`` says that the content fields of ``data`` hold sealed tokens (``core/sealing.py``) and
+under which data key. Events are frozen once built. :data:`EventData` is the union of every event payload.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import msgspec
 from .content import ContentBlock, ToolResultPart, Usage
 from .frozen import FrozenDict
 from .header import EpochHeader, HeaderReason
-from .records import MAX_INT, Digest, Id, Nat, Pos, Record, SessionId
+from .records import MAX_INT, Content, Digest, Id, Nat, Pos, Record, SessionId
 
 __all__ = [
     "MAX_INT",
@@ -37,7 +38,9 @@ __all__ = [
     "ReplaceOp",
     "RequestDispatch",
     "RequestHeader",
+    "Seal",
     "SessionEndSeed",
+    "SessionErased",
     "StepEnd",
     "StepStart",
     "SurfaceEvent",
@@ -155,7 +158,7 @@ class ToolCall(Event, frozen=True):
     step: Nat
     call_id: Id
     name: Id
-    arguments: Annotated[str, msgspec.Meta(description="The raw JSON text the model produced.")]
+    arguments: Annotated[Content, msgspec.Meta(description="The raw JSON text the model produced.")]
 
 
 class RequestHeader(Event, frozen=True):
@@ -198,7 +201,7 @@ class CompactionSummary(Event, frozen=True):
     summarize prompt and transcript syntax the input was built with; absent means version 1."""
 
     TYPE: ClassVar[str] = "compaction/summary"
-    summary: str
+    summary: Content
     provider: str
     model: str
     max_tokens: Pos
@@ -258,12 +261,28 @@ class AssistantChunk(Event, frozen=True):
     step: Nat
     attempt: Pos
     index: Nat
-    data: str
+    data: Content
     event: str | None = None
 
 
+class SessionErased(Event, frozen=True):
+    """The session's content is being erased: ``foldline erase`` appends it before it destroys the data key.
+
+    ``erasure`` names the erasure record (the key store's audit log: who, when, why, what), ``scope`` says
+    whether the session was named (``session``) or a subject it belongs to (``subject``), ``by`` who asked,
+    ``reason`` why (as given; absent when none was), ``kid`` the data key destroyed. The envelope's ``time`` is
+    when. It holds no content. Always written ignorable, so a reader that predates it skips it."""
+
+    TYPE: ClassVar[str] = "session/erased"
+    erasure: Id
+    scope: Literal["session", "subject"]
+    by: str
+    kid: str
+    reason: str | None = None
+
+
 #: Known event types that are always written ``ignorable``: readers that predate them skip them.
-ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE})
+ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE, SessionErased.TYPE})
 
 
 class UnknownEvent(Record, frozen=True):
@@ -293,6 +312,7 @@ EventData: TypeAlias = (
     | AttachmentQuarantine
     | LlmRetry
     | AssistantChunk
+    | SessionErased
     | UnknownEvent
 )
 
@@ -301,11 +321,22 @@ EVENT_TYPES: tuple[type[Event], ...] = tuple(t for t in get_args(EventData) if i
 SURFACE_TYPES: frozenset[str] = frozenset({UserMessage.TYPE, AssistantMessage.TYPE, ToolResult.TYPE})
 
 
+class Seal(Record, frozen=True):
+    """How the content fields of an event's data are sealed: the version of the sealing format (docs/FORMAT.md,
+    "Sealed content") and the id of the data key (one per session) they are sealed under."""
+
+    kid: Annotated[
+        str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z", extra={"expect": "32 lowercase hex digits (a data key id)"})
+    ]
+    v: Pos
+
+
 class Envelope(msgspec.Struct, frozen=True, gc=False):
     seq: int
     time: int
     data: EventData
     ignorable: bool = False
+    sealed: Seal | None = None  # the content fields of data hold sealed tokens (None: they hold the content)
 
     @property
     def type(self) -> str:

@@ -32,6 +32,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -43,6 +44,7 @@ from .events import (
 )
 from .header import EpochHeader
 from .projection import Message, Session, derive_event_message
+from .sealing import refuse_sealed
 from .wire import block_from_json, block_to_json, header_from_json, header_to_json
 
 __all__ = [
@@ -139,6 +141,8 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
     messages: list[tuple[int, bytes]] = []
     header: tuple[int, bytes] | None = None
     for env in events:
+        if env.sealed is not None:  # erased content never reaches a fold
+            refuse_sealed(env)
         data = env.data
         match data:
             case UserMessage() | AssistantMessage() | ToolResult():
@@ -163,6 +167,7 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
                 | AttachmentQuarantine()
                 | LlmRetry()
                 | AssistantChunk()
+                | SessionErased()
                 | UnknownEvent()
             ):
                 pass

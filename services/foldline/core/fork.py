@@ -32,6 +32,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -96,6 +97,7 @@ def fork_point(parent: Sequence[Envelope], at_seq: int) -> ForkPoint:
                 | AssistantChunk()
                 | LlmRetry()
                 | AssistantChunk()
+                | SessionErased()
                 | UnknownEvent()
             ):
                 pass

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .frozen import OrderedObject, freeze_ordered
-from .records import Nat, OrderedJson, Pos, Record
+from .records import Content, Nat, OrderedJson, Pos, Record
 
 __all__ = [
     "CACHE_TTLS",
@@ -86,10 +86,11 @@ class ToolSpec(Record, frozen=True):
     """
 
     name: str
-    description: str
-    input_schema: Annotated[OrderedJson, msgspec.Meta(description="The JSON schema object as canonical JSON text.")] = (
-        msgspec.field(default_factory=OrderedObject)  # frozen, in its order, on construction
-    )
+    description: Content
+    input_schema: Annotated[
+        OrderedJson,
+        msgspec.Meta(description="The JSON schema object as canonical JSON text.", extra={"content": True}),
+    ] = msgspec.field(default_factory=OrderedObject)  # frozen, in its order, on construction
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -106,7 +107,7 @@ class EpochHeader(Record, frozen=True):
     """Call config, rendered system prompt and tool schemas; empty values are held as absent."""
 
     config: CallConfig
-    system: Annotated[str, msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
+    system: Annotated[str, msgspec.Meta(min_length=1, extra={**_CANONICAL, "content": True})] | None = None
     tools: Annotated[tuple[ToolSpec, ...], msgspec.Meta(min_length=1, extra=_CANONICAL)] | None = None
 
     def __post_init__(self) -> None:

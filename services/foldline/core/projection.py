@@ -26,6 +26,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -36,6 +37,7 @@ from .events import (
     UserMessage,
 )
 from .header import EpochHeader
+from .sealing import refuse_sealed
 from .validation import LogRules
 
 __all__ = [
@@ -59,7 +61,12 @@ class Message:
 
 
 def derive_event_message(event: Envelope) -> Message | None:
-    """Project one event to the message it contributes; non-surface events project to nothing."""
+    """Project one event to the message it contributes; non-surface events project to nothing.
+
+    An event whose content is still sealed (its key was erased) is :class:`~foldline.errors.ContentErased`:
+    no message is ever made of a sealed token."""
+    if event.sealed is not None:
+        refuse_sealed(event)
     data = event.data
     match data:
         case UserMessage():
@@ -83,6 +90,7 @@ def derive_event_message(event: Envelope) -> Message | None:
             | AttachmentQuarantine()
             | LlmRetry()
             | AssistantChunk()
+            | SessionErased()
             | UnknownEvent()
         ):
             return None
@@ -160,6 +168,7 @@ def fold_request_header(events: Iterable[Envelope]) -> EpochHeader | None:
     latest: EpochHeader | None = None
     for e in events:
         if isinstance(e.data, RequestHeader):
+            refuse_sealed(e)
             latest = e.data.header
     return latest
 
@@ -215,6 +224,9 @@ class Session:
         batch = list(events)
         if not batch:
             return
+        for env in batch:
+            if env.sealed is not None:  # erased content: nothing a model sees may be built from it
+                refuse_sealed(env, self.id)
         changes = self._rules.check_batch(batch, values_checked=values_checked)
         # Rules accepted the whole batch: project it. Projection itself cannot fail.
         for env, change in zip(batch, changes, strict=True):

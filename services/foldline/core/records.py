@@ -26,6 +26,9 @@ Conventions the definitions follow (docs/ARCHITECTURE.md, "Defining a record"):
   field breaks (default ``format``); ``Meta(description=...)`` documents the field in the Avro schema.
 * A ``Mapping[str, Any]`` field is free-form JSON, sorted like every object of canonical JSON; declared
   :data:`OrderedJson` it keeps the key order its author gave (docs/FORMAT.md §1.9).
+* ``extra={"content": True}`` (the :data:`Content` type, or the hint on a JSON object or a list of strings) marks a
+  field as model-visible content: when encryption is on it is logged sealed under the session's data key, and
+  erasing the session destroys it (``core/sealing.py`` derives sealing and opening from these marks alone).
 * Content blocks and the replace op are tagged (``tag_field``/``tag``): the tag is their ``type`` (``op``)
   key in JSON and their ``kind`` attribute in Python.
 * A class may name constant JSON keys that are not attributes (``JSON_CONSTANTS``, e.g. a message's
@@ -53,6 +56,7 @@ __all__ = [
     "SESSION_ID_MAX_BYTES",
     "ArrT",
     "BoolT",
+    "Content",
     "Digest",
     "FieldSpec",
     "FloatT",
@@ -110,6 +114,8 @@ SessionId: TypeAlias = Annotated[str, msgspec.Meta(extra={"id": "session"})]
 #: the mapping it is given in ``__post_init__`` (:class:`~foldline.core.header.ToolSpec`), and the encoders freeze
 #: one that was not, in its own order.
 OrderedJson: TypeAlias = Annotated[Mapping[str, Any], msgspec.Meta(extra={"ordered": True})]
+#: Model-visible content: text the model reads or wrote (sealed when encryption is on; docs/ERASURE.md).
+Content: TypeAlias = Annotated[str, msgspec.Meta(extra={"content": True})]
 #: ``sha256:`` + 64 lowercase hex digits.
 Digest: TypeAlias = Annotated[
     str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z", extra={"expect": "'sha256:' + 64 lowercase hex digits"})
@@ -209,6 +215,11 @@ class FieldSpec:
     true_only: bool
     doc: str | None
     extra: Mapping[str, Any]  # every hint of the field (avro hints among them)
+
+    @property
+    def content(self) -> bool:
+        """Whether the field is model-visible content (sealed when encryption is on)."""
+        return bool(self.extra.get("content"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,10 @@ failure, every change made by the batch is undone and the typed error names the 
 hold — integers within an Avro ``long``, a ``time`` a calendar can show, ids of printable text and bounded
 length — shared by every append (through :class:`LogRules`), the importer and the Avro codec.
 :func:`check_session_id` holds session ids to the same id rules, wherever one enters.
+
+An event read back with its content still sealed (its key was erased: ``core/sealing.py``) is held to every
+rule but one: a ``tool/call``'s arguments are not compared with its tool-call block's, which are tokens then
+(the rule held when the events were appended, on their content).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from .events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -124,7 +129,7 @@ class LogRules:
         self.call_ids: set[str] = set()
         self._results: set[str] = set()
         # the tool-call blocks of the latest assistant/message, by id: what its tool/call events must repeat
-        self._calls_of_answer: dict[str, tuple[str, str]] = {}
+        self._calls_of_answer: dict[str, tuple[str, str | None]] = {}
         self.has_header = False
         self._compaction_pending = False
         self._undo: list[Callable[[], None]] | None = None
@@ -226,7 +231,13 @@ class LogRules:
                     self._set("_compaction_pending", False)
                 change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
             case AssistantMessage():
-                calls = {b.id: (b.name, b.arguments) for b in data.content if isinstance(b, ToolCallBlock)}
+                # a sealed block's arguments are a token (None: not compared; they were when it was appended)
+                opened = e.sealed is None
+                calls = {
+                    b.id: (b.name, b.arguments if opened else None)
+                    for b in data.content
+                    if isinstance(b, ToolCallBlock)
+                }
                 if calls or self._calls_of_answer:
                     self._set("_calls_of_answer", calls)
                 change = self._surface(seq, data.surface_op, data.source_event_seqs, SurfaceNode(seq, data.TYPE), None)
@@ -258,7 +269,7 @@ class LogRules:
                         "before it",
                         seq=seq,
                     )
-                if block != (data.name, data.arguments):
+                if block[0] != data.name or (block[1] is not None and e.sealed is None and block[1] != data.arguments):
                     what = "name" if block[0] != data.name else "arguments"
                     raise ValidationError(
                         "tool-call-block",
@@ -282,7 +293,7 @@ class LogRules:
                     self._set("has_header", True)
             case CompactionSummary():
                 self._set("_compaction_pending", True)
-            case LlmRetry() | AssistantChunk():
+            case LlmRetry() | AssistantChunk() | SessionErased():
                 if not e.ignorable:
                     raise ValidationError(
                         "ignorable-required",

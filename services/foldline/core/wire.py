@@ -1,5 +1,8 @@
 """Envelope <-> plain JSON objects (the logged field names), and canonical event bytes.
 
+An envelope with sealed content carries ``"sealed": {"kid", "v"}``; its data decodes like any other (the content
+fields hold tokens, ``core/sealing.py``), and opening it is the caller's (``adapters/sealing.py``).
+
 The fields of every event and record are defined once, in ``events.py``, ``content.py`` and ``header.py``;
 :mod:`~foldline.core.records` derives their JSON from those definitions. This module adds what belongs to
 the log rather than to one record: the envelope ``{type, seq, time, data, ignorable?}``, the event type
@@ -33,6 +36,7 @@ from .events import (
     SURFACE_TYPES,
     Envelope,
     EventData,
+    Seal,
     UnknownEvent,
 )
 from .frozen import FrozenDict, freeze_json
@@ -52,6 +56,7 @@ __all__ = [
     "decode_canonical",
     "decode_event",
     "encode_event",
+    "encoded_size",
     "envelope_from_json",
     "envelope_to_json",
     "header_from_json",
@@ -77,7 +82,8 @@ CONTENT_BLOCKS = tagged_union(
     RedactedReasoningBlock,
     EncryptedReasoningBlock,
 )
-_ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "ignorable"})
+_ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "ignorable", "sealed"})
+_FAST_SEAL = fast_decoder(Seal)
 _FAST = {etype: fast_decoder(cls) for etype, cls in _BY_TYPE.items()}
 _FAST_PLAIN = {etype: fn for etype, fn in _FAST.items() if etype not in ALWAYS_IGNORABLE}
 #: Event types whose payload can hold an ordered JSON object (a header's tool schemas): their canonical bytes keep
@@ -106,12 +112,19 @@ def envelope_to_json(env: Envelope) -> dict[str, Any]:
     }
     if env.ignorable:
         out["ignorable"] = True
+    if env.sealed is not None:
+        out["sealed"] = to_json(env.sealed)
     return out
 
 
 def encode_event(env: Envelope) -> bytes:
     """The canonical bytes of one event: what the log stores and the export writes per line."""
     return codec.canonical_json(envelope_to_json(env))
+
+
+def encoded_size(env: Envelope) -> int:
+    """The length of :func:`encode_event` of ``env`` (what the event-size limit is on)."""
+    return len(codec.canonical_json(envelope_to_json(env)))
 
 
 # ------------------------------------------------------------------------------------------ from JSON
@@ -151,11 +164,13 @@ def _fast_envelope(value: Any) -> Envelope | None:
     if type(value) is not dict:
         return None
     ignorable = value.get("ignorable", False)
+    sealed = value.get("sealed")
+    keys = 4 if sealed is None else 5
     if ignorable is True:
-        if len(value) != 5:
+        if len(value) != keys + 1:
             return None
         table = _FAST
-    elif len(value) == 4:
+    elif len(value) == keys:
         table = _FAST_PLAIN
     else:
         return None
@@ -169,9 +184,10 @@ def _fast_envelope(value: Any) -> Envelope | None:
         return None
     try:
         data = decode(value["data"])
+        seal = None if sealed is None else _FAST_SEAL(sealed)
     except Exception:  # anything the generated decoder does not take: the validating reader's
         return None
-    return Envelope(seq, time, data, ignorable)
+    return Envelope(seq, time, data, ignorable, seal)
 
 
 def _require_ignorable(etype: str, ignorable: bool, seq: int | None) -> None:
@@ -265,7 +281,10 @@ def read_envelope(value: Any) -> Envelope:
     ignorable = value.get("ignorable", False)
     if not isinstance(ignorable, bool):
         raise FormatError("format", f"event.ignorable must be a boolean, got {type(ignorable).__name__}", seq=seq)
-    return Envelope(s, t, data_from_json(etype, value.get("data"), ignorable, seq), ignorable)
+    seal: Seal | None = None
+    if "sealed" in value:
+        seal = read_json(Seal, value["sealed"], "event.sealed", seq)
+    return Envelope(s, t, data_from_json(etype, value.get("data"), ignorable, seq), ignorable, seal)
 
 
 def envelope_from_json(value: Any) -> Envelope:

@@ -71,7 +71,9 @@ from ..core.validation import check_session_id
 from ..errors import (
     AttachmentError,
     ConfigError,
+    ContentErased,
     ContextOverflow,
+    FencedError,
     FoldlineError,
 )
 from ..ports.attachments import AttachmentStore
@@ -139,6 +141,8 @@ class Agent:
         self.inbox = Inbox()
         self._pre_step: list[PreStepHook] = []
         self._request_hooks: list[RequestHook] = []
+        if options.subject is not None and log.sealer is not None:
+            log.sealer.bind(session_id, options.subject)
         self.lease: WriterLease
         self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
         with collector_paused():
@@ -535,6 +539,10 @@ class Agent:
         began = time.monotonic()
         try:
             await append_durably(self.log, self.session_id, self.lease, start, events, self.options.outage_s)
+        except FencedError as exc:
+            if self.log.erased(self.session_id):  # an erasure took the session: say so, not "another writer"
+                raise ContentErased(self.session_id, "the loop stopped; nothing of this step was written") from exc
+            raise
         finally:
             timings = self.last_timings
             timings[self._phase] = timings.get(self._phase, 0.0) + time.monotonic() - began

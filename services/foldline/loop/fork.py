@@ -51,6 +51,8 @@ def fork_session(
     if log.head(child) != 0:
         raise SessionExists(child)
     events = fork_seed(parent, parent_id, at_seq, clock(), model=model, system=system)
+    if log.sealer is not None:  # the child holds a copy of the parent's content: erasing its subject erases both
+        log.sealer.inherit(child, parent_id)
     lease = log.acquire(child)
     try:
         log.append(child, 0, events, lease=lease)

@@ -78,6 +78,9 @@ class AgentOptions:
     # a tool call that runs longer is cancelled and answered with an error naming the limit (a tool's own
     # timeout_s overrides it; None: no limit)
     tool_timeout_s: float | None = 300.0
+    # the erasure scope the session's content belongs to (docs/ERASURE.md): `foldline erase --subject ID` erases
+    # every session opened with it; bound when the session's content key is made (its first sealed event)
+    subject: str | None = None
 
     def tool_run_settings(self) -> ToolRunSettings:
         """What the tool runner allows this step's calls (read at each step)."""

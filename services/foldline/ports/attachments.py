@@ -74,6 +74,11 @@ class AttachmentStore(abc.ABC):
     def exists(self, attachment_id: str) -> bool:
         """Whether an object with that id is stored (not verified)."""
 
+    @abc.abstractmethod
+    def delete(self, attachment_id: str) -> bool:
+        """Remove an object and its metadata; True if it was there. Objects are immutable and shared by digest:
+        only an erasure removes one, once no session that is not erased references it (docs/ERASURE.md)."""
+
     def put_stream(self, stream: ByteSource, media_type: str) -> AttachmentMeta:
         """Store a large object from a stream. Default: read it whole (adapters may stream)."""
         return self.put(stream.read(), media_type)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from ..core.events import Envelope
 from ..core.validation import LogRules, check_session_id
+from ..errors import ConfigError, NotErasable
+from .key_store import Sealer
 
-__all__ = ["EncodedEvent", "EventLog", "RulesCache", "WriterLease"]
+__all__ = ["EncodedEvent", "EventLog", "RulesCache", "WriterLease", "opened"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,16 @@ class EventLog(abc.ABC):
     * A session id must be a valid id (:func:`~foldline.core.validation.check_session_id`), else
       :class:`~foldline.errors.ValidationError` (rule ``session-id``) and nothing is written.
     * ``create`` writes a whole new session all-or-nothing, like one ``append`` at ``expected_seq`` 0.
+    * With a :attr:`sealer` (encryption, docs/ERASURE.md) the content of every event is stored sealed and read
+      back opened: callers see the events they appended (an event appended sealed already — an archived one
+      restored — is stored as it is). An event whose key was destroyed (erased) is read
+      back still sealed (its ``sealed`` marker set); a lost key is :class:`~foldline.errors.KeyMissing`.
     """
+
+    #: Seals new events and opens stored ones (``None``: encryption is not configured for this log).
+    sealer: Sealer | None = None
+    #: Whether :meth:`seal_in_place` can rewrite stored events (the embedded logs can; Kafka's records cannot).
+    seals_in_place: bool = False
 
     @abc.abstractmethod
     def append(
@@ -114,6 +125,30 @@ class EventLog(abc.ABC):
         lease = self.acquire(session_id)
         return lease, self.read(session_id)
 
+    def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        """Events as the log stores them: content sealed when it was sealed (what an archive and a restore move,
+        without a key). Appending such events stores them as they are. Default: :meth:`read` (a log without a
+        sealer stores what it returns)."""
+        if self.sealer is not None:  # pragma: no cover - every log with a sealer implements it
+            raise NotImplementedError(f"{type(self).__name__} cannot read events as stored")
+        return self.read(session_id, from_seq, to_seq)
+
+    def erased(self, session_id: str) -> bool:
+        """Whether the session's content was erased (its key destroyed); False without a sealer."""
+        return self.sealer is not None and self.sealer.erased(session_id)
+
+    def seal_in_place(self, session_id: str) -> int:
+        """Seal, where they are stored, the session's events that hold content but were logged unsealed (before
+        encryption was on), so that destroying its key erases them too; returns how many. A log whose records
+        cannot be rewritten (Kafka) raises :class:`~foldline.errors.NotErasable`."""
+        raise NotErasable(
+            f"session {session_id!r} holds content logged before encryption was on, and this log cannot rewrite "
+            "its records; destroying the key cannot erase them (docs/ERASURE.md, 'Sessions logged unsealed')"
+        )
+
+    def scrub(self) -> None:  # noqa: B027 - optional hook
+        """Leave no copy of rewritten or removed bytes in the store's files (free pages, journals)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 
@@ -150,3 +185,16 @@ class RulesCache:
 
     def forget(self, session_id: str) -> None:
         self._entries.pop(session_id, None)
+
+
+def opened(log_where: str, session_id: str, sealer: Sealer | None, events: list[Envelope]) -> list[Envelope]:
+    """``events`` read from a log, opened by ``sealer``; ConfigError for sealed events without one."""
+    if sealer is not None:
+        return sealer.open(session_id, events) if any(e.sealed is not None for e in events) else events
+    for e in events:
+        if e.sealed is not None:
+            raise ConfigError(
+                f"{log_where}: session {session_id!r} holds sealed content (event seq {e.seq}) but the log was "
+                "opened without its key store; open it through foldline's configuration (open_stores)"
+            )
+    return events

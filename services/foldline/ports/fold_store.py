@@ -28,6 +28,11 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
   at least ``k`` messages (a fold only appends between surface replaces, so those ``k`` are unchanged) it
   returns only the messages after them (``offset = k``); otherwise all of them (``offset = 0``).
 
+* ``erase(session)`` replaces the fold by a tombstone that holds no content (no header, no message) with
+  applied seq and epoch :data:`ERASED`: every later ``apply`` of the session is ``duplicate`` and every ``put``
+  ``fenced``, so a projector still holding the session's key (for up to its cache time) cannot fold its
+  content back in. ``get`` returns the tombstone (``applied_seq == ERASED``).
+
 What is not a fold store lives elsewhere: the projectors' partition marks, kept beside the folds, are their
 own port (:mod:`foldline.ports.partition_marks`); waiting until a fold reaches a seq is the dispatcher's
 (:class:`foldline.dispatcher.FoldWatcher` for many sessions at once, :func:`foldline.dispatcher.wait_for_fold`
@@ -43,7 +48,10 @@ from typing import Literal
 
 from ..core.fold import FoldDelta, FoldState
 
-__all__ = ["ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
+__all__ = ["ERASED", "ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
+
+#: The applied seq and epoch of an erased session's fold (2^53: exact in a Lua number, beyond any real seq).
+ERASED = 1 << 53
 
 ApplyStatus = Literal["applied", "duplicate", "gap", "fenced"]
 
@@ -132,6 +140,10 @@ class FoldStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, session_id: str) -> None:
         """Forget one session's fold (it will be rebuilt from the log)."""
+
+    @abc.abstractmethod
+    def erase(self, session_id: str) -> None:
+        """Replace the session's fold by the erased tombstone (see the module contract)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..adapters.kafka import KafkaEventLog
 from ..adapters.redis_folds import RedisFoldStore, RedisPartitionMarks
 from ..config import Config
-from ..config.factories import fold_store, kafka_log, partition_marks
+from ..config.factories import content_sealer, fold_store, kafka_log, partition_marks
 from .runtime import WorkerSettings
 
 __all__ = ["ProjectorParts", "open_projector"]
@@ -32,15 +32,19 @@ class ProjectorParts:
         self.marks.close()
         self.store.close()
         self.log.close()
+        if self.log.sealer is not None:
+            self.log.sealer.close()
 
 
 def open_projector(config: Config, *, journal: bool = False) -> ProjectorParts:
     """A projector's settings, event log, fold store and partition marks (``journal``: keep the store's change
     journal)."""
-    log = kafka_log(config)
+    sealer = content_sealer(config, read_only=True)  # a projector opens content; it never seals any
+    log = kafka_log(config, sealer=sealer)
     try:
         store = fold_store(config, journal=journal)
     except BaseException:
         log.close()
+        sealer.close()
         raise
     return ProjectorParts(WorkerSettings(config, journal=journal), log, store, partition_marks(config))

@@ -22,6 +22,8 @@ and applies it to a :class:`~foldline.ports.fold_store.FoldStore` in one batched
 5. Rebuilds read the whole session through the event log, fold it with
    :func:`~foldline.core.fold.fold_state` and :meth:`FoldStore.put` it (fenced by seq and epoch, so a
    slower concurrent projector can never roll it back).
+6. A session whose events come sealed — its key was destroyed (docs/ERASURE.md) — is not folded: its fold is
+   replaced by the erased tombstone (:meth:`FoldStore.erase`), which refuses every later apply.
 
 When :meth:`BatchProjector.project` returns, everything in the batch is in the store (or dead-lettered):
 the runtime may acknowledge the batch's offsets. When it raises, nothing may be acknowledged.
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 from ..adapters.kafka.records import ConsumedEvent, ConsumedItem, ConsumedLease, DeadLetter
 from ..core.fold import FoldDelta, fold_delta, fold_state
 from ..core.projection import Session
-from ..errors import SessionNotFound, StoreUnavailable
+from ..errors import ContentErased, SessionNotFound, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import ApplyResult, FoldStore
 
@@ -70,6 +72,7 @@ class BatchReport:
     leases: int = 0
     gaps: list[SeqGap] = field(default_factory=list)
     rebuilt: list[str] = field(default_factory=list)
+    erased: list[str] = field(default_factory=list)  # sessions met erased: their folds are tombstones now
     fenced: list[ConsumedEvent] = field(default_factory=list)
     apply_seconds: float = 0.0
 
@@ -81,6 +84,7 @@ class BatchReport:
         self.leases += other.leases
         self.gaps.extend(other.gaps)
         self.rebuilt.extend(other.rebuilt)
+        self.erased.extend(other.erased)
         self.fenced.extend(other.fenced)
         self.apply_seconds += other.apply_seconds
 
@@ -133,8 +137,12 @@ class BatchProjector:
         rebuild: dict[str, None] = {}  # ordered set
         deltas: list[tuple[str, FoldDelta]] = []
         delta_runs: list[_Run] = []
+        erased = {r.session_id: None for r in runs if any(c.event.sealed is not None for c in r.events)}
+        for sid in erased:  # its key was destroyed: its content is never folded again
+            self.store.erase(sid)
+            report.erased.append(sid)
         for run in runs:
-            if run.session_id in rebuild:
+            if run.session_id in rebuild or run.session_id in erased:
                 continue
             delta = fold_delta([c.event for c in run.events], run.epoch)
             if delta is None:  # a surface replace: positions depend on the whole surface
@@ -205,7 +213,11 @@ class BatchProjector:
         events = self.log.read(session_id)
         if not events:
             raise SessionNotFound(session_id)
-        session = Session(session_id, events)
+        try:
+            session = Session(session_id, events)
+        except ContentErased:  # erased since: the tombstone, never its content
+            self.store.erase(session_id)
+            return ApplyResult("duplicate", self.store.applied_seq(session_id))
         result: ApplyResult | None = None
         for _ in range(5):
             current = self.store.get(session_id)

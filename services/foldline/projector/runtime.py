@@ -59,7 +59,7 @@ from ..adapters.kafka import (
 )
 from ..backoff import OUTAGE, Pauses
 from ..config import Config
-from ..config.factories import fold_store, kafka_log, partition_marks
+from ..config.factories import content_sealer, fold_store, kafka_log, partition_marks
 from ..errors import FencedError, StoreUnavailable, TransientError
 from ..ports.event_log import EventLog
 from ..ports.fold_store import FoldStore
@@ -175,8 +175,8 @@ class ProjectorRuntime(ABC):
         if projector is None:
             if store is None:
                 store = fold_store(settings.config, journal=settings.journal)
-            if log is None:
-                log = kafka_log(settings.config)
+            if log is None:  # it opens sealed content (read-only: a projector never seals)
+                log = kafka_log(settings.config, sealer=content_sealer(settings.config, read_only=True))
             projector = BatchProjector(store, log, metrics=metrics)
         self.projector = projector
         self.store = projector.store
@@ -536,3 +536,5 @@ class ProjectorRuntime(ABC):
                 self.marks.close()
             if self._owns_log:
                 self.log.close()
+                if self.log.sealer is not None:
+                    self.log.sealer.close()

@@ -12,6 +12,10 @@ the logged provider (so every image it references is resolved and verified); and
 ``user/message`` must replace exactly the logged range with the content derived from the logged
 summary. A compaction that fails any of these is reported as unreconstructable with the reason.
 
+A session whose content was erased (its key destroyed: its events come back sealed, docs/ERASURE.md) is
+reported ``erased``: no request of it can be rebuilt, and that is neither a mismatch nor a fault; its
+``request/dispatch`` digests are counted, and stay in the log.
+
 Failed attempts (``llm/retry``) are counted, and each must belong to the request still awaiting its answer —
 the last ``request/dispatch`` of the same turn and step, with no answer yet — because every attempt sent that
 dispatch's bytes; one anywhere else is reported as unreconstructable.
@@ -95,13 +99,14 @@ class Unreconstructable:
         return {"session": self.session, "turn": self.turn, "step": self.step, "seq": self.seq, "reason": self.reason}
 
 
-VerifyStatus = Literal["verified", "mismatched", "unreconstructable", "not-verifiable"]
+VerifyStatus = Literal["verified", "mismatched", "unreconstructable", "not-verifiable", "erased"]
 #: ``foldline verify``'s exit status for each outcome (the worst outcome of any session wins; 2 is an error).
 VERIFY_EXIT_STATUS: dict[VerifyStatus, int] = {
     "verified": 0,
     "mismatched": 1,
     "unreconstructable": 3,
     "not-verifiable": 4,
+    "erased": 5,
 }
 
 
@@ -112,6 +117,8 @@ class VerifyReport:
     mismatched: list[Mismatch] = field(default_factory=list)
     unreconstructable: list[Unreconstructable] = field(default_factory=list)
     retries: int = 0  # failed attempts (llm/retry events) of the checked requests
+    erased: list[str] = field(default_factory=list)  # sessions whose content was erased: nothing to rebuild
+    erased_dispatches: int = 0  # the request/dispatch records of those sessions (their digests stay)
 
     @property
     def ok(self) -> bool:
@@ -126,6 +133,8 @@ class VerifyReport:
             return "mismatched"
         if self.unreconstructable:
             return "unreconstructable"
+        if self.erased:
+            return "erased"
         if self.checked == 0:
             return "not-verifiable"
         return "verified"
@@ -136,6 +145,8 @@ class VerifyReport:
         self.mismatched += other.mismatched
         self.unreconstructable += other.unreconstructable
         self.retries += other.retries
+        self.erased += other.erased
+        self.erased_dispatches += other.erased_dispatches
 
     def to_json(self) -> dict[str, object]:
         """The report; ``retries`` appears when some request needed more than one attempt."""
@@ -147,6 +158,8 @@ class VerifyReport:
         }
         if self.retries:
             out["retries"] = self.retries
+        if self.erased:
+            out["erased"] = list(self.erased)
         return out
 
 
@@ -189,6 +202,10 @@ def _walk(
     from_seq: int,
     values_checked_before: bool,
 ) -> VerifyReport:
+    events = list(events)
+    if any(e.sealed is not None for e in events):  # erased: structure only, nothing can be rebuilt
+        dispatches = sum(1 for e in events if isinstance(e.data, RequestDispatch))
+        return VerifyReport(erased=[session_id], erased_dispatches=dispatches)
     report = VerifyReport()
     session = Session(session_id)
     step_at: tuple[int, int] = (0, 0)

@@ -41,6 +41,7 @@ from ..core.events import (
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
+    SessionErased,
     StepEnd,
     StepStart,
     ToolCall,
@@ -343,8 +344,8 @@ def script_of(session_id: str, events: Sequence[Envelope]) -> Script:
                 compaction = None
             case SessionEndSeed():
                 raise refuse(seq, "a session/end-seed after the session's own events began")
-            case ToolCall() | LlmRetry() | AssistantChunk() | UnknownEvent():
-                pass  # the tool calls are the answer's blocks; retries and chunks are not model-visible
+            case ToolCall() | LlmRetry() | AssistantChunk() | SessionErased() | UnknownEvent():
+                pass  # the tool calls are the answer's blocks; retries, chunks and erasure marks are not model-visible
             case _:
                 assert_never(data)
     flush_trims()

@@ -30,7 +30,15 @@ def envelope_to_avro(env: Envelope) -> dict[str, Any]:
         branch: tuple[str, dict[str, Any]] = (_UNKNOWN, {"json": codec.canonical_json(data_to_json(data)).decode()})
     else:
         branch = datum_encoder(type(data))(data)
-    return {"type": env.type, "seq": env.seq, "time": env.time, "ignorable": env.ignorable, "data": branch}
+    seal = env.sealed
+    return {
+        "type": env.type,
+        "seq": env.seq,
+        "time": env.time,
+        "ignorable": env.ignorable,
+        "data": branch,
+        "sealed": None if seal is None else {"kid": seal.kid, "v": seal.v},
+    }
 
 
 def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
@@ -48,4 +56,7 @@ def avro_to_envelope(datum: Mapping[str, Any]) -> Envelope:
         raise AvroDecodeError(f"malformed event datum: {exc!r}", seq=seq if isinstance(seq, int) else None) from exc
     if datum.get("ignorable"):
         value["ignorable"] = True
+    seal = datum.get("sealed")
+    if seal is not None:
+        value["sealed"] = {"kid": seal.get("kid"), "v": seal.get("v")} if isinstance(seal, Mapping) else seal
     return envelope_from_json(value)

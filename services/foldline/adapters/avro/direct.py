@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 
-from ...core.events import MAX_TIME_MS
+from ...core.events import MAX_TIME_MS, Seal
 from ...core.records import AltT, ArrT, BoolT, FieldSpec, FloatT, IntT, JsonT, LitT, Node, RecT, StrT, TagT, record_spec
 from .layout import AVRO_EVENTS, avro_fields, event_schema, reasoning_split
 from .schemas import parse_schema
@@ -357,8 +357,10 @@ class _Source:
             "    seq, p = _count(buf, p)\n",
             "    time, p = _count(buf, p)\n",
             f"    if time > {MAX_TIME_MS}: raise _Other\n",
-            "    b = buf[p]\n    if b > 1: raise _Other\n    ignorable = b == 1\n",
-            "    branch = buf[p + 1]\n    p += 2\n",
+            "    b = buf[p]\n    if b > 1: raise _Other\n    ignorable = b == 1\n    p += 1\n",
+            "    b = buf[p]\n    p += 1\n    if b == 0:\n        sealed = None\n",
+            f"    elif b == 2:\n        sealed, p = {self.record(Seal)}(buf, p)\n    else:\n        raise _Other\n",
+            "    branch = buf[p]\n    p += 1\n",
         ]
         for i, cls in enumerate(AVRO_EVENTS):
             out.append(
@@ -367,7 +369,7 @@ class _Source:
                 f"        data, p = {self.record(cls)}(buf, p)\n"
             )
         out.append("    else:\n        raise _Other\n")
-        out.append("    return Envelope(seq, time, data, ignorable), p\n")
+        out.append("    return Envelope(seq, time, data, ignorable, sealed), p\n")
         return "".join(out)
 
 

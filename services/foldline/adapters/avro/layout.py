@@ -12,7 +12,9 @@ definition order, with these differences from the JSON form (docs/SCHEMAS.md), a
 * a free-form JSON object (a tool's ``inputSchema``) is its canonical JSON text;
 * the reasoning blocks of a ``content`` list travel in the field ``reasoning`` (``ReasoningEntry {at,
   block}``) placed after the surface fields, so records from before reasoning existed stay readable;
-* the event types always written ignorable travel as ``UnknownEvent {json}``, like unknown types.
+* the event types always written ignorable travel as ``UnknownEvent {json}``, like unknown types;
+* the envelope's ``sealed`` marker (content sealed under a data key, docs/ERASURE.md) is the field before
+  ``data``, ``["null", Seal {kid, v}]`` with default ``null``: records from before it existed read as not sealed.
 
 :func:`event_schema` is the schema; :func:`datum_encoder` turns a record into its fastavro datum;
 :func:`datum_to_json` turns a decoded datum back into the logged JSON form (then read by the core's decoders).
@@ -29,7 +31,7 @@ from typing import Any
 
 from ...core import codec
 from ...core.content import REASONING_KINDS
-from ...core.events import ALWAYS_IGNORABLE, EVENT_TYPES, Event
+from ...core.events import ALWAYS_IGNORABLE, EVENT_TYPES, Event, Seal
 from ...core.frozen import freeze_ordered, thaw_json
 from ...core.records import (
     AltT,
@@ -208,6 +210,7 @@ class _Schema:
 def event_schema() -> dict[str, Any]:
     """The Avro schema of one session event (``schemas/foldline.session_event.avsc``), from the definitions."""
     s = _Schema()
+    seal = s.record(Seal)
     branches = [s.record(cls) for cls in AVRO_EVENTS]
     branches.append(
         {
@@ -222,8 +225,8 @@ def event_schema() -> dict[str, Any]:
         "type": "record",
         "name": "SessionEvent",
         "namespace": "foldline",
-        "doc": "One session-log event envelope {type, seq, time, data, ignorable}. Field names are the logged "
-        "(JSON) names; see docs/FORMAT.md and docs/SCHEMAS.md.",
+        "doc": "One session-log event envelope {type, seq, time, data, ignorable, sealed}. Field names are the "
+        "logged (JSON) names; see docs/FORMAT.md and docs/SCHEMAS.md.",
         "fields": [
             {
                 "name": "type",
@@ -233,6 +236,13 @@ def event_schema() -> dict[str, Any]:
             {"name": "seq", "type": "long"},
             {"name": "time", "type": "long", "doc": "Epoch milliseconds; never model-visible."},
             {"name": "ignorable", "type": "boolean", "default": False},
+            {
+                "name": "sealed",
+                "type": ["null", seal],
+                "default": None,
+                "doc": "Set when the content fields of data hold sealed tokens (docs/FORMAT.md, 'Sealed content'): "
+                "the data key's id and the sealing format's version.",
+            },
             {"name": "data", "type": branches},
         ],
     }

@@ -28,8 +28,17 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ...core.events import Envelope
 from ...core.validation import LogRules
-from ...errors import ConfigError, FencedError, FoldlineError, FormatError, StoreUnavailable, ValidationError
-from ...ports.event_log import EventLog
+from ...errors import (
+    ConfigError,
+    FencedError,
+    FoldlineError,
+    FormatError,
+    StoreUnavailable,
+    TransientError,
+    ValidationError,
+)
+from ...ports.event_log import EventLog, opened
+from ...ports.key_store import Sealer
 from ..avro import AvroCodec
 from .clients import client_settings, flush
 from .records import (
@@ -169,10 +178,13 @@ class RecordChecker:
         registry_url: str | None = None,
         log: EventLog | None = None,
         max_sessions: int = 10_000,
+        sealer: Sealer | None = None,
     ) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.dead_letters = dead_letters
+        self.sealer = sealer if sealer is not None else log.sealer if log is not None else None
+        self.topic = topic
         self.codec = codec or AvroCodec(registry_url=registry_url, subject=f"{topic}-value")
         self.max_sessions = max_sessions
         self._log = log
@@ -222,8 +234,12 @@ class RecordChecker:
             if epoch < latest:
                 raise FencedError(sid, epoch, latest)
             event = self.codec.decode(msg.value())
+            if event.sealed is not None:  # opened (or, its key erased, left sealed: structure only)
+                event = opened(f"the Kafka topic {self.topic}", sid, self.sealer, [event])[0]
             self._check(sid, event)
             return ConsumedEvent(sid, event, epoch, part, off)
+        except TransientError:  # the key store did not answer: the record is fine, the batch is consumed again
+            raise
         except FoldlineError as exc:
             return DeadLetter(sid, exc, part, off)
 

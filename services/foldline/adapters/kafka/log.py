@@ -61,7 +61,8 @@ from ...core.validation import LogRules, check_session_id
 from ...core.wire import encode_event
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
 from ...ports.archive import ArchiveReader
-from ...ports.event_log import EventLog, WriterLease
+from ...ports.event_log import EventLog, WriterLease, opened
+from ...ports.key_store import Sealer
 from ..avro import AvroCodec
 from .archive_tail import ArchiveAndTail
 from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
@@ -229,6 +230,7 @@ class KafkaEventLog(EventLog):
         archive: ArchiveReader | None = None,
         policy: TopicPolicy | None = None,
         follow: bool = False,
+        sealer: Sealer | None = None,
     ) -> None:
         if partitions < 1:
             raise ConfigError("partitions must be >= 1")
@@ -237,6 +239,7 @@ class KafkaEventLog(EventLog):
         if writers < 1:
             raise ConfigError("writers must be >= 1")
         self._writer_count = writers
+        self.sealer = sealer
         self.bootstrap = bootstrap
         self.topic = topic
         self.index_topic = index_topic(topic)
@@ -286,6 +289,7 @@ class KafkaEventLog(EventLog):
         if not events:
             return self.head(session_id)
         check_session_id(session_id)
+        stored = self.sealer.seal(session_id, events) if self.sealer is not None else events
         self._ensure_ready()
         deadline = self._clients.deadline()
         part = partition_for(session_id, self.partitions)
@@ -308,7 +312,7 @@ class KafkaEventLog(EventLog):
                 if owned.rules is None:
                     owned.rules = self._rules_for(session_id, state, deadline)
                 # encoded and checked by the writer: a refused batch sends nothing and leaves the rules as they were
-                request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
+                request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer, stored)
                 committer: Committer = owned.solo if owned.solo is not None else writer
                 try:
                     committer.send(request)
@@ -347,6 +351,7 @@ class KafkaEventLog(EventLog):
             or not owned.live(writer.writer_id or "")
             or expected_seq != owned.state.next_seq
             or (lease is not None and lease.epoch != owned.state.epoch)
+            or (self.sealer is not None and not self.sealer.cached(session_id))  # the key store is asked there
         ):
             return await self._blocking(self.append, session_id, expected_seq, events, lease=lease)
         lock = self._session_lock(session_id)
@@ -354,7 +359,8 @@ class KafkaEventLog(EventLog):
             return await self._blocking(self.append, session_id, expected_seq, events, lease=lease)
         try:
             state = owned.state
-            request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer)
+            stored = self.sealer.seal(session_id, events) if self.sealer is not None else events
+            request = AppendRequest(session_id, part, state.epoch, state, events, owned.rules, owned.writer, stored)
             loop = asyncio.get_running_loop()
             wakes = self._wakes
             if wakes is None or wakes.loop is not loop:
@@ -421,6 +427,15 @@ class KafkaEventLog(EventLog):
         end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
         if from_seq >= end:
             return []
+        return self._opened(session_id, self._events.events(session_id, state, max(from_seq, 0), end, deadline))
+
+    def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        state = self._load_state(session_id, deadline)
+        end = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
+        if from_seq >= end:
+            return []
         return self._events.events(session_id, state, max(from_seq, 0), end, deadline)
 
     async def read_async(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
@@ -433,8 +448,8 @@ class KafkaEventLog(EventLog):
                 return []
             part = partition_for(session_id, self.partitions)
             followed = await self._follower.events_async(session_id, part, start, owned.state.offsets[start:to_seq])
-            if followed is not None:
-                return followed
+            if followed is not None and (self.sealer is None or self.sealer.cached(session_id)):
+                return self._opened(session_id, followed)
         return await self._blocking(self.read, session_id, from_seq, to_seq)
 
     async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
@@ -735,12 +750,14 @@ class KafkaEventLog(EventLog):
             if not keep:
                 discard(producer, f"the take-over producer of {session_id!r}")
 
-    def _encode(self, events: Sequence[Envelope]) -> list[bytes]:
+    def _encode(self, events: Sequence[Envelope], stored: Sequence[Envelope]) -> list[bytes]:
+        """The records of ``events``, as ``stored`` (the same events, their content sealed when a sealer seals)."""
         encode = self.codec.encode
         values = []
-        for e in events:
-            check_event_size(len(encode_event(e)), e.seq)  # the limit is on the canonical form, as every log's
-            value = encode(e)
+        for e, kept in zip(events, stored, strict=True):
+            if e.sealed is None:  # on the canonical form, as every log's (one given sealed was checked already)
+                check_event_size(len(encode_event(e)), e.seq)
+            value = encode(kept)
             if len(value) > MAX_RECORD_BYTES:
                 raise ValidationError(
                     "record-size",
@@ -762,13 +779,16 @@ class KafkaEventLog(EventLog):
             part = partition_for(session_id, self.partitions)
             followed = self._follower.events(session_id, part, from_seq, state.offsets[from_seq:to_seq])
             if followed is not None:
-                return followed
-        return self._events.events(session_id, state, from_seq, to_seq, deadline)
+                return self._opened(session_id, followed)
+        return self._opened(session_id, self._events.events(session_id, state, from_seq, to_seq, deadline))
+
+    def _opened(self, session_id: str, events: list[Envelope]) -> list[Envelope]:
+        return opened(f"the Kafka log {self.topic}", session_id, self.sealer, events)
 
     def _rules_for(self, session_id: str, state: SessionState, deadline: float) -> LogRules:
         rules = LogRules()
         if state.next_seq:
-            events = self._events.events(session_id, state, 0, state.next_seq, deadline)
+            events = self._opened(session_id, self._events.events(session_id, state, 0, state.next_seq, deadline))
             with collector_paused():
                 rules.check_batch(events)
         return rules

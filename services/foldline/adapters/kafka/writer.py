@@ -64,7 +64,7 @@ class WriterContext:
     clients: KafkaClients
     topic: str
     index_topic: str
-    encode: Callable[[Sequence[Envelope]], list[bytes]]
+    encode: Callable[[Sequence[Envelope], Sequence[Envelope]], list[bytes]]  # (events, as stored) -> records
     ids: WriterIds
 
 
@@ -113,6 +113,7 @@ class AppendRequest:
         "refused",
         "rules",
         "session_id",
+        "stored",
         "values",
         "writer",
     )
@@ -126,8 +127,10 @@ class AppendRequest:
         events: Sequence[Envelope],
         rules: LogRules,
         writer: str,
+        stored: Sequence[Envelope] | None = None,
     ) -> None:
         self.session_id = session_id
+        self.stored = events if stored is None else stored  # the events as recorded (content sealed, or not)
         self.part = part
         self.epoch = epoch
         self.base = base
@@ -142,14 +145,14 @@ class AppendRequest:
         self.refused = False
         self.done = _Done()
 
-    def prepare(self, encode: Callable[[Sequence[Envelope]], list[bytes]]) -> bool:
+    def prepare(self, encode: Callable[[Sequence[Envelope], Sequence[Envelope]], list[bytes]]) -> bool:
         """Encode the events and check them against the session's rules (which then count them).
 
         False, with the error set, when either refuses the batch: nothing of it is sent and the rules
         are unchanged (the check is all-or-nothing).
         """
         try:
-            self.values = encode(self.events)
+            self.values = encode(self.events, self.stored)
             self.rules.check_batch(self.events)
         except Exception as exc:  # ValidationError / FormatError: handed to the appending thread as is
             self.error, self.refused = exc, True

@@ -1,0 +1,355 @@
+"""Sealed content: every field marked content is sealed, nothing else is; tokens are bound to their place; an erased
+key leaves the structure readable and nothing buildable; a lost key is a loud error of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foldline.adapters.memory_keys import MemoryKeyStore
+from foldline.adapters.memory_log import MemoryEventLog
+from foldline.adapters.sealing import ContentSealer, b64url, kek_from_text, unb64url
+from foldline.adapters.sqlite_keys import SqliteKeyStore
+from foldline.adapters.sqlite_log import SqliteEventLog
+from foldline.core.content import (
+    EncryptedReasoningBlock,
+    ImageBlock,
+    ImageRef,
+    ReasoningBlock,
+    RedactedReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    Usage,
+)
+from foldline.core.events import (
+    EVENT_TYPES,
+    AssistantChunk,
+    AssistantMessage,
+    CompactionStart,
+    CompactionSummary,
+    Envelope,
+    EventData,
+    ReplaceOp,
+    RequestDispatch,
+    RequestHeader,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnStart,
+    UserMessage,
+)
+from foldline.core.frozen import OrderedObject
+from foldline.core.header import CallConfig, ToolSpec, make_header
+from foldline.core.limits import MAX_EVENT_BYTES, check_stored_size
+from foldline.core.projection import Session, fold_messages
+from foldline.core.sealing import (
+    ERASED,
+    SEALED_KEY,
+    associated_data,
+    content_fields,
+    content_paths,
+    erased_view,
+    has_content,
+    open_event,
+)
+from foldline.core.validation import check_log
+from foldline.core.wire import decode_event, encode_event
+from foldline.errors import ConfigError, ContentCorrupt, ContentErased, KeyMissing
+
+CANARY = "canary-7f3a9c"
+IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480, name=f"{CANARY}.png")
+HEADER = make_header(
+    CallConfig("anthropic", "claude-x", max_tokens=512),
+    f"You help {CANARY}.",
+    [ToolSpec("read", f"Read a file of {CANARY}", {"type": "object", "properties": {"p": {"enum": [CANARY]}}})],
+)
+ARGS = '{"p": "' + CANARY + '"}'
+
+
+def every_content() -> list[Envelope]:
+    """A valid session holding every content field of the catalog, each with the canary."""
+    answer = AssistantMessage(
+        "a1",
+        (
+            ReasoningBlock(f"thinking {CANARY}", f"sig-{CANARY}"),
+            RedactedReasoningBlock(f"redacted-{CANARY}"),
+            EncryptedReasoningBlock("rs_1", (f"one {CANARY}", f"two {CANARY}"), f"enc-{CANARY}"),
+            TextBlock(f"calling {CANARY}"),
+            ToolCallBlock("c1", "read", ARGS),
+        ),
+        Usage(10, 5, 100, 7),
+        "tool_use",
+    )
+    data: list[EventData] = [
+        TurnStart(0),
+        StepStart(0, 0),
+        UserMessage("u1", (TextBlock(f"hello {CANARY}"), ImageBlock(IMG))),
+        RequestHeader(HEADER, "initial"),
+        RequestDispatch(0, 0, "anthropic-messages", 3, "sha256:" + "0f" * 32, 999),
+        answer,
+        ToolCall(0, 0, "c1", "read", ARGS),
+        ToolResult("c1", "read", (TextBlock(f"result {CANARY}"), ImageBlock(IMG))),
+        CompactionStart(0, 1, 100),
+        CompactionSummary(f"summary {CANARY}", "anthropic", "claude-x", 256),
+        UserMessage(
+            "u2",
+            (TextBlock(f"[Summary of the earlier conversation]\nsummary {CANARY}"),),
+            "compaction",
+            ReplaceOp(0, 1),
+            (2, 5),
+        ),
+    ]
+    events = [Envelope(i, 1000 + i, d) for i, d in enumerate(data)]
+    events.append(Envelope(len(events), 2000, AssistantChunk(0, 0, 1, 0, f"delta {CANARY}"), ignorable=True))
+    return events
+
+
+def _sealer(keys: MemoryKeyStore | None = None, **kw: object) -> ContentSealer:
+    return ContentSealer(keys or MemoryKeyStore(), **kw)  # type: ignore[arg-type]
+
+
+def test_every_content_field_is_sealed_and_nothing_else() -> None:
+    events = every_content()
+    sealer = _sealer()
+    sealed = sealer.seal("s1", events)
+    for plain, env in zip(events, sealed, strict=True):
+        stored = encode_event(env)
+        assert CANARY.encode() not in stored, stored  # no content is left in the clear
+        if has_content(type(plain.data)) and content_paths(plain):
+            assert env.sealed is not None
+            assert env.sealed.v == 1
+            # the structure stays: the same paths, the same non-content values
+            assert content_paths(env) == content_paths(plain)
+            assert erased_view(env).data == erased_view(msgspec.structs.replace(plain, sealed=env.sealed)).data
+        else:
+            assert env is plain  # no content, no marker: written as it always was
+    assert sealer.open("s1", sealed) == events
+    # what the marks seal, the content field list names: the sealed paths of every event end in one of them
+    fields = {f.split(".", 1)[1] for f in content_fields(*EVENT_TYPES)}
+    ends = {p.rsplit(".", 1)[-1].split("[")[0] for e in events for p in content_paths(e)}
+    assert ends == fields
+
+
+def test_structure_stays_readable_after_erasure_and_nothing_can_be_built_from_it() -> None:
+    keys = MemoryKeyStore()
+    sealer = _sealer(keys)
+    sealed = sealer.seal("s1", every_content())
+    keys.destroy("s1", "erasure-1", 5)
+    sealer.forget("s1")
+    back = sealer.open("s1", sealed)
+    assert back == sealed  # erased: the tokens stay, the marker says so
+    answer = back[5].data
+    assert isinstance(answer, AssistantMessage)
+    assert answer.usage == Usage(10, 5, 100, 7)
+    assert answer.stop_reason == "tool_use"
+    assert [type(b).__name__ for b in answer.content][-1] == "ToolCallBlock"
+    assert isinstance(back[4].data, RequestDispatch)
+    assert back[4].data.digest == "sha256:" + "0f" * 32
+    shown = erased_view(back[2]).data
+    assert isinstance(shown, UserMessage)
+    assert shown.content[0] == TextBlock(ERASED)
+    check_log(back)  # the log rules hold of the structure (tool/call arguments are not compared then)
+    with pytest.raises(ContentErased):
+        Session("s1", back)
+    with pytest.raises(ContentErased):
+        fold_messages(back)
+
+
+def test_a_lost_key_is_key_missing_never_an_erasure() -> None:
+    keys = MemoryKeyStore()
+    sealed = _sealer(keys).seal("s1", every_content())
+    with pytest.raises(KeyMissing, match="lost"):
+        _sealer(MemoryKeyStore()).open("s1", sealed)  # another (empty) key store
+    other = MemoryKeyStore()
+    _sealer(other).seal("s1", every_content())  # a new key under the same session id
+    with pytest.raises(KeyMissing, match="the store's key is"):
+        _sealer(other).open("s1", sealed)
+
+
+def test_tokens_are_bound_to_session_seq_type_and_field() -> None:
+    keys = MemoryKeyStore()
+    sealer = _sealer(keys)
+    env = sealer.seal("s1", [Envelope(2, 1, UserMessage("u", (TextBlock("a"), TextBlock("b"))))])[0]
+    assert env.sealed is not None
+    data = env.data
+    assert isinstance(data, UserMessage)
+    swapped = msgspec.structs.replace(env, data=msgspec.structs.replace(data, content=data.content[::-1]))
+    with pytest.raises(ContentCorrupt, match=r"content\[0\]\.text"):
+        sealer.open("s1", [swapped])
+    moved = msgspec.structs.replace(env, seq=3)
+    with pytest.raises(ContentCorrupt):
+        sealer.open("s1", [moved])
+    held = keys.get("s1")
+    assert held is not None
+    keys.create(dataclasses.replace(held, session_id="s2"))
+    with pytest.raises(ContentCorrupt):
+        sealer.open("s2", [env])  # the same key, another session: the associated data differs
+    token = data.content[0].text  # type: ignore[union-attr]
+    raw = unb64url(token)
+    assert raw is not None
+    flipped = b64url(raw[:-1] + bytes([raw[-1] ^ 1]))
+    broken = msgspec.structs.replace(
+        env, data=msgspec.structs.replace(data, content=(TextBlock(flipped), data.content[1]))
+    )
+    with pytest.raises(ContentCorrupt):
+        sealer.open("s1", [broken])
+
+
+def test_every_seal_draws_a_fresh_nonce_so_a_retried_append_never_reuses_one() -> None:
+    sealer = _sealer()
+    event = Envelope(0, 1, UserMessage("u", (TextBlock("the same text"),)))
+    first, again = sealer.seal("s", [event])[0], sealer.seal("s", [event])[0]
+    assert encode_event(first) != encode_event(again)
+    assert sealer.open("s", [first]) == sealer.open("s", [again]) == [event]
+    tokens = [unb64url(e.data.content[0].text) for e in (first, again)]  # type: ignore[union-attr]
+    assert tokens[0] is not None
+    assert tokens[1] is not None
+    assert tokens[0][:12] != tokens[1][:12]
+
+
+def test_the_associated_data_and_the_token_format_are_what_format_md_says() -> None:
+    assert associated_data("s", "ab" * 16, 4, "user/message", "content[0].text") == (
+        b'["foldline-sealed",1,"s","' + b"ab" * 16 + b'",4,"user/message","content[0].text"]'
+    )
+    env = _sealer().seal("s", [Envelope(0, 1, RequestHeader(HEADER, "initial"))])[0]
+    assert isinstance(env.data, RequestHeader)
+    assert env.data.header.tools is not None
+    schema = env.data.header.tools[0].input_schema
+    assert list(schema) == [SEALED_KEY]
+    token = schema[SEALED_KEY]
+    assert isinstance(token, str)
+    raw = unb64url(token)
+    assert raw is not None
+    assert len(raw) == 12 + len(b'{"properties":{"p":{"enum":["canary-7f3a9c"]}},"type":"object"}') + 16
+
+
+def test_a_sealed_event_opens_only_with_its_own_version() -> None:
+    env = _sealer().seal("s", [Envelope(0, 1, UserMessage("u", (TextBlock("x"),)))])[0]
+    assert env.sealed is not None
+    future = msgspec.structs.replace(env, sealed=msgspec.structs.replace(env.sealed, v=2))
+    with pytest.raises(Exception, match="version 2"):
+        open_event(future, "s", lambda token, aad: b"x")
+
+
+def test_events_without_content_need_no_key_and_an_erased_session_takes_no_content() -> None:
+    keys = MemoryKeyStore()
+    sealer = _sealer(keys)
+    assert sealer.seal("s", [Envelope(0, 1, TurnStart(0))]) == [Envelope(0, 1, TurnStart(0))]
+    assert keys.get("s") is None  # no key was made for structure alone
+    sealer.seal("s", [Envelope(1, 1, UserMessage("u", (TextBlock("x"),)))])
+    keys.destroy("s", "e", 1)
+    sealer.forget("s")
+    assert sealer.seal("s", [Envelope(2, 1, TurnStart(1))]) == [Envelope(2, 1, TurnStart(1))]
+    with pytest.raises(ContentErased, match="nothing more can be appended"):
+        sealer.seal("s", [Envelope(2, 1, UserMessage("u2", (TextBlock("y"),)))])
+
+
+def test_a_cached_key_reads_for_at_most_the_cache_time_after_an_erasure() -> None:
+    now = [0.0]
+    keys = MemoryKeyStore()
+    writer = _sealer(keys)
+    sealed = writer.seal("s", every_content())
+    reader = ContentSealer(keys, cache_ttl_s=30.0, clock=lambda: now[0])
+    assert reader.open("s", sealed) == every_content()  # the reader now holds the key
+    keys.destroy("s", "e", 1)
+    now[0] = 29.9
+    assert reader.open("s", sealed) == every_content()  # within the stated bound: still readable
+    now[0] = 30.0
+    assert reader.open("s", sealed) == sealed  # past it: erased, for good
+    assert reader.cached("s")  # a destroyed key is remembered as destroyed
+
+
+def test_the_stored_size_check_needs_the_plain_size_only_near_the_limit() -> None:
+    asked: list[int] = []
+
+    def plain() -> int:
+        asked.append(1)
+        return MAX_EVENT_BYTES + 1
+
+    check_stored_size(1000, True, plain)
+    assert asked == []
+    with pytest.raises(Exception, match="event-size"):
+        check_stored_size(MAX_EVENT_BYTES // 4, True, plain)
+    assert asked == [1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(max_size=300))
+def test_a_plain_event_is_at_most_four_and_a_half_times_its_sealed_form(text: str) -> None:
+    env = Envelope(0, 1, UserMessage("u", (TextBlock(text), TextBlock(text[::-1]))))
+    sealed = _sealer().seal("s", [env])[0]
+    assert len(encode_event(env)) * 2 <= len(encode_event(sealed)) * 9
+
+
+def test_the_embedded_logs_store_sealed_bytes_and_read_back_what_was_appended(tmp_path: Path) -> None:
+    keys = SqliteKeyStore(tmp_path / "keys.sqlite3")
+    sealer = ContentSealer(keys)
+    for log in (SqliteEventLog(tmp_path / "log.sqlite3", sealer=sealer), MemoryEventLog(sealer=sealer)):
+        sid = f"s-{type(log).__name__}"
+        log.append(sid, 0, every_content())
+        assert log.read(sid) == every_content()
+        stored = log.read_stored(sid)
+        assert any(e.sealed is not None for e in stored)
+        assert all(CANARY.encode() not in encode_event(e) for e in stored)
+        assert [decode_event(encode_event(e)) for e in stored] == stored
+        log.close()
+    keys.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert CANARY.encode() not in raw
+
+
+def test_the_embedded_key_store_keeps_no_copy_of_a_destroyed_key(tmp_path: Path) -> None:
+    path = tmp_path / "keys.sqlite3"
+    keys = SqliteKeyStore(path)
+    sealer = ContentSealer(keys)
+    sealer.seal("s", [Envelope(0, 1, UserMessage("u", (TextBlock("x"),)))])
+    key = keys.get("s")
+    assert key is not None
+    assert key.material is not None
+    assert key.material in b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())  # the file or its WAL
+    keys.destroy("s", "erasure-1", 7)
+    keys.vacuum()
+    keys.close()
+    leftovers = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert key.material not in leftovers
+    row = sqlite3.connect(path).execute("SELECT kid, material, erasure FROM keys").fetchone()
+    assert row == (key.kid, None, "erasure-1")
+
+
+def test_a_key_encryption_key_keeps_the_data_keys_out_of_the_file(tmp_path: Path) -> None:
+    kek = kek_from_text("11" * 32)
+    keys = SqliteKeyStore(tmp_path / "keys.sqlite3", kek=kek)
+    env = ContentSealer(keys).seal("s", [Envelope(0, 1, UserMessage("u", (TextBlock("x"),)))])[0]
+    material = keys.get("s").material  # type: ignore[union-attr]
+    keys.close()
+    assert material is not None
+    assert material not in b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert ContentSealer(SqliteKeyStore(tmp_path / "keys.sqlite3", kek=kek)).open("s", [env])[0].sealed is None
+    with pytest.raises(ConfigError, match="FOLDLINE_KEY_ENCRYPTION_KEY"):
+        SqliteKeyStore(tmp_path / "keys.sqlite3").get("s")
+    with pytest.raises(ConfigError, match="does not unwrap"):
+        SqliteKeyStore(tmp_path / "keys.sqlite3", kek=kek_from_text("22" * 32)).get("s")
+    with pytest.raises(ConfigError, match="32 random bytes"):
+        kek_from_text("too short")
+
+
+def test_an_ordered_input_schema_is_sealed_and_opened_in_its_document_order() -> None:
+    """§1.9 / §3.5: the sealed plaintext of an ordered object is its document-order text, and it opens ordered."""
+    schema = {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}
+    header = make_header(CallConfig("anthropic", "claude-x", max_tokens=512), None, [ToolSpec("t", "T.", schema)])
+    plain = [Envelope(0, 1000, RequestHeader(header, "initial"))]
+    sealer = _sealer()
+    [opened] = sealer.open("s1", sealer.seal("s1", plain))
+    assert isinstance(opened.data, RequestHeader)
+    [tool] = opened.data.header.tools or ()
+    assert isinstance(tool.input_schema, OrderedObject)
+    assert tool.input_schema.json == (
+        b'{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}}'
+    )
+    assert encode_event(opened) == encode_event(plain[0])
