@@ -161,6 +161,17 @@ class EventLogContract(abc.ABC):
         assert log.read(b) == simple_log(2, 2)
         assert {a, b} <= set(log.sessions())
 
+    def test_heads_name_every_session_with_its_head(self, log: EventLog, sid: str) -> None:
+        a, b, empty = sid + "-a", sid + "-b", sid + "-empty"
+        log.append(a, 0, simple_log(1, 1))
+        log.append(b, 0, simple_log(2, 2))
+        log.acquire(empty)  # a lease alone is no event: not a session
+        heads = log.heads()
+        assert heads[a] == log.head(a) == len(simple_log(1, 1))
+        assert heads[b] == log.head(b) == len(simple_log(2, 2))
+        assert empty not in heads
+        assert set(heads) == set(log.sessions())
+
     def test_lease_fences_stale_writer(self, log: EventLog, sid: str) -> None:
         events = simple_log()
         first = log.acquire(sid)

@@ -18,6 +18,7 @@ from . import (
     archive_commands,
     audit_commands,
     config_commands,
+    console_commands,
     demo_commands,
     fleet_commands,
     replay_commands,
@@ -70,6 +71,7 @@ demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
 replay_commands.register(app)
+console_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)
 archive_commands.register(app)

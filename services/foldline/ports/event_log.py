@@ -84,6 +84,15 @@ class EventLog(abc.ABC):
     def sessions(self) -> list[str]:
         """Ids of every session with at least one event, sorted."""
 
+    def heads(self) -> dict[str, int]:
+        """The head of every session with at least one event, in one call: what a reader that keeps
+        something per session (the console's session index) compares to learn which sessions were appended to.
+
+        Default: :meth:`sessions`, then :meth:`head` of each; adapters that hold every head at once answer in
+        one query.
+        """
+        return {sid: self.head(sid) for sid in self.sessions()}
+
     @abc.abstractmethod
     def acquire(self, session_id: str) -> WriterLease:
         """Become the session's only writer; every earlier lease is fenced from now on."""
