@@ -84,14 +84,11 @@ class EventLog(abc.ABC):
     def sessions(self) -> list[str]:
         """Ids of every session with at least one event, sorted."""
 
+    @abc.abstractmethod
     def heads(self) -> dict[str, int]:
-        """The head of every session with at least one event, in one call: what a reader that keeps
-        something per session (the console's session index) compares to learn which sessions were appended to.
-
-        Default: :meth:`sessions`, then :meth:`head` of each; adapters that hold every head at once answer in
-        one query.
-        """
-        return {sid: self.head(sid) for sid in self.sessions()}
+        """The head of every session with at least one event (the keys are :meth:`sessions`), in one call: what
+        a reader that keeps something per session (the console's session index) compares to learn which
+        sessions were appended to, without asking each session."""
 
     @abc.abstractmethod
     def acquire(self, session_id: str) -> WriterLease:
