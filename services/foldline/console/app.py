@@ -396,13 +396,16 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
 
     def fleet(request: Request) -> Response:
         f = data.index.fleet()
-        chart = {
-            "columns": [
-                [t / 1000 for t, _ in f.buckets],
-                [b.prompt for _, b in f.buckets],
-                [b.cache_read_ratio for _, b in f.buckets],
-            ],
-        }
+        hours: list[float] = [t / 1000 for t, _ in f.buckets]
+        prompt: list[int | None] = [b.prompt for _, b in f.buckets]
+        ratio: list[float | None] = [b.cache_read_ratio for _, b in f.buckets]
+        if hours:  # an empty hour either side: the time axis spans hours, not the years uPlot pads a lone point with
+            hours, prompt, ratio = (
+                [hours[0] - 3600, *hours, hours[-1] + 3600],
+                [None, *prompt, None],
+                [None, *ratio, None],
+            )
+        chart = {"columns": [hours, prompt, ratio]}
         alert = request.query_params.get("alert")
         return render("fleet.html", title="fleet", fleet=f, chart=_json_attr(chart), alert=alert)
 
