@@ -241,12 +241,13 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
 
     def sessions(request: Request) -> Response:
         q = list_query(request)
-        result = data.index.query(q)
+        every = data.index.summaries()  # one refresh for the whole page
+        result = data.index.query(q, every)
         context: dict[str, Any] = {
             "q": q,
             "result": result,
-            "models": data.index.models(),
-            "statuses": data.index.statuses(),
+            "models": data.index.models(every),
+            "statuses": data.index.statuses(every),
             "sorts": SORTS,
             "page_sizes": PAGE_SIZES,
             "children": data.index.children,

@@ -154,14 +154,16 @@ class SessionIndex:
         self.refresh()
         return list(self._summaries.values())
 
-    def models(self) -> list[str]:
-        return sorted({m for s in self.summaries() for m in s.models})
+    def models(self, every: Iterable[SessionSummary] | None = None) -> list[str]:
+        """Every model the sessions used (of ``every``, one refresh's summaries, else the index brought up to date)."""
+        return sorted({m for s in (self.summaries() if every is None else every) for m in s.models})
 
-    def statuses(self) -> list[str]:
-        return sorted({s.status for s in self.summaries()})
+    def statuses(self, every: Iterable[SessionSummary] | None = None) -> list[str]:
+        return sorted({s.status for s in (self.summaries() if every is None else every)})
 
-    def query(self, q: ListQuery) -> ListResult:
-        every = self.summaries()
+    def query(self, q: ListQuery, every: list[SessionSummary] | None = None) -> ListResult:
+        """The page of the list ``q`` asks for, over ``every`` (else the index brought up to date)."""
+        every = self.summaries() if every is None else every
         matching = [s for s in every if q.matches(s)]
         matching.sort(key=_key(q.sort), reverse=q.descending)  # type: ignore[arg-type]
         pages = max(1, -(-len(matching) // q.per_page))
