@@ -63,7 +63,7 @@ LIST_TARGET_MS = 200.0
 REQUESTS = 25
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MODELS = ("claude-bench", "claude-bench-small", "gpt-bench")
-LIST_QUERIES = (
+LIST_QUERIES: tuple[dict[str, str], ...] = (
     {},
     {"sort": "tokens"},
     {"sort": "drops"},

@@ -14,7 +14,11 @@ VENDOR = CONSOLE / "static" / "vendor"
 
 def test_the_vendored_files_are_the_ones_the_manifest_names() -> None:
     lines = [line for line in (VENDOR / "MANIFEST").read_text().splitlines() if line and not line.startswith("#")]
-    digests = dict(reversed(line.split("  ", 1)) for line in lines if "  " in line)
+    digests: dict[str, str] = {}
+    for line in lines:
+        if "  " in line:
+            digest, name = line.split("  ", 1)
+            digests[name] = digest
     assert {"htmx.min.js", "uPlot.iife.min.js", "uPlot.min.css", "htmx.LICENSE", "uPlot.LICENSE"} <= set(digests)
     on_disk = {p.name for p in VENDOR.iterdir() if p.name != "MANIFEST"}
     assert on_disk == set(digests), "a vendored file the manifest does not name, or one it names that is missing"
