@@ -1,5 +1,5 @@
-"""The console's test data: a demo data directory with, beside the demo's sessions, a session full of hostile text
-and a tampered copy of a demo session (tests/console/logs.py)."""
+"""The console's test data: a demo data directory with, beside the demo's sessions, a session full of hostile text,
+a tampered copy of a demo session (tests/console/logs.py) and the golden Anthropic session (a compaction, a trim)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from foldline.console.data import ConsoleData
 from .logs import TAMPERED_ID, hostile_session, tamper
 
 runner = CliRunner()
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden-logs" / "v0"
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +30,18 @@ def console_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert all(s["verified"] for s in json.loads(res.stdout)["sessions"])
     exported = hostile_session(root / "scratch")
     res = runner.invoke(app, ["import", str(exported), "--data-dir", str(data)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(
+        app,
+        [
+            "import",
+            str(GOLDEN / "golden-anthropic.jsonl"),
+            "--attachments",
+            str(GOLDEN / "attachments"),
+            "--data-dir",
+            str(data),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert tamper(data, "demo-001", TAMPERED_ID) >= 0
     res = runner.invoke(app, ["verify", TAMPERED_ID, "--data-dir", str(data), "--json"])

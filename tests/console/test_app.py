@@ -5,6 +5,7 @@ drives Chromium): every page serves, every figure is the commands' own, log text
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 import shutil
@@ -24,7 +25,15 @@ from foldline.config import Config, open_stores
 from foldline.console.app import CSP, ConsoleOptions, create_app
 from foldline.console.data import ConsoleData
 from foldline.core.content import ImageBlock
-from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
+from foldline.core.events import (
+    AssistantMessage,
+    CompactionStart,
+    CompactionSummary,
+    ReplaceOp,
+    RequestDispatch,
+    ToolResult,
+    UserMessage,
+)
 
 from .logs import HOSTILE_ID, HOSTILE_SYSTEM, HOSTILE_TEXT, HOSTILE_TOOL_OUTPUT, TAMPERED_ID
 
@@ -182,9 +191,7 @@ def test_the_request_body_is_the_one_foldline_requests_rebuilds(client: TestClie
         assert f'id="recorded-digest">{row["recordedDigest"]}<' in proof.text
         body = re.search(r'<pre class="json" id="request-body">(.*?)</pre>', proof.text, re.S)
         assert body is not None
-        import html as html_lib
-
-        assert json.loads(html_lib.unescape(body.group(1))) == row["body"]
+        assert json.loads(html.unescape(body.group(1))) == row["body"]
 
 
 def test_the_figures_are_the_logged_usage_and_the_drops_foldline_drops_reports(
@@ -241,6 +248,23 @@ def test_header_snapshots_and_lineage_are_diff_s(client: TestClient, console_dir
     parent = diff["lineage"]["parentId"]
     assert f'fork of <a href="/session?id={parent}">{parent}</a>' in page
     assert "children: " in client.get("/session", params={"id": parent}).text
+
+
+def test_compactions_and_trims_are_where_the_log_has_them(client: TestClient, console_dir: Path) -> None:
+    with SqliteEventLog(console_dir, read_only=True) as log:
+        events = log.read("golden-anthropic")
+    [start] = [e for e in events if isinstance(e.data, CompactionStart)]
+    [summary] = [e.data for e in events if isinstance(e.data, CompactionSummary)]
+    trims = [e for e in events if isinstance(e.data, ToolResult) and isinstance(e.data.surface_op, ReplaceOp)]
+    assert isinstance(start.data, CompactionStart)
+    assert trims
+    page = client.get("/session", params={"id": "golden-anthropic"}).text
+    section = page[page.index('id="compactions"') :]
+    assert f"compaction at seq {start.seq}: messages {start.data.start}..{start.data.end}" in section
+    assert html.escape(summary.summary.splitlines()[0], quote=False) in section
+    for t in trims:
+        assert f"trim at seq {t.seq}:" in section
+    assert "verify-verified" in client.get("/session/verify", params={"id": "golden-anthropic"}).text
 
 
 def test_images_are_served_with_their_type_and_verified(client: TestClient, console_dir: Path, tmp_path: Path) -> None:
