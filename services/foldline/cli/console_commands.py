@@ -46,7 +46,7 @@ def console(
     backend: BackendOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Announce the address as one JSON line.")] = False,
 ) -> None:
-    """Serve the operator console: sessions, steps, drops, cost and proofs, rebuilt from the log.
+    """Serve the operator console: sessions, steps, tokens, drops and proofs, rebuilt from the log.
 
     Read-only: it opens the stores as the audit commands do and offers no action. It binds to 127.0.0.1; any
     other address needs FOLDLINE_CONSOLE_TOKEN, which every request must then carry.
