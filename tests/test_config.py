@@ -99,6 +99,9 @@ SAMPLES: dict[str, str] = {
     "FOLDLINE_PROVIDER_LOG_CHUNKS": "true",
     "FOLDLINE_METRICS_PORT": "9464",
     "FOLDLINE_METRICS_HOST": "0.0.0.0",
+    "FOLDLINE_CONSOLE_PORT": "9000",
+    "FOLDLINE_CONSOLE_BIND": "10.1.2.3",
+    "FOLDLINE_CONSOLE_TOKEN": "console-secret-token",
     "FOLDLINE_ARCHIVE": "s3",
     "FOLDLINE_ARCHIVE_BUCKET": "prod-archive",
     "FOLDLINE_ARCHIVE_PREFIX": "",
@@ -127,6 +130,7 @@ SECRETS = (
     "key-secret-pw",
     "vllm-secret-key",
     "6b656b2d7365637265742d76616c75652d6f662d33322d62797465732d2d2d21",
+    "console-secret-token",
 )
 SERVER_KEYS = {"VLLM_API_KEY": "vllm-secret-key"}  # the key of the server named vllm
 SASL = {

@@ -131,8 +131,8 @@ def test_the_package_declares_the_extras_and_make_installs_them_all() -> None:
     for vendor in ("confluent-kafka", "faust", "redis", "boto3", "fastavro", "mcp"):
         assert vendor not in base, vendor
     extras = project["optional-dependencies"]
-    assert {"kafka", "redis", "s3", "archive", "faust", "mcp", "distributed", "dev"} <= set(extras)
-    assert "console" not in extras  # nothing to install for it yet
+    assert {"kafka", "redis", "s3", "archive", "faust", "mcp", "console", "distributed", "dev"} <= set(extras)
+    assert extras["console"] == ["starlette>=0.40", "uvicorn>=0.30", "jinja2>=3.1"]
     assert extras["distributed"] == ["foldline[kafka,redis,s3,archive]"]
-    assert "foldline[distributed,faust,mcp]" in extras["dev"]
+    assert "foldline[distributed,faust,mcp,console]" in extras["dev"]
     assert "-e '.[dev]'" in (ROOT / "Makefile").read_text()  # make demo and make test: everything

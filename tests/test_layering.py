@@ -8,7 +8,8 @@
     loop                                  the agent loop
     projector, dispatcher, archiver, ...  long-running workers and jobs built on the layers above (replayer: a
                                           changed agent run over recorded sessions)
-    cli                                   the ``foldline`` command (and ``python -m`` entry points), the pytest plugin
+    cli, console                          the ``foldline`` command (and ``python -m`` entry points), the operator
+                                          console (a web front end over the same reads), the pytest plugin
 
 Within a layer, modules import each other one way only: the graph of module imports has no cycle (the
 provider registry imports every adapter, and no adapter imports the registry back; the loop's helpers
@@ -51,7 +52,7 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"fleet"}),
-    frozenset({"cli", "__init__", "pytest_plugin"}),
+    frozenset({"cli", "console", "__init__", "pytest_plugin"}),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 

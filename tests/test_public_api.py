@@ -97,6 +97,7 @@ PUBLIC: dict[str, list[str]] = {
         "ArchiveConfig",
         "Backend",
         "Config",
+        "ConsoleConfig",
         "DispatchConfig",
         "EmbeddedConfig",
         "FoldsConfig",

@@ -161,6 +161,23 @@ class EventLogContract(abc.ABC):
         assert log.read(b) == simple_log(2, 2)
         assert {a, b} <= set(log.sessions())
 
+    def test_heads_name_every_session_with_its_head(self, log: EventLog, sid: str) -> None:
+        a, b, empty = sid + "-a", sid + "-b", sid + "-empty"
+        two_turns = simple_log(2, 1)
+        first_turn = next(i for i, e in enumerate(two_turns) if i and isinstance(e.data, TurnStart) and e.data.turn)
+        log.append(a, 0, two_turns[:first_turn])
+        log.append(b, 0, simple_log(2, 2))
+        log.acquire(empty)  # a lease alone is no event: not a session
+        heads = log.heads()
+        assert heads[a] == log.head(a) == first_turn
+        assert heads[b] == log.head(b) == len(simple_log(2, 2))
+        assert empty not in heads
+        assert set(heads) == set(log.sessions())
+        log.append(a, first_turn, two_turns[first_turn:])  # an append moves its session's head, and only it
+        moved = log.heads()
+        assert moved[a] == len(two_turns) == log.head(a)
+        assert moved[b] == heads[b]
+
     def test_lease_fences_stale_writer(self, log: EventLog, sid: str) -> None:
         events = simple_log()
         first = log.acquire(sid)

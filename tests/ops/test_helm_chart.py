@@ -147,6 +147,36 @@ def test_prometheus_rule_is_the_rule_file(deploy_tools: DeployTools) -> None:
     assert labelled["spec"] == rule["spec"]
 
 
+def test_alerts_link_to_the_console_when_its_address_is_set(deploy_tools: DeployTools) -> None:
+    plain = yaml.safe_load(RULE_FILE.read_text())
+    [rule] = by_kind(
+        render(deploy_tools, "--set", "prometheusRule.consoleUrl=https://console.example.com/"), "PrometheusRule"
+    )
+    alerts = 0
+    for group, original in zip(rule["spec"]["groups"], plain["groups"], strict=True):
+        for linked, before in zip(group["rules"], original["rules"], strict=True):
+            if "alert" not in before:
+                assert linked == before
+                continue
+            alerts += 1
+            url = linked["annotations"].pop("console_url")
+            assert url == f"https://console.example.com/fleet?alert={before['alert']}"
+            assert linked == before  # nothing else changed
+    assert alerts >= 8
+    done = run(
+        deploy_tools.helm,
+        "template",
+        "fl",
+        CHART,
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "prometheusRule.consoleUrl=console.example.com",
+    )
+    assert done.returncode != 0
+    assert "/prometheusRule/consoleUrl" in done.stderr
+
+
 def test_workers_are_probed_scraped_and_configured(deploy_tools: DeployTools) -> None:
     docs = render(deploy_tools, "--set", "metrics.port=9500")
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind(docs, "Deployment")}

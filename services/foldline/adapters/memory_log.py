@@ -90,6 +90,10 @@ class MemoryEventLog(EventLog):
         with self._lock:
             return sorted(s for s, ev in self._events.items() if ev)
 
+    def heads(self) -> dict[str, int]:
+        with self._lock:
+            return {s: len(ev) for s, ev in self._events.items() if ev}
+
     def acquire(self, session_id: str) -> WriterLease:
         check_session_id(session_id)
         with self._lock:

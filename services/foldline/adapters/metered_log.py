@@ -107,6 +107,9 @@ class MeteredEventLog(EventLog):
     def sessions(self) -> list[str]:
         return self.inner.sessions()
 
+    def heads(self) -> dict[str, int]:
+        return self.inner.heads()
+
     def acquire(self, session_id: str) -> WriterLease:
         return self.inner.acquire(session_id)
 

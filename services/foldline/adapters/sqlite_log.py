@@ -352,6 +352,14 @@ class SqliteEventLog(EventLog):
                 raise self._translated(exc, "listing the sessions") from exc
         return [str(r[0]) for r in rows]
 
+    def heads(self) -> dict[str, int]:
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT id, head FROM sessions WHERE head > 0").fetchall()
+            except sqlite3.Error as exc:
+                raise self._translated(exc, "listing the sessions' heads") from exc
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def acquire(self, session_id: str) -> WriterLease:
         self._writable(f"acquiring the writer lease of session {session_id!r}")
         check_session_id(session_id)

@@ -18,6 +18,7 @@ from . import (
     archive_commands,
     audit_commands,
     config_commands,
+    console_commands,
     demo_commands,
     erase_commands,
     fleet_commands,
@@ -72,6 +73,7 @@ session_commands.register(app)
 audit_commands.register(app)
 erase_commands.register(app)
 replay_commands.register(app)
+console_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)
 archive_commands.register(app)

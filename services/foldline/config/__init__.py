@@ -21,6 +21,7 @@ from .factories import Stores, open_stores
 from .settings import (
     ArchiveConfig,
     Config,
+    ConsoleConfig,
     DispatchConfig,
     EmbeddedConfig,
     FoldsConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "ArchiveConfig",
     "Backend",
     "Config",
+    "ConsoleConfig",
     "DispatchConfig",
     "EmbeddedConfig",
     "FoldsConfig",

@@ -384,6 +384,17 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
     Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
+    Setting("FOLDLINE_CONSOLE_PORT", "console.port", _port, "port of foldline console (0: any port)"),
+    Setting(
+        "FOLDLINE_CONSOLE_BIND", "console.bind", _text, "address foldline console binds to (not loopback: a token)"
+    ),
+    Setting(
+        "FOLDLINE_CONSOLE_TOKEN",
+        "console.token",
+        _text,
+        "the token every console request must carry; required to bind beyond loopback",
+        secret=True,
+    ),
     Setting("FOLDLINE_ARCHIVE", "archive.store", _choice(ARCHIVE_STORES), "session archive: off, s3 or dir"),
     Setting("FOLDLINE_ARCHIVE_BUCKET", "archive.bucket", _text, "bucket of the session archive (s3)"),
     Setting("FOLDLINE_ARCHIVE_PREFIX", "archive.prefix", str, "key prefix of the archive's objects", empty_ok=True),

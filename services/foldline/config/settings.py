@@ -266,6 +266,22 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """The operator console (``foldline console``): where it listens and the token it asks for.
+
+    It binds to loopback unless told otherwise; any other address needs ``token`` (it refuses to start
+    without one), and then every request must carry it."""
+
+    port: int = 8765
+    bind: str = "127.0.0.1"
+    token: str | None = None
+
+    def __repr__(self) -> str:
+        token = MASK if self.token else None
+        return f"ConsoleConfig(port={self.port!r}, bind={self.bind!r}, token={token!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class ArchiveConfig:
     """The session archive (docs/RETENTION.md): where it is, which sessions go there, and when.
 
@@ -362,6 +378,7 @@ class Config:
     providers: ProvidersConfig = field(default_factory=ProvidersConfig)
     transport: TransportSettings = field(default_factory=TransportSettings)  # provider HTTP, retries, limits
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
 

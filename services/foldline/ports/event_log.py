@@ -96,6 +96,12 @@ class EventLog(abc.ABC):
         """Ids of every session with at least one event, sorted."""
 
     @abc.abstractmethod
+    def heads(self) -> dict[str, int]:
+        """The head of every session with at least one event (the keys are :meth:`sessions`), in one call: what
+        a reader that keeps something per session (the console's session index) compares to learn which
+        sessions were appended to, without asking each session."""
+
+    @abc.abstractmethod
     def acquire(self, session_id: str) -> WriterLease:
         """Become the session's only writer; every earlier lease is fenced from now on."""
 

@@ -526,6 +526,10 @@ class KafkaEventLog(EventLog):
         self._ensure_ready()
         return self._reader.sessions(self._clients.deadline())
 
+    def heads(self) -> dict[str, int]:
+        self._ensure_ready()
+        return self._reader.heads(self._clients.deadline())
+
     def acquire(self, session_id: str) -> WriterLease:
         return self.acquire_and_read(session_id)[0]
 

@@ -285,6 +285,14 @@ class SessionReader:
             with self._index_lock:
                 return sorted(s for s, st in self._index.items() if st.next_seq > 0)
 
+    def heads(self, deadline: float) -> dict[str, int]:
+        """Every session's head (next seq), after catching up every index partition."""
+        with self.lock:
+            for p in range(self.partitions):
+                self._catch_up_index(p, deadline)
+            with self._index_lock:
+                return {s: st.next_seq for s, st in self._index.items() if st.next_seq > 0}
+
     # -------------------------------------------------------------- one session
 
     def state(self, session_id: str, deadline: float) -> SessionState:
