@@ -50,8 +50,9 @@ __all__ = [
     "TurnStream",
 ]
 
-#: Events a stream holds for its reader before it merges pieces (about 1,000 pieces of a fast answer).
-DEFAULT_STREAM_BUFFER = 1024
+#: Events a stream holds for its reader before it merges pieces: a reader that takes 10 ms an event is at most
+#: ~2.5 s behind the model, and a fast one sees every piece as the provider sent it.
+DEFAULT_STREAM_BUFFER = 256
 
 
 @dataclass(frozen=True, slots=True)
