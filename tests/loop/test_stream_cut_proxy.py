@@ -209,4 +209,3 @@ def test_every_turn_completes_behind_a_proxy_that_fails_and_cuts_streams(tmp_pat
     assert report["status"] == "verified"
     assert report["retries"] == 4
     assert report["checked"] == report["matched"] == steps
-

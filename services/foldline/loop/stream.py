@@ -1,9 +1,9 @@
 """A turn as a stream of typed events, for a caller that shows the answer while the model writes it.
 
 ``async for event in agent.stream("...")`` (:meth:`foldline.loop.Agent.stream`) runs one turn and yields, in
-order: :class:`StepStarted`; the answer's pieces as they arrive — :class:`~foldline.providers.deltas.TextDelta`,
-:class:`~foldline.providers.deltas.ReasoningDelta`, :class:`~foldline.providers.deltas.ToolCallStarted`,
-:class:`~foldline.providers.deltas.ToolArgumentsDelta` (the same for every API; only a request whose header
+order: :class:`StepStarted`; the answer's pieces as they arrive — :class:`~foldline.core.deltas.TextDelta`,
+:class:`~foldline.core.deltas.ReasoningDelta`, :class:`~foldline.core.deltas.ToolCallStarted`,
+:class:`~foldline.core.deltas.ToolArgumentsDelta` (the same for every API; only a request whose header
 streams has them); :class:`AttemptDiscarded` when an answer was cut and is being asked for again (drop the pieces
 of this step received so far); :class:`ToolCallFinished` per call of the logged answer; :class:`ToolCallResult`
 per logged result; :class:`StepFinished` (usage, the request's digest); then :class:`TurnFinished` with the
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ..core.content import ToolResultPart, Usage
-from ..providers.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
+from ..core.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
 from .options import TurnResult
 
 __all__ = [

@@ -33,8 +33,8 @@ from typing import Any, Final
 
 from ..core.codec import loads
 from ..core.content import ContentBlock, TextBlock, Usage
+from ..core.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
 from ..errors import ProviderStreamError
-from .deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
 from .sse import ServerSentEvent
 
 __all__ = [
@@ -116,7 +116,7 @@ def _stream_error(provider: str, error: Any) -> ProviderStreamError:
 
 class StreamAssembler(abc.ABC):
     """Events of one streamed answer in, the equivalent unstreamed answer object out; each piece of model
-    output also goes to :attr:`sink` as a provider-independent delta (:mod:`foldline.providers.deltas`) when
+    output also goes to :attr:`sink` as a provider-independent delta (:mod:`foldline.core.deltas`) when
     one is set."""
 
     provider: str
@@ -593,7 +593,7 @@ class AnswerProgress:
     when it cancels; the retry layer starts it afresh for each attempt.
 
     ``on_events``: called with the events of each network read of a streamed answer (per-chunk logging).
-    ``on_delta``: called with each piece of model output as it arrives (:mod:`foldline.providers.deltas`),
+    ``on_delta``: called with each piece of model output as it arrives (:mod:`foldline.core.deltas`),
     inside the read — it must not block; :attr:`deltas` counts those of the current attempt.
     """
 
@@ -642,9 +642,10 @@ class AnswerProgress:
     def stream(self, assembler: StreamAssembler) -> None:
         self._assembler = assembler
         if self.on_delta is not None:
-            assembler.sink = self._delta
+            assembler.sink = self.delta
 
-    def _delta(self, delta: AnswerDelta) -> None:
+    def delta(self, delta: AnswerDelta) -> None:
+        """A piece of the current attempt's answer (from its assembler, or relayed by a dispatcher)."""
         self.deltas += 1
         if self.on_delta is not None:
             self.on_delta(delta)
