@@ -128,7 +128,8 @@ def test_the_dispatcher_relays_the_pieces_of_each_answer_to_the_loop() -> None:
 
     served(body)
     assert [type(e) for e in events[-2:]] == [StepFinished, TurnFinished]
-    assert isinstance(events[-1], TurnFinished) and events[-1].result.reason == "completed"
+    assert isinstance(events[-1], TurnFinished)
+    assert events[-1].result.reason == "completed"
 
 
 def test_a_lost_relay_costs_pieces_never_the_answer_or_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +147,8 @@ def test_a_lost_relay_costs_pieces_never_the_answer_or_the_log(monkeypatch: pyte
     served(body)
     assert not [e for e in events if isinstance(e, TextDelta)]
     assert sum(isinstance(e, StepFinished) for e in events) == 2
-    assert isinstance(events[-1], TurnFinished) and events[-1].result.reason == "completed"
+    assert isinstance(events[-1], TurnFinished)
+    assert events[-1].result.reason == "completed"
 
 
 def test_a_stream_cut_at_the_dispatcher_is_sent_again_by_the_loop() -> None:
@@ -156,9 +158,11 @@ def test_a_stream_cut_at_the_dispatcher_is_sent_again_by_the_loop() -> None:
         events.extend([e async for e in agent.stream("Find the notes.")])
         records = log.read("s")
         (retry,) = [e.data for e in records if isinstance(e.data, LlmRetry)]
-        assert retry.received_bytes > 0 and retry.wait_ms is not None
+        assert retry.received_bytes > 0
+        assert retry.wait_ms is not None
         assert verify_events("s", records).status == "verified"
 
     served(body, faults=FaultPlan(by_index={0: Fault("reset-mid")}))
     assert [(e.step, e.attempt) for e in events if isinstance(e, AttemptDiscarded)] == [(0, 1)]
-    assert isinstance(events[-1], TurnFinished) and events[-1].result.reason == "completed"
+    assert isinstance(events[-1], TurnFinished)
+    assert events[-1].result.reason == "completed"

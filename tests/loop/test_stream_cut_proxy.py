@@ -175,7 +175,8 @@ def test_every_turn_completes_behind_a_proxy_that_fails_and_cuts_streams(tmp_pat
     (discarded,) = [e for e in events if isinstance(e, AttemptDiscarded)]
     assert (discarded.step, discarded.attempt) == (0, 4)  # only the cut attempt had shown pieces
     assert any(isinstance(e, TextDelta) for e in events[: events.index(discarded)])  # the cut half reached the reader
-    assert proxy.cut_at and proxy.cut_at[0] > 0
+    assert proxy.cut_at
+    assert proxy.cut_at[0] > 0
 
     records = log.read("s")
     log.close()
@@ -188,7 +189,8 @@ def test_every_turn_completes_behind_a_proxy_that_fails_and_cuts_streams(tmp_pat
     # every attempt of a step sent the bytes whose digest its request/dispatch holds
     dispatches = [e.data for e in records if isinstance(e.data, RequestDispatch)]
     steps = sum(1 for e in records if isinstance(e.data, StepStart))
-    assert len(dispatches) == steps and len(proxy.bodies) == steps + 4
+    assert len(dispatches) == steps
+    assert len(proxy.bodies) == steps + 4
     sent = iter(proxy.bodies)
     for dispatch in dispatches:
         attempts = 1 + sum(1 for r in retries if (r.turn, r.step) == (dispatch.turn, dispatch.step))

@@ -236,8 +236,11 @@ def test_an_answer_cut_in_the_middle_is_discarded_sent_again_and_logged() -> Non
     answer = next(e.data for e in records if isinstance(e.data, AssistantMessage))
     assert after == "".join(getattr(b, "text", "") for b in answer.content)
     (retry,) = [e for e in records if isinstance(e.data, LlmRetry)]
-    assert retry.data.received_bytes > 0 and retry.data.wait_ms is not None and retry.ignorable
-    assert isinstance(events[-1], TurnFinished) and events[-1].result.reason == "completed"
+    assert retry.data.received_bytes > 0
+    assert retry.data.wait_ms is not None
+    assert retry.ignorable
+    assert isinstance(events[-1], TurnFinished)
+    assert events[-1].result.reason == "completed"
     assert verify_events("s", records).status == "verified"
 
 
@@ -288,4 +291,5 @@ def test_leaving_the_stream_early_cancels_the_turn_and_logs_it() -> None:
     (answer,) = [e.data for e in records if isinstance(e.data, AssistantMessage)]
     assert answer.stop_reason == "interrupted"
     assert 0 < len("".join(getattr(b, "text", "") for b in answer.content)) < 2000
-    assert isinstance(records[-1].data, TurnEnd) and records[-1].data.reason == "aborted"
+    assert isinstance(records[-1].data, TurnEnd)
+    assert records[-1].data.reason == "aborted"
