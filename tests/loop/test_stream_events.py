@@ -97,8 +97,8 @@ def test_a_streamed_turn_yields_typed_events_and_logs_what_an_unread_turn_logs(w
     steps = [e for e in events if isinstance(e, StepStarted)]
     finished = [e for e in events if isinstance(e, StepFinished)]
     assert [(e.turn, e.step) for e in steps] == [(e.turn, e.step) for e in finished] == [(0, 0), (0, 1), (0, 2)]
-    dispatches = [e for e in streamed_log.read("s") if isinstance(e.data, RequestDispatch)]
-    assert [(f.digest, f.dispatch_seq) for f in finished] == [(d.data.digest, d.seq) for d in dispatches]
+    dispatches = [(e.data.digest, e.seq) for e in streamed_log.read("s") if isinstance(e.data, RequestDispatch)]
+    assert [(f.digest, f.dispatch_seq) for f in finished] == dispatches
     assert isinstance(events[-1], TurnFinished)
     assert events[-1].result.reason == "completed"
     assert events[-1].result.text == plain_text
@@ -235,10 +235,10 @@ def test_an_answer_cut_in_the_middle_is_discarded_sent_again_and_logged() -> Non
     records = log.read("s")
     answer = next(e.data for e in records if isinstance(e.data, AssistantMessage))
     assert after == "".join(getattr(b, "text", "") for b in answer.content)
-    (retry,) = [e for e in records if isinstance(e.data, LlmRetry)]
-    assert retry.data.received_bytes > 0
-    assert retry.data.wait_ms is not None
-    assert retry.ignorable
+    ((retry, ignorable),) = [(e.data, e.ignorable) for e in records if isinstance(e.data, LlmRetry)]
+    assert retry.received_bytes > 0
+    assert retry.wait_ms is not None
+    assert ignorable
     assert isinstance(events[-1], TurnFinished)
     assert events[-1].result.reason == "completed"
     assert verify_events("s", records).status == "verified"
