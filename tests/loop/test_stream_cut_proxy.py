@@ -23,7 +23,7 @@ import httpx
 
 from foldline.adapters.sqlite_log import SqliteEventLog
 from foldline.core import CallConfig
-from foldline.core.events import LlmRetry, RequestDispatch, StepStart
+from foldline.core.events import AssistantChunk, LlmRetry, RequestDispatch, StepStart
 from foldline.loop import Agent, AgentOptions, AttemptDiscarded, TextDelta, Toolset, TurnFinished
 from foldline.providers.anthropic import AnthropicProvider
 from foldline.providers.emulator import Emulator, EmulatorServer
@@ -185,6 +185,10 @@ def test_every_turn_completes_behind_a_proxy_that_fails_and_cuts_streams(tmp_pat
     assert retries[2].received_bytes == 0  # reset before the answer
     assert retries[3].received_bytes > 0  # cut in the middle of it
     assert all(r.wait_ms is not None for r in retries)
+    # what had arrived of the cut answer is in the log with its retry (assistant/chunk of attempt 4), no more
+    cut = [e.data for e in records if isinstance(e.data, AssistantChunk)]
+    assert cut
+    assert {c.attempt for c in cut} == {4}
 
     # every attempt of a step sent the bytes whose digest its request/dispatch holds
     dispatches = [e.data for e in records if isinstance(e.data, RequestDispatch)]

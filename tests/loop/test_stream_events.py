@@ -10,7 +10,7 @@ import pytest
 
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig, TextBlock
-from foldline.core.events import AssistantMessage, LlmRetry, RequestDispatch, StepEnd, TurnEnd
+from foldline.core.events import AssistantChunk, AssistantMessage, LlmRetry, RequestDispatch, StepEnd, TurnEnd
 from foldline.errors import RetriesExhausted
 from foldline.loop import (
     Agent,
@@ -239,6 +239,13 @@ def test_an_answer_cut_in_the_middle_is_discarded_sent_again_and_logged() -> Non
     assert retry.received_bytes > 0
     assert retry.wait_ms is not None
     assert ignorable
+    # what had arrived of the cut answer is logged with its retry: its events, under its attempt
+    arrived = [(e.seq, e.ignorable, e.data) for e in records if isinstance(e.data, AssistantChunk)]
+    assert arrived
+    assert {(chunk.attempt, ignored) for _, ignored, chunk in arrived} == {(1, True)}
+    retry_seq = next(e.seq for e in records if isinstance(e.data, LlmRetry))
+    assert [seq for seq, _, _ in arrived] == list(range(retry_seq - len(arrived), retry_seq))
+    assert sum(len(chunk.data.encode()) for _, _, chunk in arrived) < retry.received_bytes
     assert isinstance(events[-1], TurnFinished)
     assert events[-1].result.reason == "completed"
     assert verify_events("s", records).status == "verified"

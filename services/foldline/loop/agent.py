@@ -404,14 +404,30 @@ class Agent:
     async def _send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
         """Send through the retrying sender: each failed attempt is appended as ``llm/retry`` before its wait."""
         self._phase = "send"  # its llm/retry and assistant/chunk appends are the send's time
-        chunks = self._chunk_logger(turn, step) if self.sender.settings.log_chunks else None
+        settings = self.sender.settings
+        chunks = self._chunk_logger(turn, step) if settings.log_chunks else None
+        # a streamed answer cut in the middle is sent again: what had arrived of it is logged with its llm/retry
+        # (as assistant/chunk events of its attempt), so the current attempt's events are kept until it ends
+        arrived: dict[int, list[ServerSentEvent]] = {}
+
+        def keep(attempt: int, read: Sequence[ServerSentEvent]) -> None:
+            if attempt not in arrived:
+                arrived.clear()  # an earlier attempt's events are logged by now, or were not cut
+            arrived.setdefault(attempt, []).extend(read)
+
+        keeping = chunks is None and stream and settings.retry_cut_streams
         events = self._events
-        progress = AnswerProgress(chunks, on_delta=events.push if events is not None else None)
+        progress = AnswerProgress(chunks if not keeping else keep, on_delta=events.push if events is not None else None)
         self._emit(StepStarted(turn, step))
 
         async def failed_attempt(failed: FailedAttempt) -> None:
             if progress.deltas:  # the caller saw pieces of an answer that will not be logged
                 self._emit(AttemptDiscarded(turn, step, failed.attempt, failed.error_type))
+            cut = arrived.pop(failed.attempt, None) if failed.received_bytes else None
+            if cut:
+                await self._append(
+                    *(AssistantChunk(turn, step, failed.attempt, i, e.data, e.event) for i, e in enumerate(cut))
+                )
             await self._append(retry_record(turn, step, failed))
 
         try:
