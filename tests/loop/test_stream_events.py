@@ -11,7 +11,7 @@ import pytest
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig, TextBlock
 from foldline.core.events import AssistantChunk, AssistantMessage, LlmRetry, RequestDispatch, StepEnd, TurnEnd
-from foldline.errors import RetriesExhausted
+from foldline.errors import ConfigError, RetriesExhausted
 from foldline.loop import (
     Agent,
     AgentOptions,
@@ -205,6 +205,8 @@ def test_the_buffer_merges_pieces_of_one_kind_past_its_bound_and_never_final_eve
         StepFinished(0, 0, _usage(), "end_turn", "sha256:00", 3),
     ]
     assert buffer.merged == 5
+    with pytest.raises(ConfigError, match="at least one event"):
+        EventBuffer(0)
 
 
 def _usage() -> Any:

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeAlias
 
 from ..core.content import ToolResultPart, Usage
 from ..core.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
+from ..errors import ConfigError
 from .options import TurnResult
 
 __all__ = [
@@ -166,7 +167,7 @@ class EventBuffer:
 
     def __init__(self, bound: int = DEFAULT_STREAM_BUFFER) -> None:
         if bound < 1:
-            raise ValueError(f"a stream's buffer holds at least one event, got {bound}")
+            raise ConfigError(f"a stream's buffer holds at least one event (agent.stream(..., buffer=N)), got {bound}")
         self.bound = bound
         self._queue: deque[StreamEvent | _Run] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -249,13 +250,6 @@ class TurnStream:
             task.result()  # the turn's exception, if it raised one
             raise StopAsyncIteration
         return event
-
-    @property
-    def result(self) -> TurnResult:
-        """The turn's result, once the stream ended."""
-        if self._task is None or not self._task.done():
-            raise RuntimeError("the turn has not finished: read the stream to its end first")
-        return self._task.result()
 
     async def aclose(self) -> None:
         """Stop reading: a turn still running is cancelled, and this returns once it was logged as such."""
