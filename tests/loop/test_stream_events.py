@@ -302,3 +302,25 @@ def test_leaving_the_stream_early_cancels_the_turn_and_logs_it() -> None:
     assert 0 < len("".join(getattr(b, "text", "") for b in answer.content)) < 2000
     assert isinstance(records[-1].data, TurnEnd)
     assert records[-1].data.reason == "aborted"
+
+
+def test_breaking_out_of_a_plain_loop_cancels_the_turn_too() -> None:
+    log = MemoryEventLog()
+    emulator = Emulator(script=LongAnswer(2000), piece_chars=1, event_delay_s=0.001)
+
+    async def main() -> None:
+        agent = agent_on(log, "anthropic", emulator)
+        async for event in agent.stream("Write at length."):
+            if isinstance(event, TextDelta):
+                break  # the stream is dropped here: the turn is cancelled
+        for _ in range(500):  # the cancelled turn closes itself in the log
+            records = log.read("s")
+            if records and isinstance(records[-1].data, TurnEnd):
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    records = log.read("s")
+    assert isinstance(records[-1].data, TurnEnd)
+    assert records[-1].data.reason == "aborted"
+    assert [e.data.stop_reason for e in records if isinstance(e.data, AssistantMessage)] == ["interrupted"]

@@ -237,7 +237,8 @@ class TurnStream:
             run, self._run = self._run, None
             assert run is not None
             self._task = asyncio.get_running_loop().create_task(run)
-            self._task.add_done_callback(lambda _: self.buffer.close())
+            buffer = self.buffer  # not self: a reader that drops the stream must let it go (see __del__)
+            self._task.add_done_callback(lambda _: buffer.close())
         return self._task
 
     def __aiter__(self) -> TurnStream:
