@@ -324,3 +324,19 @@ def test_breaking_out_of_a_plain_loop_cancels_the_turn_too() -> None:
     assert isinstance(records[-1].data, TurnEnd)
     assert records[-1].data.reason == "aborted"
     assert [e.data.stop_reason for e in records if isinstance(e.data, AssistantMessage)] == ["interrupted"]
+
+
+def test_an_unstreamed_request_gives_the_same_events_without_pieces() -> None:
+    log = MemoryEventLog()
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-sonnet-4-5", max_tokens=1024),  # stream off
+        system="You are a test agent.",
+        tools=toolset(),
+    )
+    agent = Agent("s", log, emulated_provider("anthropic", emulator=Emulator()), options, clock=lambda: 0)
+    events = asyncio.run(read_all(agent, "Find the notes."))
+    kinds = [e.kind for e in events]
+    assert not {"text-delta", "reasoning-delta", "tool-call-started", "tool-arguments-delta"} & set(kinds)
+    assert kinds.count("step-started") == kinds.count("step-finished") == 3
+    assert kinds.count("tool-call-finished") == kinds.count("tool-call-result") == 2
+    assert kinds[-1] == "turn-finished"
