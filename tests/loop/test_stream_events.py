@@ -4,12 +4,14 @@ run, a slow reader that never slows the step, an answer cut and sent again, and 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig, TextBlock
+from foldline.core.deltas import pieces_from_json, pieces_to_json
 from foldline.core.events import AssistantChunk, AssistantMessage, LlmRetry, RequestDispatch, StepEnd, TurnEnd
 from foldline.errors import ConfigError, RetriesExhausted
 from foldline.loop import (
@@ -340,3 +342,12 @@ def test_an_unstreamed_request_gives_the_same_events_without_pieces() -> None:
     assert kinds.count("step-started") == kinds.count("step-finished") == 3
     assert kinds.count("tool-call-finished") == kinds.count("tool-call-result") == 2
     assert kinds[-1] == "turn-finished"
+
+
+def test_pieces_go_through_the_relay_json_unchanged_and_junk_is_left_out() -> None:
+    pieces: list[Any] = [TextDelta("Hel"), ReasoningDelta("think"), ToolCallStarted(2, "c1", "lookup")]
+    pieces.append(ToolArgumentsDelta(2, '{"topic":'))
+    wire = json.loads(json.dumps(pieces_to_json(pieces)))
+    assert pieces_from_json(wire) == pieces
+    assert pieces_from_json([*wire, ["t"], ["x", "y"], ["a", "2", "z"], "t", []]) == pieces
+    assert pieces_from_json({"t": "no"}) == []

@@ -14,7 +14,7 @@ Completions ``tool_calls`` index, a Responses ``output_index``): a :class:`ToolC
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, assert_never
 
 __all__ = [
     "AnswerDelta",
@@ -70,14 +70,17 @@ def pieces_to_json(deltas: list[AnswerDelta]) -> list[list[Any]]:
     """The deltas as the compact JSON a relay carries (see the module docstring)."""
     out: list[list[Any]] = []
     for d in deltas:
-        if isinstance(d, TextDelta):
-            out.append(["t", d.text])
-        elif isinstance(d, ReasoningDelta):
-            out.append(["r", d.text])
-        elif isinstance(d, ToolCallStarted):
-            out.append(["c", d.index, d.call_id, d.name])
-        else:
-            out.append(["a", d.index, d.text])
+        match d:
+            case TextDelta():
+                out.append(["t", d.text])
+            case ReasoningDelta():
+                out.append(["r", d.text])
+            case ToolCallStarted():
+                out.append(["c", d.index, d.call_id, d.name])
+            case ToolArgumentsDelta():
+                out.append(["a", d.index, d.text])
+            case _:
+                assert_never(d)
     return out
 
 
