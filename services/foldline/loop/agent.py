@@ -406,8 +406,9 @@ class Agent:
         self._phase = "send"  # its llm/retry and assistant/chunk appends are the send's time
         settings = self.sender.settings
         chunks = self._chunk_logger(turn, step) if settings.log_chunks else None
-        # a streamed answer cut in the middle is sent again: what had arrived of it is logged with its llm/retry
-        # (as assistant/chunk events of its attempt), so the current attempt's events are kept until it ends
+        # a streamed attempt that fails after its first byte (cut, broken off by an error event, malformed) is
+        # logged with what had arrived of it: its events as assistant/chunk of its attempt, before its llm/retry —
+        # so the current attempt's events are kept until it ends
         arrived: dict[int, list[ServerSentEvent]] = {}
 
         def keep(attempt: int, read: Sequence[ServerSentEvent]) -> None:
@@ -415,7 +416,7 @@ class Agent:
                 arrived.clear()  # an earlier attempt's events are logged by now, or were not cut
             arrived.setdefault(attempt, []).extend(read)
 
-        keeping = chunks is None and stream and settings.retry_cut_streams
+        keeping = chunks is None and stream
         events = self._events
         progress = AnswerProgress(chunks if not keeping else keep, on_delta=events.push if events is not None else None)
         self._emit(StepStarted(turn, step))
