@@ -119,3 +119,20 @@ def test_quickstart_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "verified 6/6 requests from the log" in out
+
+
+def test_streaming_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    argv = sys.argv
+    sys.argv = ["streaming.py", str(tmp_path / "st")]
+    try:
+        with pytest.raises(SystemExit) as info:
+            runpy.run_path(str(root / "examples" / "streaming.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "-> forecast(" in out  # a tool call, shown as it was made
+    assert "Answer to 'Will it rain in Bergen tomorrow?'" in out  # the text, piece by piece
+    assert "turn ended: completed" in out
+    assert "verified 3/3 requests from the log" in out

@@ -50,6 +50,7 @@ PUBLIC: dict[str, list[str]] = {
     "foldline.loop": [
         "Agent",
         "AgentOptions",
+        "AttemptDiscarded",
         "Enter",
         "ImageData",
         "Inbox",
@@ -57,11 +58,22 @@ PUBLIC: dict[str, list[str]] = {
         "MCPServer",
         "PreStepContext",
         "PressurePolicy",
+        "ReasoningDelta",
         "Reject",
+        "StepFinished",
         "StepRecord",
+        "StepStarted",
+        "StreamEvent",
+        "TextDelta",
+        "ToolArgumentsDelta",
+        "ToolCallFinished",
+        "ToolCallResult",
+        "ToolCallStarted",
         "ToolOutput",
         "Toolset",
+        "TurnFinished",
         "TurnResult",
+        "TurnStream",
     ],
     "foldline.providers": [
         "SERIALIZERS",
@@ -171,7 +183,7 @@ def _readme_example() -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize("where", ["examples/quickstart.py", "README.md"])
+@pytest.mark.parametrize("where", ["examples/quickstart.py", "examples/streaming.py", "README.md"])
 def test_the_examples_import_only_public_names(where: str) -> None:
     source = (ROOT / where).read_text() if where.endswith(".py") else _readme_example()
     imports = _foldline_imports(source)

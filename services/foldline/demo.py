@@ -265,7 +265,9 @@ async def run_mcp_session(
             first = len(server.specs())
             while len(result.steps) < steps:
                 agent.options.max_steps_per_turn = steps - len(result.steps)
-                await agent.run_turn(f"[{MCP_SESSION}] {PROMPTS[turn % len(PROMPTS)]}")
+                ended = await agent.run_turn(f"[{MCP_SESSION}] {PROMPTS[turn % len(PROMPTS)]}")
+                if ended.failure is not None:
+                    raise ended.failure
                 turn += 1
             last = len(server.specs())
     finally:
@@ -382,7 +384,9 @@ async def run_session(
                 meta = stores.attachments.put(demo_png(32, 24, offset), "image/png")
                 prompt = [TextBlock(f"[{session_id}] What does this chart show?"), ImageBlock(meta.image_ref())]
                 result.note = f"opens with a {meta.width}x{meta.height} PNG ({meta.attachment_id[:19]}…)"
-            await agent.run_turn(prompt)
+            ended = await agent.run_turn(prompt)
+            if ended.failure is not None:  # the provider kept failing: the session stops here
+                raise ended.failure
             turn += 1
     finally:
         await provider.aclose()

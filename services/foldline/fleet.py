@@ -133,7 +133,9 @@ async def _run_one(outcome: SessionOutcome, agent: Agent, steps: int, on_step: C
     while len(outcome.steps) < steps:
         agent.options.max_steps_per_turn = steps - len(outcome.steps)
         prompt = [TextBlock(f"[{outcome.id}] {PROMPTS[(turn + offset) % len(PROMPTS)]}")]
-        await agent.run_turn(prompt)
+        ended = await agent.run_turn(prompt)
+        if ended.failure is not None:  # the provider kept failing: this session failed
+            raise ended.failure
         turn += 1
 
 

@@ -28,7 +28,7 @@ from foldline.core.events import (
     UserMessage,
 )
 from foldline.core.wire import encode_event
-from foldline.errors import ProviderStreamError
+from foldline.errors import ProviderStreamError, RetriesExhausted
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.agent import CONTEXT_OVERFLOW_FIX, REFUSAL_RESET_TEXT
 from foldline.providers.anthropic import AnthropicProvider
@@ -294,7 +294,6 @@ class _MangledEmulator(Emulator):
     [
         ("malformed", lambda c: (*c[:3], b"data: {oops\n\n", *c[3:])),
         ("unknown-event", lambda c: (*c[:3], b'event: surprise\ndata: {"type":"surprise"}\n\n', *c[3:])),
-        ("no-final-event", lambda c: c[:-1]),
         ("too-large", lambda c: (*c[:3], b'event: ping\ndata: {"type":"ping"}\n\n' * 2000, *c[3:])),
     ],
 )
@@ -308,6 +307,30 @@ def test_a_bad_stream_ends_the_turn_with_a_reason_and_nothing_half_written(name:
     assert of(events, AssistantMessage) == []
     (failed,) = of(events, LlmRetry)
     assert failed.wait_ms is None
+    assert [type(e.data) for e in events[-2:]] == [StepEnd, TurnEnd]
+    assert events[-1].data == TurnEnd(0, "error")
+    assert verify_events("s", events).ok
+
+
+def test_a_stream_that_always_stops_short_is_sent_again_until_the_attempts_run_out() -> None:
+    # a stream that ends before its final event is a cut stream: sent again; when every attempt is cut the
+    # turn ends `error` with the typed failure, nothing raised, nothing of the answer logged
+    broken = Broken(lambda c: c[:-1])
+    settings = TransportSettings(initial_backoff_s=0.001, max_backoff_s=0.002, max_attempts=3)
+    agent, log = agent_for(broken.emulator, settings=settings)
+    result = asyncio.run(agent.run_turn("Hi."))
+    assert result.reason == "error"
+    assert isinstance(result.failure, RetriesExhausted)
+    assert isinstance(result.failure.__cause__, ProviderStreamError)
+    assert result.failure.__cause__.error_type == "incomplete-stream"
+    events = log.read("s")
+    assert of(events, AssistantMessage) == []
+    failed = of(events, LlmRetry)
+    assert [(f.attempt, f.error_type, f.wait_ms is None) for f in failed] == [
+        (1, "incomplete-stream", False),
+        (2, "incomplete-stream", False),
+        (3, "incomplete-stream", True),
+    ]
     assert [type(e.data) for e in events[-2:]] == [StepEnd, TurnEnd]
     assert events[-1].data == TurnEnd(0, "error")
     assert verify_events("s", events).ok

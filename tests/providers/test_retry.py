@@ -150,16 +150,40 @@ def test_what_the_provider_marks_final_is_not_retried(serve: Any, fault: Fault, 
     assert recorder.waits == []
 
 
-def test_a_stream_reset_after_its_first_bytes_is_not_retried(serve: Any) -> None:
+def test_a_stream_reset_after_its_first_bytes_is_sent_again_by_default(serve: Any) -> None:
     server = serve(FaultPlan(by_index={0: Fault("reset-mid")}))
     provider = AnthropicProvider(None, None, server.url)
     recorder = Recorder()
+    body = _body(provider, True)
+    response = _run(provider, body, True, recorder)
+    assert response.stop_reason == "end_turn"
+    assert [b for _, b in server.bodies] == [body, body]  # the same bytes again
+    (failed,) = recorder.failed
+    assert failed.received_bytes > 0  # cut in the middle of the answer
+    assert failed.wait_s is not None
+    assert [n for _, n in recorder.waits] == [1]  # reported before the wait
+
+
+def test_a_stream_reset_after_its_first_bytes_is_not_retried_when_cut_streams_are_not(serve: Any) -> None:
+    server = serve(FaultPlan(by_index={0: Fault("reset-mid")}))
+    provider = AnthropicProvider(None, None, server.url)
+    recorder = Recorder()
+    settings = TransportSettings(initial_backoff_s=0.001, max_backoff_s=0.004, retry_cut_streams=False)
     with pytest.raises(ProviderTransportError):
-        _run(provider, _body(provider, True), True, recorder)
+        _run(provider, _body(provider, True), True, recorder, RetryingSender(settings, sleep=recorder.sleep))
     assert len(server.bodies) == 1
     (failed,) = recorder.failed
     assert failed.received_bytes > 0
     assert failed.wait_s is None
+
+
+def test_an_unstreamed_answer_cut_in_the_middle_is_not_sent_again(serve: Any) -> None:
+    server = serve(FaultPlan(by_index={0: Fault("reset-mid")}))
+    provider = AnthropicProvider(None, None, server.url)
+    recorder = Recorder()
+    with pytest.raises(ProviderTransportError):
+        _run(provider, _body(provider, False), False, recorder)
+    assert len(server.bodies) == 1
 
 
 def test_attempts_and_deadline_are_bounded(serve: Any) -> None:

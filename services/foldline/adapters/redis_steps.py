@@ -30,6 +30,13 @@ sent and answered.
   may or may not have reached the provider, so no dispatcher sends it again: it is answered ``lost`` and
   the loop resolves it by the rule in docs/DISPATCHER.md.
 * No dispatcher at all: the loop's wait is bounded, and its error says whether the group has consumers.
+
+**Pieces of a streamed answer** (a ``send`` given ``on_delta``: a caller reads ``Agent.stream``): the hand-over
+names a Pub/Sub channel (``<stream>:deltas:<call id>``, field ``deltas``) that the client subscribes to first, on
+one Pub/Sub connection per client shared by all its calls. The dispatcher publishes the pieces there as the
+provider's stream arrives — batched: one ``PUBLISH`` in flight at a time, the pieces that arrive meanwhile in the
+next, so the provider's read never waits for Redis — then an end mark, before the reply. Pub/Sub keeps nothing:
+a relay that is lost (a Redis hiccup, a client that subscribed late) costs pieces, never the answer or the log.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from redis.typing import EncodableT, FieldT
 
 from ..backoff import OUTAGE
 from ..core import codec
+from ..core.deltas import AnswerDelta, pieces_from_json, pieces_to_json
 from ..errors import (
     ConfigError,
     DispatchLost,
@@ -84,6 +92,8 @@ _REPLY_BATCH = 512
 _ACCEPT_AFTER_S = 1.0  # a prepare still running after this long is answered `accepted` first
 _ALIVE_EVERY_S = 1.0  # how often a client checks that Redis kept its data
 _WRITE_BATCH = 1024  # writes per transaction of a dispatcher
+_RELAY_END = b"end"  # the last message on a send's pieces channel
+_RELAY_GRACE_S = 1.0  # a reply that overtook its last pieces waits this long for them (relay alive only)
 _T = TypeVar("_T")
 _W = TypeVar("_W")
 
@@ -289,6 +299,7 @@ class RedisStepClient:
         self._reader: asyncio.Task[None] | None = None
         self._alive = False  # the alive key was set (and is renewed) by the reply reader
         self._handovers = _Handovers(self._client, stream=stream, outage_s=outage_s)
+        self._relay = _PiecesRelay(self._client)
 
     # -- the port
 
@@ -296,11 +307,14 @@ class RedisStepClient:
         reply = await self._call("prepare", handoff, None, self.prepare_timeout_s)
         return PreparedStep.from_json(reply)
 
-    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
-        reply = await self._call("send", handoff, prepared, self.answer_timeout_s)
+    async def send(
+        self, handoff: StepHandoff, prepared: PreparedStep, *, on_delta: Callable[[AnswerDelta], None] | None = None
+    ) -> StepAnswer:
+        reply = await self._call("send", handoff, prepared, self.answer_timeout_s, on_delta)
         return StepAnswer.from_json(reply)
 
     async def aclose(self) -> None:
+        await self._relay.aclose()
         await self._handovers.cancel()
         if self._reader is not None:
             self._reader.cancel()
@@ -320,7 +334,14 @@ class RedisStepClient:
             self._reader = asyncio.create_task(self._read_replies(), name=f"foldline-replies-{self.reply_key}")
         return self._redis
 
-    async def _call(self, op: str, h: StepHandoff, prepared: PreparedStep | None, timeout_s: float) -> Any:
+    async def _call(
+        self,
+        op: str,
+        h: StepHandoff,
+        prepared: PreparedStep | None,
+        timeout_s: float,
+        on_delta: Callable[[AnswerDelta], None] | None = None,
+    ) -> Any:
         call_id = f"{self._call_prefix}{next(self._call_numbers)}"
         fields: dict[FieldT, EncodableT] = {
             "op": op,
@@ -330,6 +351,21 @@ class RedisStepClient:
         }
         if prepared is not None:
             fields["prepared"] = codec.canonical_json(prepared.to_json())
+        relayed: _Relayed | None = None
+        if on_delta is not None:
+            channel = f"{self.stream}:deltas:{call_id}"
+            relayed = await self._relay.open(channel, on_delta)
+            if relayed is not None:  # subscribed: the dispatcher publishes the pieces there
+                fields["deltas"] = channel
+        try:
+            return await self._handed_over(op, h, call_id, fields, timeout_s)
+        finally:
+            if relayed is not None:
+                await self._relay.close(relayed)
+
+    async def _handed_over(
+        self, op: str, h: StepHandoff, call_id: str, fields: dict[FieldT, EncodableT], timeout_s: float
+    ) -> Any:
         call = _Call(op, fields, asyncio.get_running_loop().create_future())
         self._calls[call_id] = call
         try:
@@ -463,6 +499,139 @@ class RedisStepClient:
                         call.accepted.set_result(None)
                 elif not call.reply.done():
                     call.reply.set_result(value)
+
+
+@dataclass(slots=True)
+class _Relayed:
+    """One send's pieces channel on the client: where its pieces go, and whether the end mark came."""
+
+    channel: bytes
+    sink: Callable[[AnswerDelta], None]
+    received: int = 0
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _PiecesRelay:
+    """The client's one Pub/Sub connection: a channel per streamed send, read by one task, each message handed to
+    its send's sink. Best effort throughout: a Redis error loses pieces (logged), never fails a send."""
+
+    def __init__(self, client: Callable[[], aioredis.Redis]) -> None:
+        self._client = client
+        self._pubsub: Any = None
+        self._channels: dict[bytes, _Relayed] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def open(self, channel: str, sink: Callable[[AnswerDelta], None]) -> _Relayed | None:
+        """Subscribe to ``channel`` (None when Redis would not: the send goes on without pieces)."""
+        relayed = _Relayed(channel.encode(), sink)
+        self._channels[relayed.channel] = relayed
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._client().pubsub()
+            await self._pubsub.subscribe(channel)
+        except (RedisError, OSError) as exc:
+            _LOG.warning(
+                "could not subscribe to the pieces of a streamed answer (%s); it is answered without them", exc
+            )
+            self._channels.pop(relayed.channel, None)
+            return None
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read(), name="foldline-pieces-relay")
+        return relayed
+
+    async def close(self, relayed: _Relayed) -> None:
+        """The send has its reply: wait briefly for pieces the reply overtook (only when pieces came at all), then
+        unsubscribe."""
+        if relayed.received and not relayed.ended.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(relayed.ended.wait(), _RELAY_GRACE_S)
+        self._channels.pop(relayed.channel, None)
+        try:
+            await self._pubsub.unsubscribe(relayed.channel)
+        except (RedisError, OSError) as exc:
+            _LOG.debug("unsubscribing from a pieces channel: %s", exc)
+
+    async def _read(self) -> None:
+        pauses = OUTAGE.pauses()
+        while True:
+            try:
+                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                pauses.reset()
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                _LOG.warning("reading relayed pieces failed (%s); pieces in flight are lost", exc)
+                await asyncio.sleep(pauses.next())
+                continue
+            if not message or message.get("type") != "message":
+                continue
+            relayed = self._channels.get(message["channel"])
+            if relayed is None:
+                continue
+            data = message["data"]
+            if data == _RELAY_END:
+                relayed.ended.set()
+                continue
+            try:
+                pieces = pieces_from_json(codec.loads(data))
+            except ValueError:
+                continue
+            relayed.received += len(pieces)
+            for piece in pieces:
+                relayed.sink(piece)
+
+    async def aclose(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        if self._pubsub is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._pubsub.aclose()
+            self._pubsub = None
+
+
+class _Publisher:
+    """A dispatcher's side of one send's pieces: :meth:`push` never waits (it runs inside the provider's read);
+    one ``PUBLISH`` is in flight at a time and the pieces that arrive meanwhile go in the next."""
+
+    def __init__(self, r: aioredis.Redis, channel: str) -> None:
+        self.r = r
+        self.channel = channel
+        self._pending: list[AnswerDelta] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self._broken = False
+
+    def push(self, piece: AnswerDelta) -> None:
+        if self._broken:
+            return
+        self._pending.append(piece)
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending and not self._broken:
+            batch, self._pending = self._pending, []
+            try:
+                await self.r.publish(self.channel, codec.canonical_json(pieces_to_json(batch)))
+            except (RedisError, OSError) as exc:  # the relay is lost: pieces only, the answer is the reply
+                _LOG.warning("relaying the pieces of a streamed answer failed (%s); the rest are not relayed", exc)
+                self._broken = True
+
+    async def close(self) -> None:
+        """Publish what is left, then the end mark (bounded: a Redis that does not answer costs pieces only)."""
+        try:
+            await asyncio.wait_for(self._finish(), _RELAY_GRACE_S)
+        except (TimeoutError, RedisError, OSError) as exc:
+            _LOG.debug("ending a pieces relay: %s", exc)
+
+    async def _finish(self) -> None:
+        if self._flushing is not None:
+            await self._flushing
+        await self._flush()
+        if not self._broken:
+            await self.r.publish(self.channel, _RELAY_END)
 
 
 def _text(value: Any) -> str:
@@ -619,7 +788,15 @@ class _Server:
                 if claimed:  # the dispatcher that took it died: it may or may not have sent it
                     return {"id": call_id, "kind": "lost", "message": _LOST}
                 return None  # a repeated hand-over of a send another dispatcher took: that one answers
-            answer = await self.dispatcher.send(handoff, prepared)
+            channel = fields.get(b"deltas")
+            if channel is None:
+                answer = await self.dispatcher.send(handoff, prepared)
+            else:  # a caller reads the pieces: publish them as they arrive, all of them before the reply
+                publisher = _Publisher(self.r, channel.decode())
+                try:
+                    answer = await self.dispatcher.send(handoff, prepared, on_delta=publisher.push)
+                finally:
+                    await publisher.close()
             return {"id": call_id, "kind": "ok", "result": answer.to_json()}
         except (KeyError, ValueError) as exc:
             error: dict[str, Any] = {"kind": "FormatError", "message": f"bad hand-over: {exc}"}

@@ -639,7 +639,9 @@ def resume(
                 turn = 0
                 while len(records) < steps:
                     agent.options.max_steps_per_turn = steps - len(records)
-                    await agent.run_turn(f"[{session}] {PROMPTS[turn % len(PROMPTS)]}")
+                    ended = await agent.run_turn(f"[{session}] {PROMPTS[turn % len(PROMPTS)]}")
+                    if ended.failure is not None:
+                        raise ended.failure
                     turn += 1
             finally:
                 await provider.aclose()

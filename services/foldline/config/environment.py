@@ -382,6 +382,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "FOLDLINE_PROVIDER_LOG_CHUNKS", "transport.log_chunks", _bool, "append each streamed event as assistant/chunk"
     ),
+    Setting(
+        "FOLDLINE_PROVIDER_RETRY_CUT_STREAMS",
+        "transport.retry_cut_streams",
+        _bool,
+        "send a streamed answer cut after its first byte again (a logged attempt)",
+    ),
     Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
     Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
     Setting("FOLDLINE_CONSOLE_PORT", "console.port", _port, "port of foldline console (0: any port)"),

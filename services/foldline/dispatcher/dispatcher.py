@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..backoff import Backoff
+from ..core.deltas import AnswerDelta
 from ..core.fold import FoldState, decode_header
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
@@ -63,6 +64,7 @@ from ..ports.fold_store import FoldStore, FoldTail
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff
 from ..providers.base import Body, Provider, Serializer
 from ..providers.framing import IncrementalBody
+from ..providers.streaming import AnswerProgress
 from ..replay.registry import mark_loop_request
 from ..replay.step import request_at
 from .decode import MessageCache, decode_fold_messages
@@ -340,11 +342,14 @@ class Dispatcher:
                 self._count_error(exc)
                 raise
 
-    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
-        """Send the prepared body and answer the provider's reply (see the module docstring)."""
+    async def send(
+        self, handoff: StepHandoff, prepared: PreparedStep, *, on_delta: Callable[[AnswerDelta], None] | None = None
+    ) -> StepAnswer:
+        """Send the prepared body and answer the provider's reply (see the module docstring); a streamed answer's
+        pieces go to ``on_delta`` as they arrive."""
         async with self._session(handoff.session_id):
             try:
-                return await self._send(handoff, prepared)
+                return await self._send(handoff, prepared, on_delta)
             except FoldlineError as exc:
                 self._count_error(exc)
                 raise
@@ -427,7 +432,9 @@ class Dispatcher:
                     raise
             await asyncio.sleep(pause)
 
-    async def _send(self, h: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+    async def _send(
+        self, h: StepHandoff, prepared: PreparedStep, on_delta: Callable[[AnswerDelta], None] | None = None
+    ) -> StepAnswer:
         started = time.perf_counter()
         view = self._views.get(h.session_id)
         held = view.prepared if view is not None else None
@@ -447,7 +454,9 @@ class Dispatcher:
         _, _, body, provider = held
         stream = view.header.config.stream if view is not None and view.header is not None else False
         sent = time.perf_counter()
-        response = await provider.send(body, stream=stream)  # one attempt: the loop logs and drives retries
+        progress = AnswerProgress(on_delta=on_delta) if on_delta is not None else None
+        # one attempt: the loop logs and drives retries
+        response = await provider.send(body, stream=stream, progress=progress)
         if view is not None:
             view.prepared = None
         self.dispatched += 1

@@ -1,25 +1,52 @@
-"""The agent loop: inbox, hooks, typed tools and MCP servers, the invariant companion, and each request's step."""
+"""The agent loop: inbox, hooks, typed tools and MCP servers, the invariant companion, each request's step, and a
+turn read as typed events while it runs (``Agent.stream``)."""
 
 from .agent import Agent, AgentOptions, StepRecord, TurnResult
 from .hooks import Enter, PreStepContext, Reject
 from .inbox import Inbox, InboxItem
 from .mcp import MCPServer
 from .pressure import PressurePolicy
+from .stream import (
+    AttemptDiscarded,
+    ReasoningDelta,
+    StepFinished,
+    StepStarted,
+    StreamEvent,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallFinished,
+    ToolCallResult,
+    ToolCallStarted,
+    TurnFinished,
+    TurnStream,
+)
 from .tools import ImageData, ToolOutput, Toolset
 
 __all__ = [
     "Agent",
     "AgentOptions",
+    "AttemptDiscarded",
     "Enter",
-    "Inbox",
     "ImageData",
+    "Inbox",
     "InboxItem",
     "MCPServer",
     "PreStepContext",
     "PressurePolicy",
+    "ReasoningDelta",
     "Reject",
+    "StepFinished",
     "StepRecord",
+    "StepStarted",
+    "StreamEvent",
+    "TextDelta",
+    "ToolArgumentsDelta",
+    "ToolCallFinished",
+    "ToolCallResult",
+    "ToolCallStarted",
     "ToolOutput",
     "Toolset",
+    "TurnFinished",
     "TurnResult",
+    "TurnStream",
 ]

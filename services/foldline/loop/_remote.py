@@ -148,7 +148,10 @@ class DispatchedSend(Provider):
     ) -> ProviderResponse:
         began = time.monotonic()
         try:
-            answer = await self.dispatcher.send(self.handoff, self.prepared)
+            if progress is not None and progress.on_delta is not None:  # a caller reads the pieces: relay them
+                answer = await self.dispatcher.send(self.handoff, self.prepared, on_delta=progress.delta)
+            else:
+                answer = await self.dispatcher.send(self.handoff, self.prepared)
         except DispatchLost as exc:
             # it may have reached the provider: the retry record says so, and the next attempt resends
             raise ProviderTransportError(str(exc), error_type="dispatch-lost") from exc

@@ -34,6 +34,11 @@ Cancelling a turn while its answer streams closes the connection and appends wha
 ``assistant/message`` with stop reason ``interrupted`` (its text only; an unfinished tool call or reasoning
 block is left out), then ends the turn ``aborted``. That message is model-visible: the next request shows
 the model its own cut-off answer.
+
+A request the provider still fails when the retries run out (:class:`~foldline.errors.RetriesExhausted`)
+ends the turn ``error`` and is returned, not raised: :attr:`TurnResult.failure` holds the typed error, the
+step is closed, and the next turn starts from a valid log. :meth:`Agent.stream` runs a turn as typed events
+for a caller that shows the answer as it is written (loop/stream.py).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from ..core.events import (
     StepEnd,
     StepStart,
     ToolCall,
+    ToolResult,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -75,6 +81,7 @@ from ..errors import (
     ContextOverflow,
     FencedError,
     FoldlineError,
+    RetriesExhausted,
 )
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
@@ -95,6 +102,18 @@ from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
 from .pressure import relieve_pressure
+from .stream import (
+    DEFAULT_STREAM_BUFFER,
+    AttemptDiscarded,
+    EventBuffer,
+    StepFinished,
+    StepStarted,
+    StreamEvent,
+    ToolCallFinished,
+    ToolCallResult,
+    TurnFinished,
+    TurnStream,
+)
 from .tool_runner import ToolRun
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
@@ -233,8 +252,39 @@ class Agent:
         self._request_hooks.append(hook)
         return hook
 
+    def stream(
+        self,
+        text: str | Sequence[ContentBlock] | None = None,
+        source: str = "user",
+        *,
+        buffer: int = DEFAULT_STREAM_BUFFER,
+    ) -> TurnStream:
+        """Run one turn as :meth:`run_turn` does, read as typed events while it runs (loop/stream.py):
+        ``async for event in agent.stream("...")``. The log is the same as :meth:`run_turn`'s; ``buffer`` events
+        wait for a slow reader before pieces of the answer are merged. Leaving the loop early cancels the turn
+        (``async with agent.stream(...) as events`` returns once that is logged)."""
+        events = EventBuffer(buffer)
+        return TurnStream(self._streamed_turn(text, source, events), events)
+
+    async def _streamed_turn(
+        self, text: str | Sequence[ContentBlock] | None, source: str, events: EventBuffer
+    ) -> TurnResult:
+        self._events = events
+        try:
+            return await self.run_turn(text, source)
+        finally:
+            self._events = None
+
+    def _emit(self, event: StreamEvent) -> None:
+        if self._events is not None:
+            self._events.push(event)
+
     async def run_turn(self, text: str | Sequence[ContentBlock] | None = None, source: str = "user") -> TurnResult:
-        """Run one turn: steps until the model stops calling tools (or the step limit)."""
+        """Run one turn: steps until the model stops calling tools (or the step limit).
+
+        A provider that still fails once the retries run out ends the turn ``error``: the result's ``failure``
+        holds the :class:`~foldline.errors.RetriesExhausted` (nothing is raised). Other provider and tool
+        failures still raise, after the turn was closed in the log."""
         if text is not None:
             self.inject(text, source)
         turn = self.turn
@@ -279,14 +329,23 @@ class Agent:
             raise
         except ContextOverflow as exc:
             await self._close_turn(turn, step, "context-overflow")
-            return TurnResult(turn, "context-overflow", tuple(records), final_text, f"{CONTEXT_OVERFLOW_FIX} ({exc})")
+            return self._finished(
+                TurnResult(turn, "context-overflow", tuple(records), final_text, f"{CONTEXT_OVERFLOW_FIX} ({exc})")
+            )
+        except RetriesExhausted as exc:
+            await self._close_turn(turn, step, "error")
+            return self._finished(TurnResult(turn, "error", tuple(records), final_text, str(exc), exc))
         except Exception:
             await self._close_turn(turn, step, "error")
             raise
         await self._append(TurnEnd(turn, reason))
         if reason == "refusal":
             self._refused = (start, self.session.next_seq - 1)
-        return TurnResult(turn, reason, tuple(records), final_text, detail)
+        return self._finished(TurnResult(turn, reason, tuple(records), final_text, detail))
+
+    def _finished(self, result: TurnResult) -> TurnResult:
+        self._emit(TurnFinished(result))
+        return result
 
     def _refusal_reset(self, seq: int) -> UserMessage | None:
         """The ``user/message`` that removes a refused last turn, where one is owed (loop/_refusal.py)."""
@@ -349,10 +408,31 @@ class Agent:
     async def _send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
         """Send through the retrying sender: each failed attempt is appended as ``llm/retry`` before its wait."""
         self._phase = "send"  # its llm/retry and assistant/chunk appends are the send's time
-        chunks = self._chunk_logger(turn, step) if self.sender.settings.log_chunks else None
-        progress = AnswerProgress(chunks)
+        settings = self.sender.settings
+        chunks = self._chunk_logger(turn, step) if settings.log_chunks else None
+        # a streamed attempt that fails after its first byte (cut, broken off by an error event, malformed) is
+        # logged with what had arrived of it: its events as assistant/chunk of its attempt, before its llm/retry —
+        # so the current attempt's events are kept until it ends
+        arrived: dict[int, list[ServerSentEvent]] = {}
+
+        def keep(attempt: int, read: Sequence[ServerSentEvent]) -> None:
+            if attempt not in arrived:
+                arrived.clear()  # an earlier attempt's events are logged by now, or were not cut
+            arrived.setdefault(attempt, []).extend(read)
+
+        keeping = chunks is None and stream
+        events = self._events
+        progress = AnswerProgress(chunks if not keeping else keep, on_delta=events.push if events is not None else None)
+        self._emit(StepStarted(turn, step))
 
         async def failed_attempt(failed: FailedAttempt) -> None:
+            if progress.deltas:  # the caller saw pieces of an answer that will not be logged
+                self._emit(AttemptDiscarded(turn, step, failed.attempt, failed.error_type))
+            cut = arrived.pop(failed.attempt, None) if failed.received_bytes else None
+            if cut:
+                await self._append(
+                    *(AssistantChunk(turn, step, failed.attempt, i, e.data, e.event) for i, e in enumerate(cut))
+                )
             await self._append(retry_record(turn, step, failed))
 
         try:
@@ -376,6 +456,9 @@ class Agent:
         )
         if any(isinstance(e, ToolCall) for e in answer):
             await self._append(*answer)  # durable before any tool runs
+            for call in answer:
+                if isinstance(call, ToolCall):
+                    self._emit(ToolCallFinished(turn, step, call.call_id, call.name, call.arguments))
             answer = []
         return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer)
 
@@ -443,6 +526,11 @@ class Agent:
         self._step_open = False
         self.last_timings["total"] = time.monotonic() - self._step_began
         record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason, dict(self.last_timings))
+        if self._events is not None:
+            for e in closing:
+                if isinstance(e, ToolResult):
+                    self._emit(ToolCallResult(turn, step, e.call_id, e.name, e.content, e.is_error))
+            self._emit(StepFinished(turn, step, response.usage, response.stop_reason, digest, dispatch_seq))
         for listener in self.step_listeners:
             listener(record)
         return record, response
@@ -519,6 +607,7 @@ class Agent:
     # -------------------------------------------------------------- log writes
 
     _step_open = False
+    _events: EventBuffer | None = None  # the caller's event stream while a turn runs under stream()
     _turn_start_seq = 0
     _step_began = 0.0
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..core.content import Usage
 from ..core.events import TurnEndReason
 from ..core.header import CallConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, FoldlineError
 from ..ports.step_dispatch import StepDispatcher
 from ..providers.retry import RetryingSender
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
@@ -118,7 +118,9 @@ class TurnResult:
     reason: TurnEndReason
     steps: tuple[StepRecord, ...]
     text: str
-    detail: str | None = None  # what to change, for a turn that ended context-overflow
+    detail: str | None = None  # what to change (context-overflow), or what failed (error)
+    #: the typed error a turn that ended ``error`` without raising stopped on (retries exhausted)
+    failure: FoldlineError | None = field(default=None, compare=False)
 
 
 def wall_clock_ms() -> int:

@@ -25,11 +25,12 @@ run the one contract suite, ``tests/contracts/step_dispatch.py``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.content import ContentBlock, Usage
+from ..core.deltas import AnswerDelta
 from ..core.wire import block_to_json, content_from_json, usage_from_plain, usage_to_json
 from ..errors import (
     AnswerTooLarge,
@@ -186,10 +187,15 @@ class StepDispatcher(Protocol):
         (an unusable attachment: its AttachmentError, for the loop to quarantine)."""
         ...
 
-    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+    async def send(
+        self, handoff: StepHandoff, prepared: PreparedStep, *, on_delta: Callable[[AnswerDelta], None] | None = None
+    ) -> StepAnswer:
         """Send exactly the prepared body once (its digest is logged by now) and answer the provider's reply;
         a failed attempt raises the provider's error (:class:`~foldline.errors.ProviderError`), a send that
-        may or may not have left (its dispatcher died holding it) :class:`~foldline.errors.DispatchLost`."""
+        may or may not have left (its dispatcher died holding it) :class:`~foldline.errors.DispatchLost`.
+
+        ``on_delta``: given each piece of a streamed answer as it arrives, best effort — a relay that loses
+        pieces costs the caller's display, never the answer (which is the reply)."""
         ...
 
     async def aclose(self) -> None:

@@ -13,7 +13,10 @@ What is retried (:func:`retry_decision`), following the providers' own rules (th
 * 408, 409, 429 and every 5xx (529 included), unless the answer marks itself final (a 429 that is a quota or
   spend limit; a context window overflow) — 400, 401, 403, 404, 413, 422 are never retried;
 * a transport failure (connect, reset, timeout) *before any answer byte* arrived; after the first byte the
-  request reached the model and an answer was under way, so it is not resent;
+  request reached the model and an answer was under way, so it is not resent — except a streamed answer cut
+  in the middle (the connection broke after its first byte, or the stream ended before its final event)
+  while ``TransportSettings.retry_cut_streams`` is on (the default, :func:`cut_stream`): nothing of it was
+  logged as an answer or acted on, so the same bytes are sent again as one more attempt;
 * a stream's ``error`` event of a transient type (overloaded, internal error, rate limit): the provider ended
   the answer itself and says it may be tried again. A stream that is malformed, of an unknown event type,
   over the size limit or ends before its final event is never retried.
@@ -48,7 +51,7 @@ from .limiter import AdaptiveLimiter, Outcome
 from .settings import TransportSettings
 from .streaming import AnswerProgress
 
-__all__ = ["FailedAttempt", "RetryingSender", "TransportObserver", "retry_decision", "status_class"]
+__all__ = ["FailedAttempt", "RetryingSender", "TransportObserver", "cut_stream", "retry_decision", "status_class"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,15 @@ def retry_decision(exc: BaseException) -> bool:
     provider's failure that is :attr:`~foldline.errors.FoldlineError.transient` — the error tree holds the
     rules, each failure applying them to what its answer said."""
     return isinstance(exc, ProviderError) and exc.transient
+
+
+def cut_stream(exc: BaseException) -> bool:
+    """Whether ``exc`` is a streamed answer cut in the middle: the connection failed after answer bytes had
+    arrived, or the stream ended cleanly before its final event. The model had begun answering; what arrived
+    was not logged as an answer and nothing acted on it."""
+    if isinstance(exc, ProviderTransportError):
+        return exc.received_bytes > 0
+    return isinstance(exc, ProviderStreamError) and exc.error_type == "incomplete-stream"
 
 
 def _describe(exc: BaseException, progress: AnswerProgress) -> tuple[str, int | None, str | None, int]:
@@ -186,7 +198,7 @@ class RetryingSender:
             if failure is None:
                 self._first_token(provider.name, stream, progress)
                 return response
-            retryable = retry_decision(failure)
+            retryable = retry_decision(failure) or (stream and s.retry_cut_streams and cut_stream(failure))
             wait = self._wait(failure, attempt) if retryable else None
             if wait is not None and (attempt >= s.max_attempts or self._clock() + wait - first > s.retry_deadline_s):
                 wait = None

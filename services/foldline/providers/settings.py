@@ -33,6 +33,10 @@ too small for a fleet and far too short for a model answer):
 * ``max_answer_bytes`` 64 MiB: an answer (streamed or not) larger than this is refused with a typed error.
 * ``log_chunks`` off: when on, every server-sent event of a streamed answer is appended to the session log
   as an ``assistant/chunk`` event.
+* ``retry_cut_streams`` on: a streamed answer whose connection breaks after its first byte (or that ends
+  before its final event) is sent again — the same bytes, as one more logged attempt under the limits above.
+  Nothing of a cut answer was logged as an answer or acted on, so the request is as unanswered as before it
+  left; the provider bills the output it had streamed (docs/TRANSPORT.md, "A stream cut in the middle").
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class TransportSettings:
     concurrency_max: int = 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     log_chunks: bool = False
+    retry_cut_streams: bool = True
 
     def __post_init__(self) -> None:
         positive = {

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from ..core.codec import loads
 from ..core.content import ContentBlock, TextBlock, Usage
+from ..core.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
 from ..errors import ProviderStreamError
 from .sse import ServerSentEvent
 
@@ -114,9 +115,17 @@ def _stream_error(provider: str, error: Any) -> ProviderStreamError:
 
 
 class StreamAssembler(abc.ABC):
-    """Events of one streamed answer in, the equivalent unstreamed answer object out."""
+    """Events of one streamed answer in, the equivalent unstreamed answer object out; each piece of model
+    output also goes to :attr:`sink` as a provider-independent delta (:mod:`foldline.core.deltas`) when
+    one is set."""
 
     provider: str
+    #: called with each piece of model output as it is taken in (must not block: it runs inside the read)
+    sink: Callable[[AnswerDelta], None] | None = None
+
+    def _emit(self, delta: AnswerDelta) -> None:
+        if self.sink is not None:
+            self.sink(delta)
 
     @abc.abstractmethod
     def feed(self, event: ServerSentEvent) -> bool:
@@ -204,8 +213,11 @@ class AnthropicMessagesStream(StreamAssembler):
                 index = data["index"]
                 if index != len(content):
                     raise ValueError(f"block {index} started after {len(content)} blocks")
-                content.append(dict(data["content_block"]))
+                block = dict(data["content_block"])
+                content.append(block)
                 self._open.add(index)
+                if block.get("type") == "tool_use":
+                    self._emit(ToolCallStarted(index, str(block.get("id", "")), str(block.get("name", ""))))
                 return False
             if name == "content_block_delta":
                 return self._delta(content, data["index"], data["delta"])
@@ -245,10 +257,16 @@ class AnthropicMessagesStream(StreamAssembler):
         kind = delta["type"]
         if kind == "text_delta":
             block["text"] = block["text"] + delta["text"]
+            if delta["text"]:
+                self._emit(TextDelta(delta["text"]))
         elif kind == "input_json_delta":
             self._json.setdefault(index, []).append(delta["partial_json"])
+            if delta["partial_json"]:
+                self._emit(ToolArgumentsDelta(index, delta["partial_json"]))
         elif kind == "thinking_delta":
             block["thinking"] = block["thinking"] + delta["thinking"]
+            if delta["thinking"]:
+                self._emit(ReasoningDelta(delta["thinking"]))
         elif kind == "signature_delta":
             block["signature"] = delta["signature"]
         elif kind == "citations_delta":
@@ -357,11 +375,14 @@ class OpenAIChatStream(StreamAssembler):
             if piece is not None:
                 message[key] = (message.get(key) or "") + str(piece)
                 token = token or bool(piece)
+                if piece and index == 0:
+                    self._emit(ReasoningDelta(str(piece)) if key.startswith("reasoning") else TextDelta(str(piece)))
         for call in delta.get("tool_calls") or ():
             calls = self._calls.setdefault(index, {})
             at = call["index"]
             fn = call.get("function") or {}
             entry = calls.get(at)
+            began = entry is None
             if entry is None:
                 entry = calls[at] = {"function": {"arguments": "", "name": ""}, "id": "", "type": "function"}
             if call.get("id"):
@@ -370,8 +391,12 @@ class OpenAIChatStream(StreamAssembler):
                 entry["type"] = call["type"]
             if fn.get("name"):
                 entry["function"]["name"] += fn["name"]
+            if began and index == 0:
+                self._emit(ToolCallStarted(at, entry["id"], entry["function"]["name"]))
             if fn.get("arguments"):
                 entry["function"]["arguments"] += fn["arguments"]
+                if index == 0:
+                    self._emit(ToolArgumentsDelta(at, fn["arguments"]))
             token = True
         return token
 
@@ -495,7 +520,9 @@ class OpenAIResponsesStream(StreamAssembler):
             if kind == "response.output_item.added":
                 if index in self._items:
                     raise ValueError(f"output item {index} added twice")
-                self._items[index] = dict(data["item"])
+                item = self._items[index] = dict(data["item"])
+                if item.get("type") == "function_call":
+                    self._emit(ToolCallStarted(index, str(item.get("call_id", "")), str(item.get("name", ""))))
                 return False
             item = self._items[index]
             if index in self._done:
@@ -504,29 +531,36 @@ class OpenAIResponsesStream(StreamAssembler):
                 self._items[index] = dict(data["item"])
                 self._done.add(index)
                 return False
-            return self._delta(str(kind), item, data)
+            return self._delta(str(kind), item, data, index)
 
-    def _delta(self, kind: str, item: dict[str, Any], data: dict[str, Any]) -> bool:
+    def _delta(self, kind: str, item: dict[str, Any], data: dict[str, Any], index: int) -> bool:
         if kind == "response.content_part.added":
             item.setdefault("content", []).append(dict(data["part"]))
         elif kind == "response.output_text.delta":
             part = item["content"][data["content_index"]]
             part["text"] = part.get("text", "") + data["delta"]
+            self._emit(TextDelta(data["delta"]))
             return True
         elif kind == "response.refusal.delta":
             part = item["content"][data["content_index"]]
             part["refusal"] = part.get("refusal", "") + data["delta"]
+            self._emit(TextDelta(data["delta"]))
             return True
         elif kind == "response.function_call_arguments.delta":
             item["arguments"] = item.get("arguments", "") + data["delta"]
+            self._emit(ToolArgumentsDelta(index, data["delta"]))
             return True
         elif kind == "response.reasoning_summary_part.added":
             item.setdefault("summary", []).append(dict(data["part"]))
         elif kind == "response.reasoning_summary_text.delta":
             part = item["summary"][data["summary_index"]]
             part["text"] = part.get("text", "") + data["delta"]
+            self._emit(ReasoningDelta(data["delta"]))
             return True
-        return kind == "response.reasoning_text.delta"  # the rest repeat what the deltas built
+        elif kind == "response.reasoning_text.delta":
+            self._emit(ReasoningDelta(str(data["delta"])))
+            return True
+        return False  # the rest repeat what the deltas built
 
     @property
     def complete(self) -> bool:
@@ -559,13 +593,17 @@ class AnswerProgress:
     when it cancels; the retry layer starts it afresh for each attempt.
 
     ``on_events``: called with the events of each network read of a streamed answer (per-chunk logging).
+    ``on_delta``: called with each piece of model output as it arrives (:mod:`foldline.core.deltas`),
+    inside the read — it must not block; :attr:`deltas` counts those of the current attempt.
     """
 
     __slots__ = (
         "_assembler",
         "attempt",
+        "deltas",
         "first_byte_at",
         "first_token_at",
+        "on_delta",
         "on_events",
         "received_bytes",
         "request_id",
@@ -577,8 +615,11 @@ class AnswerProgress:
         on_events: Callable[[int, Sequence[ServerSentEvent]], Awaitable[None] | None] | None = None,
         *,
         attempt: int = 1,
+        on_delta: Callable[[AnswerDelta], None] | None = None,
     ) -> None:
         self.on_events = on_events
+        self.on_delta = on_delta
+        self.deltas = 0
         self.attempt = attempt
         self.received_bytes = 0
         self.request_id: str | None = None
@@ -590,6 +631,7 @@ class AnswerProgress:
     def begin(self, attempt: int) -> None:
         """A new attempt: nothing of its answer has arrived."""
         self.attempt = attempt
+        self.deltas = 0
         self.received_bytes = 0
         self.request_id = None
         self.started_at = time.monotonic()
@@ -599,6 +641,14 @@ class AnswerProgress:
 
     def stream(self, assembler: StreamAssembler) -> None:
         self._assembler = assembler
+        if self.on_delta is not None:
+            assembler.sink = self.delta
+
+    def delta(self, delta: AnswerDelta) -> None:
+        """A piece of the current attempt's answer (from its assembler, or relayed by a dispatcher)."""
+        self.deltas += 1
+        if self.on_delta is not None:
+            self.on_delta(delta)
 
     def received(self, size: int) -> None:
         if self.first_byte_at is None:
