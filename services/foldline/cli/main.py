@@ -19,6 +19,7 @@ from . import (
     audit_commands,
     config_commands,
     console_commands,
+    cost_commands,
     demo_commands,
     erase_commands,
     fleet_commands,
@@ -74,6 +75,7 @@ audit_commands.register(app)
 erase_commands.register(app)
 replay_commands.register(app)
 console_commands.register(app)
+cost_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)
 archive_commands.register(app)

@@ -46,12 +46,14 @@ __all__ = [
     "PriceRow",
     "PriceTable",
     "PriceTableError",
+    "PricedStep",
     "StepCost",
     "cost_groups",
     "day_of",
     "drop_cost",
     "drop_key",
     "figures_of",
+    "price_step",
     "step_cost",
 ]
 
@@ -343,8 +345,32 @@ class CostGroup:
     figures: CostFigures
 
 
-def _step_prices(table: PriceTable, verdict: StepVerdict, usage: NormalizedUsage) -> ModelPrices | None:
-    return table.prices_for(verdict.provider, verdict.model, verdict.step.time_ms, usage.prompt)
+@dataclass(frozen=True, slots=True)
+class PricedStep:
+    """A step's verdict with its normalized usage and, when priced, its cost and its drop's cost."""
+
+    verdict: StepVerdict
+    usage: NormalizedUsage
+    prices: ModelPrices | None
+    cost: StepCost | None
+    drop_cost: Decimal | None  # None: no drop, or no price
+
+    @property
+    def name(self) -> str:
+        """``provider/model`` of the step (how an unpriced model is named)."""
+        return f"{self.verdict.provider}/{self.verdict.model}"
+
+
+def price_step(verdict: StepVerdict, table: PriceTable) -> PricedStep:
+    """One classified step (:mod:`foldline.core.drops`) priced with ``table``."""
+    step = verdict.step
+    usage = normalize_usage(step.usage, _ttl_name(step.cache_ttl_seconds))
+    prices = table.prices_for(verdict.provider, verdict.model, step.time_ms, usage.prompt)
+    if prices is None:
+        return PricedStep(verdict, usage, None, None, None)
+    dropped = verdict.drop
+    lost = drop_cost(dropped.lost_tokens, usage, prices) if dropped is not None else None
+    return PricedStep(verdict, usage, prices, step_cost(usage, prices), lost)
 
 
 def cost_groups(
@@ -359,29 +385,24 @@ def cost_groups(
     groups: dict[str, CostFigures] = {}
     fleet = CostFigures()
     for verdict in verdicts:
-        step = verdict.step
-        usage = normalize_usage(step.usage, _ttl_name(step.cache_ttl_seconds))
-        prices = _step_prices(table, verdict, usage)
-        cost = step_cost(usage, prices) if prices is not None else None
-        name = f"{step.provider}/{step.model}"
-        fleet.add_step(usage, cost, name)
-        dropped = verdict.drop
-        amount = drop_cost(dropped.lost_tokens, usage, prices) if dropped and prices is not None else None
+        priced = price_step(verdict, table)
+        step, dropped = verdict.step, verdict.drop
+        fleet.add_step(priced.usage, priced.cost, priced.name)
         if dropped is not None:
-            fleet.add_drop(drop_key(dropped), amount)
+            fleet.add_drop(drop_key(dropped), priced.drop_cost)
         if by == "cause":
             if dropped is not None:
                 key = drop_key(dropped)
                 group = groups.setdefault(key, CostFigures())
-                group.add_drop(key, amount)
-                if amount is None:
-                    group.unpriced[name] = group.unpriced.get(name, 0) + 1
+                group.add_drop(key, priced.drop_cost)
+                if priced.cost is None:
+                    group.unpriced[priced.name] = group.unpriced.get(priced.name, 0) + 1
             continue
-        key = {"session": verdict.session_id, "model": name, "day": day_of(step.time_ms)}[by]
+        key = {"session": verdict.session_id, "model": priced.name, "day": day_of(step.time_ms)}[by]
         group = groups.setdefault(key, CostFigures())
-        group.add_step(usage, cost, name)
+        group.add_step(priced.usage, priced.cost, priced.name)
         if dropped is not None:
-            group.add_drop(drop_key(dropped), amount)
+            group.add_drop(drop_key(dropped), priced.drop_cost)
     return [CostGroup(k, f) for k, f in groups.items()], fleet
 
 
