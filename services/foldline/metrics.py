@@ -64,7 +64,6 @@ from prometheus_client.process_collector import ProcessCollector
 from .core.content import Usage
 from .core.cost import PricedStep, PriceTable, price_step
 from .core.drops import DROP_CAUSES, DropTracker
-from .core.usage import TOKEN_CLASSES
 from .core.events import (
     AttachmentQuarantine,
     CompactionEnd,
@@ -73,6 +72,7 @@ from .core.events import (
     RequestHeader,
     ToolResult,
 )
+from .core.usage import TOKEN_CLASSES
 
 __all__ = [
     "CACHE_READ_RATIO_BUCKETS",
