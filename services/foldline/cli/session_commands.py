@@ -633,6 +633,7 @@ def resume(
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
     from ..replay.verify import verify_events
+    from ..tracing import traced_log
     from .demo_commands import emulator_only
 
     session_ids(session)
@@ -662,7 +663,7 @@ def resume(
         options = AgentOptions(
             config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
         )
-        agent = Agent(session, stores.log, provider, options, attachments=stores.attachments, opened=opened)
+        agent = Agent(session, traced_log(stores.log), provider, options, attachments=stores.attachments, opened=opened)
         gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
