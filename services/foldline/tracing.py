@@ -30,11 +30,12 @@ What becomes a span, each derived from the log — the loop is observed through 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -95,9 +96,12 @@ __all__ = [
     "traced_log",
 ]
 
+_LOG = logging.getLogger("foldline.tracing")
 SEMCONV_VERSION: Final = "1.40.0"
 SCHEMA_URL: Final = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+#: Seconds the tracer's thread gathers a loop's notes before it builds their spans.
+BATCH_S: Final = 0.05
 #: foldline's provider names that the conventions name otherwise (any other name is used as it is).
 PROVIDER_NAMES: Final = {"gemini": "gcp.gemini"}
 #: The answer's stop reason in the words of ``gen_ai.response.finish_reasons`` (OpenAI's, which the conventions use).
@@ -134,7 +138,8 @@ class Tracing:
         self.loop = LoopTracer(self)
 
     def shutdown(self) -> None:
-        """Export what is buffered and stop."""
+        """Build the spans of what the loops appended, export what is buffered, and stop."""
+        self.loop.stop()
         self.provider.shutdown()
 
 
@@ -262,6 +267,51 @@ def traced_dispatcher(dispatcher: StepDispatcher, *, loop: bool, serve: bool) ->
 # ---------------------------------------------------------------------------------------------- the loop
 
 
+class _Pending:
+    """A span being gathered: its name, kind, parent, start and attributes. The SDK span is made once, when it
+    ends (one ``start_span`` with every attribute, started at the time it was opened) — or earlier when something
+    needs its context (a dispatcher's hand-over) — so a step costs the loop as little as the SDK allows."""
+
+    __slots__ = ("attributes", "events", "kind", "name", "parent", "span", "start_ns")
+
+    def __init__(self, name: str, kind: Any, parent: Context | None, attributes: dict[str, Any], start_ns: int) -> None:
+        self.name = name
+        self.kind = kind
+        self.parent = parent
+        self.attributes = attributes
+        self.start_ns = start_ns
+        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.span: Span | None = None
+
+    def opened(self, tracer: Tracer) -> Span:
+        """The SDK span, made now if it was not yet."""
+        if self.span is None:
+            self.span = tracer.start_span(
+                self.name, context=self.parent, kind=self.kind, attributes=self.attributes, start_time=self.start_ns
+            )
+            self.attributes = {}
+        return self.span
+
+    def end(self, tracer: Tracer, at: int, error: tuple[str, str] | None = None) -> None:
+        """End it at ``at`` (ns since the epoch; ``error``: its ``error.type`` and a description)."""
+        if error is not None:
+            self.attributes["error.type"] = error[0]
+        span = self.span
+        if span is None:
+            span = tracer.start_span(
+                self.name, context=self.parent, kind=self.kind, attributes=self.attributes, start_time=self.start_ns
+            )
+        elif self.attributes:
+            span.set_attributes(self.attributes)
+        for name, attributes, when in self.events:
+            span.add_event(name, attributes, timestamp=when)
+        if error is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, error[1]))
+        span.end(end_time=at)
+
+
 @dataclass
 class _SessionSpans:
     """What the tracer keeps of one session between appends."""
@@ -269,24 +319,43 @@ class _SessionSpans:
     tracker: DropTracker
     turn: Span | None = None
     turn_context: Context | None = None
-    step: Span | None = None
+    step: _Pending | None = None
     header: EpochHeader | None = None
     header_reason: str | None = None  # the reason of a header written in the open step
     provider: str = ""
     model: str = ""
-    tools: dict[str, Span] = field(default_factory=dict)
+    tools: dict[str, _Pending] = field(default_factory=dict)
     session: Session | None = None  # the projection, kept only when content is captured
 
 
 class LoopTracer:
     """Turns a loop's appends into ``invoke_agent``, ``chat`` and ``execute_tool`` spans (an append observer:
-    ``MeteredEventLog(log, tracing.loop)``). Keeps the ``capacity`` most recently written sessions."""
+    ``MeteredEventLog(log, tracing.loop)``). Keeps the ``capacity`` most recently written sessions.
+
+    The loop's own thread only notes what it appended and when (and the context a turn starts in); the spans are
+    built from those notes, with those times, on a thread of this tracer's, so the work of the SDK is off the loop's
+    path. What is noted is built at once when a dispatcher needs a step's context (:meth:`step_context`) and when
+    the tracer is flushed (:meth:`flush`: at :func:`shutdown`)."""
 
     def __init__(self, tracing: Tracing, capacity: int = 4096) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import SpanKind
+
         self.tracing = tracing
+        self.tracer = tracing.tracer
         self.capacity = capacity
         self._sessions: OrderedDict[str, _SessionSpans] = OrderedDict()
         self._lock = threading.Lock()
+        self._current = context.get_current
+        self._in_context = trace.set_span_in_context
+        self._kinds = SpanKind
+        self._notes: deque[tuple[str, Sequence[Envelope], int, Context | None]] = deque()
+        self._next_seq: dict[str, int] = {}  # per session, what the notes reach (the loop's thread's view)
+        self._lost: set[str] = set()  # sessions whose state the tracer's thread no longer has
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.failures = 0  # notes the tracer could not turn into spans (logged)
 
     # ----------------------------------------------------------------- the observer protocol
 
@@ -299,140 +368,170 @@ class LoopTracer:
     ) -> None:
         if not envelopes:
             return
+        now = time.time_ns()
+        first = envelopes[0].seq
+        known = self._next_seq.get(session_id, 0)
+        if session_id in self._lost:
+            self._lost.discard(session_id)
+            known = 0
+        if first > known:  # a session this process did not see from its start (a resume): read what it missed
+            if history is None:
+                raise ValueError(f"session {session_id!r}: events start at seq {first} and no history was given")
+            self._notes.append((session_id, tuple(history(known, first)), 0, None))
+        starts = any(isinstance(e.data, TurnStart) for e in envelopes)
+        self._notes.append((session_id, envelopes, now, self._current() if starts else None))
+        self._next_seq[session_id] = envelopes[-1].seq + 1
+        if len(self._next_seq) > 2 * self.capacity:
+            self._next_seq.clear()  # rebuilt as sessions append again; a forgotten session reads its history
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="foldline-tracing", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Build the spans of everything noted so far (this thread)."""
         with self._lock:
-            state = self._state(session_id, envelopes[0].seq, history)
-            for env in envelopes:
-                self._one(session_id, state, env)
+            self._drain()
+
+    def stop(self) -> None:
+        """Build what is noted and stop the tracer's thread."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.flush()
+
+    def _work(self) -> None:
+        """Build spans from the notes in batches (every :data:`BATCH_S` at most), letting the loop's thread have
+        the interpreter back between two notes: the loop waits for at most one note's work, never a batch's."""
+        while not self._stopping:
+            self._wake.wait()
+            time.sleep(BATCH_S)
+            self._wake.clear()
+            while self._notes and not self._stopping:
+                with self._lock:
+                    self._drain(1)
+                time.sleep(0)  # hand the interpreter to a waiting loop
+
+    def _drain(self, limit: int = -1) -> None:
+        while self._notes and limit:
+            limit -= 1
+            session_id, envelopes, at, ambient = self._notes.popleft()
+            try:
+                self._apply(session_id, envelopes, at, ambient)
+            except Exception:  # the log is durable; a span that cannot be built is counted and logged
+                self.failures += 1
+                self._sessions.pop(session_id, None)
+                _LOG.exception("tracing: spans of session %r not built", session_id)
+
+    def _apply(self, session_id: str, envelopes: Sequence[Envelope], at: int, ambient: Context | None) -> None:
+        if at == 0:  # the history of a session seen mid-way
+            state = self._sessions.get(session_id)
+            if state is None or (envelopes and state.tracker.next_seq != envelopes[0].seq):
+                state = self._fresh(session_id)
+            self._catch_up(state, envelopes)
+            self._keep(session_id, state)
+            return
+        state = self._sessions.get(session_id)
+        if state is None or state.tracker.next_seq != envelopes[0].seq:
+            state = self._fresh(session_id)
+            if envelopes[0].seq:  # its history is not here (dropped from the cache): the loop's thread reads it
+                self._lost.add(session_id)  # with its next append
+                return
+        self._keep(session_id, state)
+        for env in envelopes:
+            self._one(session_id, state, env, at, ambient)
 
     def observation_failed(self, session_id: str, exc: BaseException) -> None:
-        with self._lock:
-            self._sessions.pop(session_id, None)
+        self._next_seq.pop(session_id, None)
 
     def append_fenced(self, session_id: str) -> None:
         return None
 
     def step_context(self, session_id: str) -> Context | None:
         """The context of the session's open ``chat`` span (the hand-over carries it to the dispatcher)."""
-        from opentelemetry import trace
-
         with self._lock:
+            self._drain()
             state = self._sessions.get(session_id)
             if state is None or state.step is None:
                 return None
-            return trace.set_span_in_context(state.step)
+            return self._in_context(state.step.opened(self.tracer))
 
     # ----------------------------------------------------------------- the state of a session
 
-    def _state(
-        self, session_id: str, first: int, history: Callable[[int, int], Sequence[Envelope]] | None
-    ) -> _SessionSpans:
-        state = self._sessions.get(session_id)
-        if state is None or state.tracker.next_seq > first:
-            state = _SessionSpans(DropTracker(session_id))
-            if self.tracing.capture_content:
-                state.session = Session(session_id)
-        if state.tracker.next_seq < first:  # a session this process did not see from its start (a resume)
-            if history is None:
-                raise ValueError(f"session {session_id!r}: events start at seq {first} and no history was given")
-            missed = list(history(state.tracker.next_seq, first))
-            for _ in state.tracker.feed(missed):
-                pass
-            for env in missed:
-                if isinstance(env.data, RequestHeader):
-                    state.header = env.data.header
-                    state.provider, state.model = env.data.header.config.provider, env.data.header.config.model
-            if state.session is not None:
-                state.session.extend(missed, values_checked=True)
+    def _fresh(self, session_id: str) -> _SessionSpans:
+        state = _SessionSpans(DropTracker(session_id))
+        if self.tracing.capture_content:
+            state.session = Session(session_id)
+        return state
+
+    def _catch_up(self, state: _SessionSpans, missed: Sequence[Envelope]) -> None:
+        for _ in state.tracker.feed(missed):
+            pass
+        for env in missed:
+            if isinstance(env.data, RequestHeader):
+                state.header = env.data.header
+                state.provider, state.model = env.data.header.config.provider, env.data.header.config.model
+        if state.session is not None:
+            state.session.extend(missed, values_checked=True)
+
+    def _keep(self, session_id: str, state: _SessionSpans) -> None:
         self._sessions[session_id] = state
         self._sessions.move_to_end(session_id)
         while len(self._sessions) > self.capacity:
             _, dropped = self._sessions.popitem(last=False)
-            _end_all(dropped)
-        return state
+            self._end_all(dropped, time.time_ns())
 
-    def _one(self, session_id: str, state: _SessionSpans, env: Envelope) -> None:
+    def _one(self, session_id: str, state: _SessionSpans, env: Envelope, at: int, ambient: Context | None) -> None:
         verdicts = list(state.tracker.feed((env,)))
         if state.session is not None:
             state.session.extend((env,), values_checked=True)
         data = env.data
-        tracer = self.tracing.tracer
-        from opentelemetry import context, trace
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
-        if isinstance(data, TurnStart):
-            _end_all(state)
-            turn_span = tracer.start_span(
-                "invoke_agent",
-                context=context.get_current(),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    "gen_ai.operation.name": "invoke_agent",
-                    "gen_ai.conversation.id": session_id,
-                    "foldline.turn": data.turn,
-                    "foldline.seq": env.seq,
-                },
-            )
-            if state.provider:
-                turn_span.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
-            state.turn, state.turn_context = turn_span, trace.set_span_in_context(turn_span)
-        elif isinstance(data, StepStart):
+        if isinstance(data, StepStart):
             if state.step is not None:
-                state.step.end()
+                state.step.end(self.tracer, at)
             state.header_reason = None
-            state.step = tracer.start_span(
-                f"chat {state.model}" if state.model else "chat",
-                context=state.turn_context,
-                kind=SpanKind.CLIENT,
-                attributes={
+            state.step = _Pending(
+                "chat",
+                self._kinds.CLIENT,
+                state.turn_context,
+                {
                     "gen_ai.operation.name": "chat",
                     "gen_ai.conversation.id": session_id,
                     "foldline.turn": data.turn,
                     "foldline.step": data.step,
                 },
+                at,
             )
-        elif isinstance(data, RequestHeader):
-            state.header, state.header_reason = data.header, data.reason
-            state.provider, state.model = data.header.config.provider, data.header.config.model
-            if state.turn is not None:
-                state.turn.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
         elif isinstance(data, RequestDispatch):
-            if (span := state.step) is not None:
-                span.update_name(f"chat {state.model}")
-                span.set_attributes(self._request_attributes(state, env, data))
+            if (step := state.step) is not None:
+                step.name = f"chat {state.model}"
+                if step.span is not None:
+                    step.span.update_name(step.name)
+                step.attributes.update(self._request_attributes(state, env, data))
                 if state.session is not None:
-                    span.set_attribute("gen_ai.input.messages", _messages_json(state.session.derive_messages()))
+                    step.attributes["gen_ai.input.messages"] = _messages_json(state.session.derive_messages())
                     if state.header is not None and state.header.system:
-                        span.set_attribute(
-                            "gen_ai.system_instructions",
-                            orjson.dumps([{"type": "text", "content": state.header.system}]).decode(),
-                        )
-        elif isinstance(data, LlmRetry):
-            if state.step is not None:
-                attrs: dict[str, Any] = {"foldline.attempt": data.attempt, "error.type": data.error_type}
-                if data.status is not None:
-                    attrs["http.response.status_code"] = data.status
-                if data.wait_ms is not None:
-                    attrs["foldline.retry.wait_ms"] = data.wait_ms
-                state.step.add_event("foldline.retry", attrs)
+                        step.attributes["gen_ai.system_instructions"] = orjson.dumps(
+                            [{"type": "text", "content": state.header.system}]
+                        ).decode()
         elif isinstance(data, AssistantMessage):
-            if (span := state.step) is not None and data.surface_op == "append" and data.usage is not None:
-                span.set_attributes(self._response_attributes(env, data))
+            if (step := state.step) is not None and data.surface_op == "append" and data.usage is not None:
+                step.attributes.update(self._response_attributes(env, data))
                 for verdict in verdicts:
-                    span.set_attributes(self._verdict_attributes(verdict))
+                    step.attributes.update(self._verdict_attributes(verdict))
                 if state.session is not None:
                     message = {
                         "role": "assistant",
                         "parts": _parts(data.content),
                         "finish_reason": FINISH_REASONS.get(data.stop_reason or "", data.stop_reason or "stop"),
                     }
-                    span.set_attribute("gen_ai.output.messages", orjson.dumps([message]).decode())
-                if data.stop_reason == "interrupted":
-                    span.set_status(Status(StatusCode.ERROR, "the answer was interrupted"))
-                    span.set_attribute("error.type", "interrupted")
-                span.end()
+                    step.attributes["gen_ai.output.messages"] = orjson.dumps([message]).decode()
+                interrupted = data.stop_reason == "interrupted"
+                step.end(self.tracer, at, ("interrupted", "the answer was interrupted") if interrupted else None)
                 state.step = None
         elif isinstance(data, ToolCall):
-            attrs = {
+            attrs: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": data.name,
                 "gen_ai.tool.call.id": data.call_id,
@@ -442,35 +541,75 @@ class LoopTracer:
             }
             if self.tracing.capture_content:
                 attrs["gen_ai.tool.call.arguments"] = data.arguments
-            state.tools[data.call_id] = tracer.start_span(
-                f"execute_tool {data.name}", context=state.turn_context, kind=SpanKind.INTERNAL, attributes=attrs
+            state.tools[data.call_id] = _Pending(
+                f"execute_tool {data.name}", self._kinds.INTERNAL, state.turn_context, attrs, at
             )
         elif isinstance(data, ToolResult):
-            if (span := state.tools.pop(data.call_id) if data.call_id in state.tools else None) is not None:
-                span.set_attribute("foldline.result.seq", env.seq)
+            if (tool := state.tools.pop(data.call_id) if data.call_id in state.tools else None) is not None:
+                tool.attributes["foldline.result.seq"] = env.seq
                 if self.tracing.capture_content and not data.is_error:
-                    span.set_attribute("gen_ai.tool.call.result", _text(data.content))
-                if data.is_error:
-                    span.set_status(Status(StatusCode.ERROR, _text(data.content)[:200]))
-                    span.set_attribute("error.type", "tool_error")
-                span.end()
+                    tool.attributes["gen_ai.tool.call.result"] = _text(data.content)
+                tool.end(self.tracer, at, ("tool_error", _text(data.content)[:200]) if data.is_error else None)
+        elif isinstance(data, RequestHeader):
+            state.header, state.header_reason = data.header, data.reason
+            state.provider, state.model = data.header.config.provider, data.header.config.model
+            if state.turn is not None:
+                state.turn.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
+        elif isinstance(data, TurnStart):
+            self._end_all(state, at)
+            turn = self.tracer.start_span(
+                "invoke_agent",
+                context=ambient,
+                start_time=at,
+                kind=self._kinds.INTERNAL,
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.conversation.id": session_id,
+                    "foldline.turn": data.turn,
+                    "foldline.seq": env.seq,
+                },
+            )
+            if state.provider:
+                turn.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
+            state.turn, state.turn_context = turn, self._in_context(turn)
+        elif isinstance(data, LlmRetry):
+            if state.step is not None:
+                retry: dict[str, Any] = {"foldline.attempt": data.attempt, "error.type": data.error_type}
+                if data.status is not None:
+                    retry["http.response.status_code"] = data.status
+                if data.wait_ms is not None:
+                    retry["foldline.retry.wait_ms"] = data.wait_ms
+                state.step.events.append(("foldline.retry", retry, at))
         elif isinstance(data, StepEnd):
             if state.step is not None:  # a step that ended without an answer (a quarantine, an error)
-                state.step.set_status(Status(StatusCode.ERROR, "the step ended without an answer"))
-                state.step.end()
+                state.step.end(self.tracer, at, ("no_answer", "the step ended without an answer"))
                 state.step = None
         elif isinstance(data, CompactionStart | CompactionEnd):
             if state.turn is not None:
-                state.turn.add_event(f"foldline.{env.type.replace('/', '.')}", {"foldline.seq": env.seq})
+                state.turn.add_event(f"foldline.{env.type.replace('/', '.')}", {"foldline.seq": env.seq}, timestamp=at)
         elif isinstance(data, TurnEnd):
-            turn = state.turn
-            _end_all(state, keep_turn=True)
-            if turn is not None:
-                turn.set_attribute("foldline.turn.reason", data.reason)
+            turn_span = state.turn
+            self._end_all(state, at, keep_turn=True)
+            if turn_span is not None:
+                turn_span.set_attribute("foldline.turn.reason", data.reason)
                 if data.reason in ("error", "aborted", "context-overflow"):
-                    turn.set_status(Status(StatusCode.ERROR, f"the turn ended {data.reason}"))
-                    turn.set_attribute("error.type", data.reason)
-                turn.end()
+                    from opentelemetry.trace import Status, StatusCode
+
+                    turn_span.set_status(Status(StatusCode.ERROR, f"the turn ended {data.reason}"))
+                    turn_span.set_attribute("error.type", data.reason)
+                turn_span.end(end_time=at)
+            state.turn = state.turn_context = None
+
+    def _end_all(self, state: _SessionSpans, at: int, *, keep_turn: bool = False) -> None:
+        """End what is still open (a turn that never ended: its process stopped, or a new turn began)."""
+        for tool in state.tools.values():
+            tool.end(self.tracer, at)
+        state.tools.clear()
+        if state.step is not None:
+            state.step.end(self.tracer, at)
+            state.step = None
+        if state.turn is not None and not keep_turn:
+            state.turn.end(end_time=at)
             state.turn = state.turn_context = None
 
     # ----------------------------------------------------------------- attributes
@@ -537,19 +676,6 @@ class LoopTracer:
             attrs["foldline.drop.cost"] = float(priced.drop_cost)
             attrs["foldline.drop.key"] = drop_key(drop)
         return attrs
-
-
-def _end_all(state: _SessionSpans, *, keep_turn: bool = False) -> None:
-    """End what is still open (a turn that never ended: its process stopped, or a new turn began)."""
-    for span in state.tools.values():
-        span.end()
-    state.tools.clear()
-    if state.step is not None:
-        state.step.end()
-        state.step = None
-    if state.turn is not None and not keep_turn:
-        state.turn.end()
-        state.turn = state.turn_context = None
 
 
 # ---------------------------------------------------------------------------------------------- content

@@ -64,10 +64,18 @@ def _by_name(finished: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSp
     return [s for s in finished if s.name.startswith(prefix)]
 
 
+def _finished(exporter: InMemorySpanExporter) -> tuple[ReadableSpan, ...]:
+    """The spans built so far: the tracer's thread builds them from the notes of the appends; flush it first."""
+    made = tracing.current()
+    if made is not None:
+        made.loop.flush()
+    return exporter.get_finished_spans()
+
+
 def test_turns_steps_and_tool_calls_become_genai_spans_with_the_logs_figures(spans: InMemorySpanExporter) -> None:
     log = MemoryEventLog()
     _run(log)
-    finished = spans.get_finished_spans()
+    finished = _finished(spans)
     events = log.read("s")
     turns = _by_name(finished, "invoke_agent")
     chats = _by_name(finished, "chat ")
@@ -181,7 +189,7 @@ def test_a_failing_tool_is_an_error_span(spans: InMemorySpanExporter) -> None:
         await provider.aclose()
 
     asyncio.run(run())
-    (tool,) = _by_name(spans.get_finished_spans(), "execute_tool ")
+    (tool,) = _by_name(_finished(spans), "execute_tool ")
     assert tool.status.status_code == StatusCode.ERROR
     assert tool.attributes is not None
     assert tool.attributes["error.type"] == "tool_error"
