@@ -8,7 +8,8 @@ without a price is ``null`` and ``unpriced`` names the model — never 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -21,7 +22,7 @@ from ..core.cost import CostFigures, PricedStep, PriceTable, cost_groups
 from ..core.drops import DROP_CAUSES, StepVerdict, classify_session
 from ..errors import SessionNotFound
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, session_ids, stores_for
-from .output import console, fail_on_errors, literal, write_json
+from .output import console, err_console, fail_on_errors, literal, write_json
 
 __all__ = ["amount_json", "figures_json", "money", "register", "step_note"]
 
@@ -78,6 +79,20 @@ def step_note(priced: PricedStep, currency: str) -> str:
     return note
 
 
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar of the sessions read, on stderr when it is a terminal (else nothing)."""
+    if not err_console.is_terminal:
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task("sessions", total=total or None)
+        yield lambda: progress.advance(task)
+
+
 def _verdicts(log: Any, ids: list[str]) -> Iterator[StepVerdict]:
     for sid in ids:
         events = log.read(sid)
@@ -109,14 +124,12 @@ def cost(
     table: PriceTable = load_price_table(config.prices)
     with stores_for(config, read_only=True) as stores:
         ids = list(sessions or stores.log.sessions())
-        from .session_commands import _progress
-
-        with _progress(len(ids), "sessions") as advance:
+        with _progress(len(ids)) as advance:
 
             def each() -> Iterator[StepVerdict]:
                 for sid in ids:
                     yield from _verdicts(stores.log, [sid])
-                    advance(1)
+                    advance()
 
             groups, fleet = cost_groups(each(), table, by)
     if json:
