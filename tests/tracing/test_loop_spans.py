@@ -240,3 +240,40 @@ def test_with_tracing_off_no_opentelemetry_module_is_loaded(tmp_path: Path) -> N
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_tracers_thread_builds_the_spans_without_being_asked(spans: InMemorySpanExporter) -> None:
+    import time
+
+    _run(MemoryEventLog(), turns=1)
+    deadline = time.monotonic() + 10
+    while not _by_name(spans.get_finished_spans(), "invoke_agent") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _by_name(spans.get_finished_spans(), "invoke_agent")
+
+
+def test_a_session_resumed_in_another_process_reads_its_history_once(spans: InMemorySpanExporter) -> None:
+    """The tracer meets the session mid-way (its first turn was written by another loop instance, untraced): it
+    reads what it missed, so the new instance's first step is classified against the old one (a resume)."""
+    log = MemoryEventLog()
+    provider = emulated_provider("anthropic", emulator=Emulator())
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-emulated", max_tokens=512), system=SYSTEM_PROMPT, tools=demo_toolset()
+    )
+
+    async def run() -> None:
+        await Agent("s", log, provider, options).run_turn("first, untraced")  # another process, in effect
+        await Agent("s", tracing.traced_log(log), provider, options).run_turn("second, traced")
+        await provider.aclose()
+
+    asyncio.run(run())
+    chats = _by_name(_finished(spans), "chat ")
+    assert chats
+    first = chats[0].attributes
+    assert first is not None
+    assert first["foldline.header.reason"] == "resume"
+    answers = [e for e in log.read("s") if isinstance(e.data, AssistantMessage)]
+    seq = first["foldline.response.seq"]
+    assert isinstance(seq, int)
+    assert seq > answers[0].seq  # none of the untraced turn's steps became spans
+    assert len(_by_name(_finished(spans), "invoke_agent")) == 1
