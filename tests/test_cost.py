@@ -18,6 +18,7 @@ from foldline.core.cost import (
     day_of,
     drop_cost,
     figures_of,
+    session_cost,
     step_cost,
 )
 from foldline.core.drops import classify_session
@@ -316,3 +317,15 @@ def test_an_unpriced_model_makes_every_sum_that_holds_it_unknown_and_names_it() 
     assert groups[1].figures.unpriced == {"anthropic/claude-private": 1}
     assert not fleet.known
     assert fleet.unpriced == {"anthropic/claude-private": 1}
+
+
+def test_a_sessions_cost_in_one_call_is_its_group_in_the_fleet() -> None:
+    a = _session("a", [Usage(100, 10, 0, 2000), Usage(50, 10, 2000, 100), Usage(2150, 10, 0, 0)])
+    b = _session("b", [Usage(10, 5, 0, 1500)])
+    groups, _ = cost_groups([*classify_session("a", a), *classify_session("b", b)], TABLE, "session")
+    alone = session_cost("a", a, TABLE)
+    grouped = groups[0].figures
+    assert (alone.steps, alone.spend, alone.no_cache, alone.saved, alone.drop_cost) == (
+        grouped.steps, grouped.spend, grouped.no_cache, grouped.saved, grouped.drop_cost,
+    )  # fmt: skip
+    assert alone.by_cause == {"first-request": Decimal("0.00717"), "unexplained": Decimal("0.00567")}

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final
 
-from .drops import Drop, StepVerdict
+from .drops import Drop, StepVerdict, classify_session
+from .events import Envelope
 from .header import CACHE_TTLS
 from .usage import TOKEN_CLASSES, NormalizedUsage, normalize_usage
 
@@ -54,6 +55,7 @@ __all__ = [
     "drop_key",
     "figures_of",
     "price_step",
+    "session_cost",
     "step_cost",
 ]
 
@@ -419,3 +421,11 @@ def figures_of(groups: Sequence[CostGroup]) -> CostFigures:
     for g in groups:
         total.merge(g.figures)
     return total
+
+
+def session_cost(session_id: str, events: Iterable[Envelope], table: PriceTable) -> CostFigures:
+    """What one session cost, from its whole log (events from seq 0, in order): spend, no-cache and saved, its drops
+    and their cost by cause (:func:`drop_key`), spend and tokens by class — the figures ``foldline cost`` gives the
+    session. ``figures.known`` is false when a step's model has no price (``figures.unpriced`` names it)."""
+    _, figures = cost_groups(classify_session(session_id, events), table)
+    return figures
