@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from .adapters.metered_log import MeteredEventLog
 from .core.content import (
     ContentBlock,
     EncryptedReasoningBlock,
@@ -73,6 +74,7 @@ from .core.header import EpochHeader
 from .core.projection import Message, Session
 from .core.usage import normalize_usage
 from .errors import ConfigError, MissingExtra
+from .ports.event_log import EventLog, WriterLease
 from .ports.step_dispatch import PreparedStep, StepAnswer, StepDispatcher, StepHandoff
 
 if TYPE_CHECKING:
@@ -80,13 +82,12 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from .ports.event_log import EventLog
-
 __all__ = [
     "CAPTURE_CONTENT_VARIABLE",
     "SEMCONV_VERSION",
     "LoopTracer",
     "TracedStepDispatcher",
+    "TracedEventLog",
     "Tracing",
     "configure",
     "current",
@@ -250,9 +251,32 @@ def traced_log(log: EventLog) -> EventLog:
     tracing = _current
     if tracing is None:
         return log
-    from .adapters.metered_log import MeteredEventLog
+    return TracedEventLog(log, tracing.loop)
 
-    return MeteredEventLog(log, tracing.loop)
+
+class TracedEventLog(MeteredEventLog):
+    """A log whose appends become spans (:class:`LoopTracer`); a session a writer takes over and reads
+    (``acquire_and_read``) is handed to the tracer as it was read, so the tracer does not read it again."""
+
+    def __init__(self, inner: EventLog, tracer: LoopTracer) -> None:
+        super().__init__(inner, tracer)
+        self.tracer = tracer
+
+    def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        lease, events = self.inner.acquire_and_read(session_id)
+        self._loaded(session_id, events)
+        return lease, events
+
+    async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+        lease, events = await self.inner.acquire_and_read_async(session_id)
+        self._loaded(session_id, events)
+        return lease, events
+
+    def _loaded(self, session_id: str, events: Sequence[Envelope]) -> None:
+        try:
+            self.tracer.observe_loaded(session_id, events)
+        except Exception as exc:  # the session was read; the tracer reads it again with the next append
+            self.tracer.observation_failed(session_id, exc)
 
 
 def traced_dispatcher(dispatcher: StepDispatcher, *, loop: bool, serve: bool) -> StepDispatcher:
@@ -387,6 +411,14 @@ class LoopTracer:
             self._thread = threading.Thread(target=self._work, name="foldline-tracing", daemon=True)
             self._thread.start()
         self._wake.set()
+
+    def observe_loaded(self, session_id: str, envelopes: Sequence[Envelope]) -> None:
+        """A writer took the session over and read it whole (``envelopes``, from seq 0): the tracer starts from them
+        (no span is made of them) instead of reading them back with the first append."""
+        self._lost.discard(session_id)
+        self._next_seq[session_id] = envelopes[-1].seq + 1 if envelopes else 0
+        if envelopes:
+            self._notes.append((session_id, tuple(envelopes), 0, None))
 
     def flush(self) -> None:
         """Build the spans of everything noted so far (this thread)."""

@@ -22,7 +22,7 @@ from foldline import tracing
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.cli.main import app
 from foldline.config.prices import builtin_price_table
-from foldline.core.events import AssistantMessage, RequestDispatch, ToolCall
+from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall
 from foldline.core.header import CallConfig
 from foldline.core.usage import normalize_usage
 from foldline.demo import SYSTEM_PROMPT, demo_toolset
@@ -281,4 +281,43 @@ def test_a_session_resumed_in_another_process_reads_its_history_once(spans: InMe
     seq = first["foldline.response.seq"]
     assert isinstance(seq, int)
     assert seq > answers[0].seq  # none of the untraced turn's steps became spans
+    assert len(_by_name(_finished(spans), "invoke_agent")) == 1
+
+
+class _CountingLog(MemoryEventLog):
+    """A memory log that notes the range of every read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[int, int | None]] = []
+
+    def read(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
+        self.reads.append((from_seq, to_seq))
+        return super().read(session_id, from_seq, to_seq)
+
+
+def test_a_session_taken_over_is_handed_to_the_tracer_as_read_not_read_again(spans: InMemorySpanExporter) -> None:
+    log = _CountingLog()
+    provider = emulated_provider("anthropic", emulator=Emulator())
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-emulated", max_tokens=512), system=SYSTEM_PROMPT, tools=demo_toolset()
+    )
+
+    async def run() -> None:
+        await Agent("s", log, provider, options).run_turn("first, untraced")  # another process, in effect
+        head = log.head("s")
+        traced = tracing.traced_log(log)
+        opened = traced.acquire_and_read("s")  # the take-over's one read of the session (as `foldline resume` does)
+        log.reads.clear()
+        await Agent("s", traced, provider, options, opened=opened).run_turn("second, traced")
+        await provider.aclose()
+        tracer_reads = [r for r in log.reads if r[0] < head]
+        assert not tracer_reads, tracer_reads  # nothing written before the take-over was read again
+
+    asyncio.run(run())
+    chats = _by_name(_finished(spans), "chat ")
+    assert chats
+    first = chats[0].attributes
+    assert first is not None
+    assert first["foldline.header.reason"] == "resume"
     assert len(_by_name(_finished(spans), "invoke_agent")) == 1

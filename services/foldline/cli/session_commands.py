@@ -644,7 +644,8 @@ def resume(
         if stores.log.head(session) == 0:
             raise SessionNotFound(session)
         # the instance's lease and the session as its take-over found it: the one read of the whole session
-        opened = stores.log.acquire_and_read(session)
+        log = traced_log(stores.log)  # with tracing on, the tracer starts from the session as read here
+        opened = log.acquire_and_read(session)
         events = opened[1]
         folded = fold_request_header(events)
         if folded is None:
@@ -663,7 +664,7 @@ def resume(
         options = AgentOptions(
             config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
         )
-        agent = Agent(session, traced_log(stores.log), provider, options, attachments=stores.attachments, opened=opened)
+        agent = Agent(session, log, provider, options, attachments=stores.attachments, opened=opened)
         gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
