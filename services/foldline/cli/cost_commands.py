@@ -151,24 +151,27 @@ def cost(
         out.add_column(col, justify="right")
     out.add_column("drop cost by cause")
 
-    def row(key: str, f: CostFigures, style: str = "") -> None:
+    def row(key: str, f: CostFigures, style: str = "", *, steps: bool = True) -> None:
         known = f.known
         causes = ", ".join(
             f"{k} {money(f.by_cause.get(k, Decimal(0)) if known else None, cur)}" for k in f.drops_by_cause
         )
+        # a cause's row holds its drops only: its steps are in the fleet's row
+        spent = (
+            (str(f.steps), *(money(v if known else None, cur) for v in (f.spend, f.no_cache, f.saved)))
+            if steps
+            else ("", "", "", "")
+        )
         out.add_row(
             literal(key, style),
-            str(f.steps),
-            money(f.spend if known else None, cur),
-            money(f.no_cache if known else None, cur),
-            money(f.saved if known else None, cur),
+            *spent,
             str(f.drops),
             money(f.drop_cost if known else None, cur),
             literal(causes),
         )
 
     for g in groups:
-        row(g.key, g.figures)
+        row(g.key, g.figures, steps=by != "cause")
     row("fleet", fleet, "bold")
     console.print(out)
     for name, steps in fleet.unpriced.items():
