@@ -4,11 +4,12 @@ to a repository of their own). README "Tracing" and docs/TRACING.md describe wha
 
 Configured by the standard variables only. Tracing is **on** when ``OTEL_TRACES_EXPORTER`` names an exporter —
 ``otlp`` (protocol from ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``,
-the default, or ``grpc``) or ``console``, comma-separated for several — and **off** otherwise (then nothing here is
-imported or called: no log is wrapped, no dispatcher either). Endpoint, headers, timeouts and TLS come from the
-``OTEL_EXPORTER_OTLP_*`` variables (the exporters read them), the service name from ``OTEL_SERVICE_NAME`` or
-``OTEL_RESOURCE_ATTRIBUTES`` (default: ``foldline-<command>``), sampling from ``OTEL_TRACES_SAMPLER``, the batch
-processor's limits from ``OTEL_BSP_*`` and the propagator from ``OTEL_PROPAGATORS``. Message content is never put on
+the default, or ``grpc``) or ``console``, comma-separated for several — and **off** otherwise or when
+``OTEL_SDK_DISABLED`` is ``true`` (then nothing here is imported or called: no log is wrapped, no dispatcher
+either). Endpoint, headers, timeouts and TLS come from the ``OTEL_EXPORTER_OTLP_*`` variables (the exporters read
+them), the service name from ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` (default: ``foldline-<command>``),
+sampling from ``OTEL_TRACES_SAMPLER``, the batch processor's limits from ``OTEL_BSP_*`` and the propagator from
+``OTEL_PROPAGATORS``. Message content is never put on
 a span unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``; then as the conventions' opt-in
 attributes (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``,
 ``gen_ai.tool.call.arguments`` / ``result``), JSON text in the conventions' message schema.
@@ -119,8 +120,11 @@ _current: Tracing | None = None
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment turns tracing on (``OTEL_TRACES_EXPORTER`` names an exporter)."""
+    """Whether the environment turns tracing on (``OTEL_TRACES_EXPORTER`` names an exporter, and
+    ``OTEL_SDK_DISABLED`` is not ``true``)."""
     env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
     names = [n.strip() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
     return bool(names) and names != ["none"]
 

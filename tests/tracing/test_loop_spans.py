@@ -199,6 +199,7 @@ def test_off_unless_an_exporter_is_named_and_then_nothing_is_wrapped() -> None:
     assert not tracing.enabled({})
     assert not tracing.enabled({"OTEL_TRACES_EXPORTER": "none"})
     assert tracing.enabled({"OTEL_TRACES_EXPORTER": "otlp"})
+    assert not tracing.enabled({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
     assert tracing.configure("x", {}) is None
     log = MemoryEventLog()
     assert tracing.traced_log(log) is log
