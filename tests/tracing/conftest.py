@@ -1,7 +1,8 @@
 """A real trace backend for the tracing tests: Arize Phoenix, installed and started by deploy/local/phoenix.sh.
 
-``phoenix`` starts it once per test session (installing it on first use; ``make test`` starts that install in the
-background first, see the Makefile's tools-prefetch) and stops it afterwards when it was not running before. Each
+``phoenix`` starts it once per test process (installing it on first use; ``make test`` starts that install in the
+background first, see the Makefile's tools-prefetch) and leaves it running: the suite's other processes (pytest-xdist)
+may still be sending to it; ``deploy/local/down.sh`` stops it with the other local servers (``make test`` does). Each
 test sends its spans to a project of its own (the ``openinference.project.name`` resource attribute, set through the
 standard ``OTEL_RESOURCE_ATTRIBUTES``) and reads them back through Phoenix's REST API.
 """
@@ -12,7 +13,6 @@ import json
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,12 +63,9 @@ class Phoenix:
 
 
 @pytest.fixture(scope="session")
-def phoenix() -> Iterator[Phoenix]:
-    was_running = _script("status", timeout=30).returncode == 0
-    done = _script("start")
+def phoenix() -> Phoenix:
+    done = _script("start")  # under the script's lock: a second process finds it running
     if done.returncode != 0:
         pytest.fail(f"`deploy/local/phoenix.sh start` failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     env = dict(line.removeprefix("export ").split("=", 1) for line in _script("env", timeout=30).stdout.splitlines())
-    yield Phoenix(env["FOLDLINE_LOCAL_PHOENIX_URL"], env["FOLDLINE_LOCAL_PHOENIX_GRPC"])
-    if not was_running:
-        _script("stop", timeout=120)
+    return Phoenix(env["FOLDLINE_LOCAL_PHOENIX_URL"], env["FOLDLINE_LOCAL_PHOENIX_GRPC"])
