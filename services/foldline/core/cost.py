@@ -1,7 +1,7 @@
 """Money from the log: a dated price table, what each step cost, what caching saved, what each drop cost.
 
 Every figure is derived from logged usage through :func:`~foldline.core.usage.normalize_usage` and a
-:class:`PriceTable` (docs/FORMAT.md §3.5, README "Cost"):
+:class:`PriceTable` (docs/FORMAT.md §3.6, README "Cost"):
 
 * **spend** of a step — the sum over its token classes of tokens times the class's price per million tokens;
 * **no-cache** — what the same request would have cost had nothing been read from or written to a cache: every

@@ -1,4 +1,4 @@
-"""Usage normalized once: the one form every cost, metric and trace figure reads (docs/FORMAT.md §3.5).
+"""Usage normalized once: the one form every cost, metric and trace figure reads (docs/FORMAT.md §3.6).
 
 Providers disagree on what their input count holds: Anthropic reports cache reads and writes apart from
 ``input_tokens``; OpenAI (Chat and Responses), DeepSeek and Gemini count them inside the prompt count. The log
