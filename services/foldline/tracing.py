@@ -55,6 +55,7 @@ from .core.content import (
     ToolResultBlock,
 )
 from .core.cost import PriceTable, drop_key, price_step
+from .core.deltas import AnswerDelta
 from .core.drops import DropTracker, StepVerdict
 from .core.events import (
     AssistantMessage,
@@ -812,14 +813,16 @@ class TracedStepDispatcher(StepDispatcher):
         span.end()
         return prepared
 
-    async def send(self, handoff: StepHandoff, prepared: PreparedStep) -> StepAnswer:
+    async def send(
+        self, handoff: StepHandoff, prepared: PreparedStep, *, on_delta: Callable[[AnswerDelta], None] | None = None
+    ) -> StepAnswer:
         handoff = self._carried(handoff)
         if not self.serve:
-            return await self.inner.send(handoff, prepared)
+            return await self.inner.send(handoff, prepared, on_delta=on_delta)
         span = self._span("foldline.dispatch.send", handoff)
         span.set_attribute("foldline.request.digest", prepared.digest)
         try:
-            answer = await self.inner.send(handoff, prepared)
+            answer = await self.inner.send(handoff, prepared, on_delta=on_delta)
         except BaseException as exc:
             _failed(span, exc)
             raise
