@@ -193,12 +193,18 @@ def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) 
         "c3011ee11c1993a5874722617373697374616e742f6d65737361676502040002026102000e6120636861727400020228060802180000"
         "0000000000",
     ]
-    for event, written in zip(events, added, strict=True):
+    before_1h = [events[0], Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4, 12)))]
+    for event, written in zip(before_1h, added, strict=True):
         assert codec.decode(bytes.fromhex(written)) == event
     # and in the current schema: the same body with the envelope's sealed union (null: 00) before the data (after
     # the type's 13 bytes and seq, time and ignorable)
     body = bytes.fromhex(added[0])[10:]
     assert codec.encode(events[0])[10:] == body[:16] + b"\x00" + body[16:]
+    # cacheWrite1h (schema 8f4caf499cd39b8f) follows the reasoning tokens: branch 1 (02), then 3 (06)
+    assert codec.encode(events[1])[10:].hex() == (
+        "22" + b"assistant/message".hex() + "020400" + "00" + "02026102000e6120636861727400020228060802180206"
+        "00000000000000"
+    )
 
 
 def test_the_sealed_marker_travels_before_the_data(codec: AvroCodec) -> None:
