@@ -6,8 +6,8 @@ WORKDIR /src
 COPY pyproject.toml README.md hatch_build.py ./
 COPY services ./services
 COPY schemas ./schemas
-# the workers' image: every server backend and both projector runtimes
-RUN pip install --no-cache-dir --prefix=/install '.[distributed,faust]'
+# the workers' image: every server backend, both projector runtimes and OpenTelemetry tracing (OTEL_* switches it on)
+RUN pip install --no-cache-dir --prefix=/install '.[distributed,faust,otel]'
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local

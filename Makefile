@@ -27,9 +27,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy services/foldline tests benchmarks
 
-# The deploy tools' build (helm from source: ~2 min on 2 cores), the MCP test server and Chromium (the console's
-# browser tests) start installing in the background first, so it runs
-# beside lint, types and the first tests; the deploy tests' own install call waits for it (a lock).
+# The deploy tools' build (helm from source: ~2 min on 2 cores), the MCP test server, Chromium (the console's
+# browser tests) and the trace backend (Arize Phoenix: ~1.5 min) start installing in the background first, so they
+# run beside lint, types and the first tests; the tests' own install calls wait for them (locks).
 LOCAL_STATE := $(or $(FOLDLINE_LOCAL_DIR),$(CURDIR)/.local)
 
 tools-prefetch:
@@ -37,6 +37,7 @@ tools-prefetch:
 	@nohup bash deploy/local/helm.sh install > $(LOCAL_STATE)/logs/helm-prefetch.log 2>&1 &
 	@nohup bash deploy/local/mcp.sh install > $(LOCAL_STATE)/logs/mcp-prefetch.log 2>&1 &
 	@nohup bash deploy/local/chromium.sh install > $(LOCAL_STATE)/logs/chromium-prefetch.log 2>&1 &
+	@nohup bash deploy/local/phoenix.sh install > $(LOCAL_STATE)/logs/phoenix-prefetch.log 2>&1 &
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
 # The suite runs on TEST_WORKERS processes (pytest-xdist): every test keeps to topics, key prefixes and buckets of

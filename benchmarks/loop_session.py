@@ -129,10 +129,15 @@ def run_session(
     full_check_every: int | None = None,
     data_dir: Path | None = None,
     sealed: bool = False,
+    traced: bool = False,
 ) -> dict[str, Any]:
     """Run one session of ``steps`` steps in this process and return its measurements (see the module doc);
     ``sealed``: the log seals content under the session's key, as ``open_stores`` does by default
-    (docs/ERASURE.md)."""
+    (docs/ERASURE.md).
+
+    ``traced``: the log goes through :func:`foldline.tracing.traced_log`, as the CLI's loops' logs do — traced
+    when the standard ``OTEL_*`` variables turn tracing on (spans priced with the shipped table), the log itself
+    when they do not; the spans still buffered are exported after the last step, outside the figures."""
     windows = tuple(sorted(set(windows) | {steps}))
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
         sealer = ContentSealer(SqliteKeyStore(Path(tmp) / KEYS_NAME)) if sealed else None
@@ -157,7 +162,14 @@ def run_session(
             options.invariant_full_check_every = full_check_every
         clock = GcClock()
         provider = _TimedProvider(inner, clock)
-        agent = Agent("bench", log, provider, options)
+        agent_log: Any = log
+        if traced:
+            from foldline import tracing
+            from foldline.config.prices import builtin_price_table
+
+            tracing.configure("foldline-bench", prices=builtin_price_table())
+            agent_log = tracing.traced_log(log)
+        agent = Agent("bench", agent_log, provider, options)
         step_us: list[float] = []
         gc_us: list[float] = []
         sizes: dict[int, list[int]] = {}
@@ -213,6 +225,10 @@ def run_session(
         finally:
             gc.callbacks.remove(clock)
         seconds = time.perf_counter() - t0
+        if traced:
+            from foldline import tracing
+
+            tracing.shutdown()
         companion = agent.invariant
         result: dict[str, Any] = {
             "steps": steps,
@@ -250,11 +266,16 @@ def spawn(
     full_check_every: int | None = None,
     timeout_s: float = 1800,
     sealed: bool = False,
+    traced: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run :func:`run_session` in a fresh interpreter (this one's) and return its JSON result."""
+    """Run :func:`run_session` in a fresh interpreter (this one's) and return its JSON result; ``env``: its
+    environment (default: this process's)."""
     cmd = [sys.executable, "-m", "benchmarks.loop_session", "--steps", str(steps), "--shape", shape]
     if sealed:
         cmd.append("--sealed")
+    if traced:
+        cmd.append("--traced")
     if not invariant:
         cmd.append("--no-invariant")
     if emulator:
@@ -263,7 +284,7 @@ def spawn(
         cmd += ["--windows", ",".join(map(str, windows))]
     if full_check_every is not None:
         cmd += ["--full-check-every", str(full_check_every)]
-    done = subprocess.run(cmd, cwd=_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
+    done = subprocess.run(cmd, cwd=_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout)
@@ -282,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--full-check-every", type=int, default=None, help="override AgentOptions.invariant_full_check_every (0: never)"
     )
+    parser.add_argument("--traced", action="store_true", help="the log through foldline.tracing.traced_log (OTEL_*)")
     args = parser.parse_args(argv)
     result = run_session(
         args.steps,
@@ -292,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         tail=args.tail,
         full_check_every=args.full_check_every,
         sealed=args.sealed,
+        traced=args.traced,
     )
     json.dump(result, sys.stdout)
     return 0

@@ -156,24 +156,28 @@ def test_datum_is_plain_avro_readable_without_foldline(codec: AvroCodec) -> None
     )
     assert datum["type"] == "assistant/message"
     assert datum["data"][0] == "foldline.AssistantMessage"
-    usage = {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7, "reasoningTokens": None}
+    usage = {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 7, "reasoningTokens": None, "cacheWrite1h": None}
     assert datum["data"][1]["usage"] == usage
     assert avro_to_envelope(envelope_to_avro(event) | {"data": datum["data"]}) == event
 
 
 def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) -> None:
-    """``usage.reasoningTokens`` and an image's ``name`` (each one line in its definition): written when set,
-    omitted when not, and read back from the logged JSON, through fastavro and through the generated decoder."""
+    """``usage.reasoningTokens``, ``usage.cacheWrite1h`` and an image's ``name`` (each one line in its definition):
+    written when set, omitted when not, and read back from the logged JSON, through fastavro and through the
+    generated decoder."""
     image = ImageRef("sha256:" + "ab" * 32, "image/png", 3, 1, 1, name="chart.png")
+    usage = Usage(1, 20, 3, 4, reasoning_tokens=12, cache_write_1h=3)
     events = [
         Envelope(0, 1, UserMessage("u", (ImageBlock(image), TextBlock("what is it?")))),
-        Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4, reasoning_tokens=12))),
+        Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), usage)),
     ]
     lines = [encode_event(e) for e in events]
     assert b'"name":"chart.png"' in lines[0]
     assert b'"reasoningTokens":12' in lines[1]
+    assert b'"cacheWrite1h":3' in lines[1]
     plain = Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4)))
     assert b"reasoningTokens" not in encode_event(plain)
+    assert b"cacheWrite1h" not in encode_event(plain)
     for event, line in zip(events, lines, strict=True):
         assert decode_event(line) == event
         data = codec.encode(event)
@@ -189,12 +193,18 @@ def test_the_fields_added_to_format_0_travel_in_json_and_avro(codec: AvroCodec) 
         "c3011ee11c1993a5874722617373697374616e742f6d65737361676502040002026102000e6120636861727400020228060802180000"
         "0000000000",
     ]
-    for event, written in zip(events, added, strict=True):
+    before_1h = [events[0], Envelope(1, 2, AssistantMessage("a", (TextBlock("a chart"),), Usage(1, 20, 3, 4, 12)))]
+    for event, written in zip(before_1h, added, strict=True):
         assert codec.decode(bytes.fromhex(written)) == event
     # and in the current schema: the same body with the envelope's sealed union (null: 00) before the data (after
     # the type's 13 bytes and seq, time and ignorable)
     body = bytes.fromhex(added[0])[10:]
     assert codec.encode(events[0])[10:] == body[:16] + b"\x00" + body[16:]
+    # cacheWrite1h (schema 8f4caf499cd39b8f) follows the reasoning tokens: branch 1 (02), then 3 (06)
+    assert codec.encode(events[1])[10:].hex() == (
+        "22" + b"assistant/message".hex() + "020400" + "00" + "02026102000e6120636861727400020228060802180206"
+        "00000000000000"
+    )
 
 
 def test_the_sealed_marker_travels_before_the_data(codec: AvroCodec) -> None:
@@ -205,6 +215,14 @@ def test_the_sealed_marker_travels_before_the_data(codec: AvroCodec) -> None:
     assert codec.encode(event)[10:].hex() == head + "02" + "40" + ("ab" * 16).encode().hex() + "02" + "06" + "00"
     assert codec.decode(codec.encode(event)) == event
     assert decoding.direct_envelope(codec.encode(event)[10:]) == event
+
+
+def test_the_1h_cache_write_is_a_part_of_the_cache_write() -> None:
+    with pytest.raises(ValueError, match="cacheWrite1h 5 exceeds cacheWrite 4"):
+        Usage(1, 2, 3, 4, cache_write_1h=5)
+    line = encode_event(Envelope(0, 1, AssistantMessage("a", (TextBlock("x"),), Usage(1, 2, 3, 4, cache_write_1h=4))))
+    with pytest.raises(FormatError, match="cacheWrite1h 5 exceeds cacheWrite 4"):
+        decode_event(line.replace(b'"cacheWrite1h":4', b'"cacheWrite1h":5'))
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,8 +14,10 @@ ALLOWED_MODULES = {
     "collections",
     "collections.abc",
     "dataclasses",
+    "decimal",  # exact money arithmetic (core/cost.py)
     "difflib",  # pure text diffs (header snapshot diffs)
     "enum",
+    "fnmatch",  # model patterns of the price table (core/cost.py)
     "functools",
     "hashlib",
     "itertools",

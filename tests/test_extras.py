@@ -20,7 +20,7 @@ from foldline.config.extras import EXTRAS
 from tests.adversarial.helpers import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY_EXTRA = sorted({m for modules in EXTRAS.values() for m in modules} | {"hiredis", "s3transfer"})
+EVERY_EXTRA = sorted({m.partition(".")[0] for modules in EXTRAS.values() for m in modules} | {"hiredis", "s3transfer"})
 
 _BLOCKER = """
 import importlib.abc, sys
@@ -83,10 +83,13 @@ def test_the_embedded_default_runs_with_no_extra_installed(tmp_path: Path) -> No
         (["boto3", "botocore", "s3transfer"], ("dispatcher",), "s3"),
         (["faust", "mode", "aiokafka"], ("projector", "--runtime", "faust"), "faust"),
         (["fastavro"], ("restore",), "archive"),
+        (["opentelemetry"], ("sessions",), "otel"),  # tracing asked for (OTEL_TRACES_EXPORTER) but not installed
     ],
 )
 def test_a_missing_extra_is_one_line_naming_it(blocked: list[str], args: tuple[str, ...], extra: str) -> None:
     extra_env = {"FOLDLINE_ARCHIVE": "dir", "FOLDLINE_ARCHIVE_DIR": "/nonexistent"} if extra == "archive" else {}
+    if extra == "otel":
+        extra_env = {"OTEL_TRACES_EXPORTER": "otlp"}
     out = subprocess.run(
         [
             sys.executable,
@@ -128,11 +131,12 @@ def test_the_library_names_the_extra_a_configuration_needs() -> None:
 def test_the_package_declares_the_extras_and_make_installs_them_all() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = " ".join(project["dependencies"])
-    for vendor in ("confluent-kafka", "faust", "redis", "boto3", "fastavro", "mcp"):
+    for vendor in ("confluent-kafka", "faust", "redis", "boto3", "fastavro", "mcp", "opentelemetry"):
         assert vendor not in base, vendor
     extras = project["optional-dependencies"]
-    assert {"kafka", "redis", "s3", "archive", "faust", "mcp", "console", "distributed", "dev"} <= set(extras)
+    assert {"kafka", "redis", "s3", "archive", "faust", "mcp", "console", "otel", "distributed", "dev"} <= set(extras)
     assert extras["console"] == ["starlette>=0.40", "uvicorn>=0.30", "jinja2>=3.1"]
     assert extras["distributed"] == ["foldline[kafka,redis,s3,archive]"]
-    assert "foldline[distributed,faust,mcp,console]" in extras["dev"]
+    assert "foldline[distributed,faust,mcp,console,otel]" in extras["dev"]
+    assert all(d.startswith("opentelemetry-") for d in extras["otel"])
     assert "-e '.[dev]'" in (ROOT / "Makefile").read_text()  # make demo and make test: everything

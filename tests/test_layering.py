@@ -34,7 +34,7 @@ PACKAGE = Path(foldline.__file__).parent
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "errors"}),
     frozenset({"ports", "backoff"}),
-    frozenset({"adapters", "providers", "metrics", "metrics_server", "collector"}),
+    frozenset({"adapters", "providers", "metrics", "metrics_server", "collector", "tracing"}),
     frozenset({"config"}),
     frozenset({"replay"}),
     frozenset({"loop"}),

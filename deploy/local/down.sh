@@ -15,7 +15,7 @@ case "${1:-}" in
 esac
 
 pids=()
-for s in kafka s3 redis; do
+for s in kafka s3 redis phoenix; do
   "$LOCAL_DIR/$s.sh" stop &
   pids+=($!)
 done
@@ -25,7 +25,7 @@ done
 
 if [[ -n $purge ]]; then
   log "purging server data under $STATE"
-  rm -rf "$STATE/kafka/data" "$STATE/seaweedfs" "$STATE/redis"
+  rm -rf "$STATE/kafka/data" "$STATE/seaweedfs" "$STATE/redis" "$STATE/phoenix"
 fi
 rm -f "$STATE/env.sh"
 log "down: all local servers stopped"

@@ -14,6 +14,8 @@ Public API::
     loop.header_snapshot(reason)                     # a request/header appended (initial|resume|change)
     loop.compaction(); loop.trim()
     loop.cache_read_drop(provider, model, cause, lost_tokens)  # a classified drop (foldline.core.drops)
+    loop = LoopMetrics(registry, prices=table)      # with a price table (foldline.config.prices): money too
+    loop.observe_cost(priced)                        # one priced step: spend, saved, its drop's cost
     loop.invariant_violation()
     loop.attachment_error(kind)                      # e.g. "AttachmentNotFound"
     loop.append_fenced(session_id)                   # an append refused: a newer writer holds the session
@@ -60,6 +62,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.process_collector import ProcessCollector
 
 from .core.content import Usage
+from .core.cost import PricedStep, PriceTable, price_step
 from .core.drops import DROP_CAUSES, DropTracker
 from .core.events import (
     AttachmentQuarantine,
@@ -69,6 +72,7 @@ from .core.events import (
     RequestHeader,
     ToolResult,
 )
+from .core.usage import TOKEN_CLASSES
 
 __all__ = [
     "CACHE_READ_RATIO_BUCKETS",
@@ -102,10 +106,12 @@ def new_registry(*, process: bool = True) -> CollectorRegistry:
 
 
 class LoopMetrics:
-    """What the log says about model calls: token usage, header snapshots, compactions, drops."""
+    """What the log says about model calls: token usage, header snapshots, compactions, drops — and, given a
+    price table, what they cost (:mod:`foldline.core.cost`)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, prices: PriceTable | None = None) -> None:
         self.registry = registry
+        self.prices = prices
         pm = ("provider", "model")
         self.steps = Counter(
             "steps", "Loop model calls (steps) with reported usage.", pm, namespace=NAMESPACE, registry=registry
@@ -200,6 +206,43 @@ class LoopMetrics:
             namespace=NAMESPACE,
             registry=registry,
         )
+        self.spend = Counter(
+            "spend",
+            "What loop model calls cost, in the price table's currency (the currency label), by token class.",
+            ("provider", "model", "token_class", "currency"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.saved = Counter(
+            "saved",
+            "What the prompt cache saved: the same calls with no cache read or write, minus their spend "
+            "(a call whose cache writes were never read saves a negative amount; counted as 0 here, see "
+            "foldline_cache_overspend_total).",
+            ("provider", "model", "currency"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.overspend = Counter(
+            "cache_overspend",
+            "What cache writes cost beyond an uncached call, for calls where caching cost more than it saved.",
+            ("provider", "model", "currency"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.drop_cost = Counter(
+            "drop_cost",
+            "What cache-read drops cost over reading the lost tokens from the cache, by cause.",
+            ("provider", "model", "cause", "currency"),
+            namespace=NAMESPACE,
+            registry=registry,
+        )
+        self.unpriced_steps = Counter(
+            "unpriced_steps",
+            "Loop model calls of a model the price table has no price for (their cost is unknown, not 0).",
+            pm,
+            namespace=NAMESPACE,
+            registry=registry,
+        )
         # Export zeros from the first scrape: increase() cannot see a series' first increment, so an
         # alert on a counter that appears already at 1 would miss it.
         for reason in HEADER_REASONS:
@@ -223,6 +266,26 @@ class LoopMetrics:
         prompt = usage.prompt_tokens
         if prompt:
             self.cache_read_ratio.labels(provider, model).observe(usage.cache_read / prompt)
+
+    def observe_cost(self, priced: PricedStep) -> None:
+        """One priced step: its spend by token class, what caching saved, its drop's cost by cause."""
+        verdict = priced.verdict
+        provider, model = verdict.provider, verdict.model
+        if priced.cost is None or priced.prices is None:
+            self.unpriced_steps.labels(provider, model).inc()
+            return
+        currency = priced.prices.currency
+        for token_class in TOKEN_CLASSES:
+            amount = priced.cost.by_class[token_class]
+            if amount:
+                self.spend.labels(provider, model, token_class, currency).inc(float(amount))
+        saved = priced.cost.saved
+        if saved >= 0:
+            self.saved.labels(provider, model, currency).inc(float(saved))
+        else:
+            self.overspend.labels(provider, model, currency).inc(float(-saved))
+        if verdict.drop is not None and priced.drop_cost is not None:
+            self.drop_cost.labels(provider, model, verdict.drop.cause, currency).inc(float(priced.drop_cost))
 
     def header_snapshot(self, reason: str) -> None:
         self.header_snapshots.labels(reason).inc()
@@ -310,6 +373,8 @@ class LoopMetrics:
             self.observe_step(verdict.provider, verdict.model, verdict.step.usage)
             if verdict.drop is not None:
                 self.cache_read_drop(verdict.provider, verdict.model, verdict.drop.cause, verdict.drop.lost_tokens)
+            if self.prices is not None:
+                self.observe_cost(price_step(verdict, self.prices))
 
 
 class ProjectorMetrics:

@@ -69,13 +69,16 @@ class WorkerProcesses:
 
     def dispatcher(self) -> StepDispatcher:
         """The dispatcher the loops hand their steps to (the caller closes it)."""
-        if self.stream is not None:
-            return step_client(self.config, stream=self.stream)
+        from .tracing import traced_dispatcher
+
+        if self.stream is not None:  # dispatcher processes: their spans join the hand-over's trace there
+            return traced_dispatcher(step_client(self.config, stream=self.stream), loop=True, serve=False)
         if self.stores.folds is None:
             raise ConfigError("the demo's workers need a fold store (backend distributed)")
-        return open_dispatcher(
+        dispatcher = open_dispatcher(
             self.config, self.stores.folds, self.stores.attachments, providers_by_name=emulated_providers()
         )
+        return traced_dispatcher(dispatcher, loop=True, serve=True)
 
     def check_children(self) -> None:
         """Raise if a child process has exited (with its output)."""

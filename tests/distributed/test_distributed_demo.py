@@ -8,6 +8,7 @@ processes started by the demo. Each run uses its own topic, fold key prefix, S3 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import boto3
@@ -75,6 +76,15 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
         s3.close()
         folds.close()
         log.close()
+
+    res = runner.invoke(app, ["cost", "--json", *args])  # from the Kafka log, as verify reads it
+    assert res.exit_code == 0, res.output
+    cost = json.loads(res.stdout, parse_float=Decimal)
+    assert [g["session"] for g in cost["groups"]] == ["demo-000", "demo-001", "demo-002", "demo-003"]
+    for figure in ("spend", "noCache", "saved", "dropCost"):
+        assert cost["fleet"][figure] > 0
+        assert sum(g[figure] for g in cost["groups"]) == cost["fleet"][figure]
+    assert cost["fleet"]["steps"] == checked
 
     res = runner.invoke(app, ["verify", "--json", *args])
     assert res.exit_code == 0, res.output

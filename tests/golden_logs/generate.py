@@ -61,7 +61,7 @@ from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy
 from foldline.ports.attachments import AttachmentStore, describe
 from foldline.providers.base import Body, Provider, ProviderResponse
-from foldline.providers.emulated import emulated_provider
+from foldline.providers.emulated import WireFormat, emulated_provider
 from foldline.providers.emulator import Conversation, Emulator, Fault, FaultPlan, Reply, ScriptedCall, TextPart
 from foldline.providers.retry import RetryingSender
 from foldline.providers.settings import TransportSettings
@@ -185,6 +185,10 @@ P_T_AFTER = "Then just list the topics."
 P_T_OVERFLOW = "Read the entire archive at once."
 P_T_CUT = "Tell the whole history of the cluster."
 P_T_WINDOW = "Now repeat everything you know."
+P_U_ORDER = "Which partition holds a session's events?"
+P_U_LATER = "Ten minutes on: and the retention?"
+P_U_CHAT = "Reason it through: are seven days of retention enough?"
+P_U_RESPONSES = "Think again, briefly: what would you change?"
 
 PLANS: dict[str, tuple[Reply, ...]] = {
     P_ORDER: (
@@ -220,6 +224,13 @@ PLANS: dict[str, tuple[Reply, ...]] = {
     P_T_AFTER: (Reply("The topics are events and archive."),),
     P_T_CUT: (Reply("The cluster started with one broker and grew to three; " * 8),),
     P_T_WINDOW: (Reply("Everything I know is", stop="model_context_window_exceeded"),),
+    P_U_ORDER: (Reply("Looking it up.", (call("lookup", topic="kafka"),)), Reply("The session key picks it.")),
+    P_U_LATER: (Reply("Seven days, archived to S3 first."),),
+    P_U_CHAT: (
+        Reply(None, (call("lookup", topic="retention"),), reasoning="Retention versus archive lag: check the note."),
+        Reply("Yes, while the archiver keeps up.", reasoning="The archive outlives the topic, so seven days is ample."),
+    ),
+    P_U_RESPONSES: (Reply("Alert on the archive backlog.", reasoning="The risk is the archiver falling behind."),),
 }
 
 
@@ -535,12 +546,45 @@ async def golden_transport(world: World) -> None:
     await provider.aclose()
 
 
+async def golden_usage(world: World) -> None:
+    """The usage fields added to format 0, as the providers report them: Anthropic's cache writes split by TTL
+    (``cacheWrite1h``, a 1-hour ``cacheTtl``, streamed; a read ten minutes later), then new loop instances on the
+    same session through OpenAI Chat Completions (unstreamed) and the Responses API (streamed), whose answers count
+    their reasoning tokens (``reasoningTokens``)."""
+    sid = "golden-usage"
+    tools = Toolset()
+
+    @tools.tool
+    def lookup(topic: str) -> str:
+        """Look a topic up in the team's notes."""
+        return FACTS.get(topic.lower(), f"No notes about {topic!r}; known topics: {', '.join(sorted(FACTS))}.")
+
+    def agent(wire: WireFormat, config: CallConfig) -> Agent:
+        provider = emulated_provider(wire, emulator=world.emulator)
+        options = AgentOptions(config=config, system=f"{SYSTEM}\n\nThe consumer report:\n{REPORT}", tools=tools)
+        return Agent(sid, world.log, provider, options, attachments=world.store, clock=world.clock)
+
+    first = agent("anthropic", CallConfig("anthropic", "claude-emulated", max_tokens=512, cache_ttl="1h", stream=True))
+    assert (await first.run_turn(P_U_ORDER)).reason == "completed"
+    world.clock.pause(600)  # past a 5-minute TTL, inside the hour the prefix was written for
+    assert (await first.run_turn(P_U_LATER)).reason == "completed"
+    await first.provider.aclose()
+    chat = agent("openai", CallConfig("openai", "gpt-reasoning-emulated", max_tokens=2048, reasoning_effort="high"))
+    assert (await chat.run_turn(P_U_CHAT)).reason == "completed"
+    await chat.provider.aclose()
+    config = CallConfig("openai", "gpt-reasoning-emulated", max_tokens=2048, reasoning_effort="medium", stream=True)
+    responses = agent("openai-responses", config)
+    assert (await responses.run_turn(P_U_RESPONSES)).reason == "completed"
+    await responses.provider.aclose()
+
+
 async def run_sessions(world: World) -> None:
     await golden_anthropic(world)
     await golden_fork(world)
     await golden_openai(world)
     await golden_quarantine(world)
     await golden_transport(world)
+    await golden_usage(world)
 
 
 # ---------------------------------------------------------------------------- writing the fixtures
@@ -583,7 +627,10 @@ def _write_avro(sessions: Mapping[str, Sequence[Envelope]]) -> Path:
 
 
 #: Sessions that ``--add`` can write on their own (they share nothing with the others).
-ADDABLE: Mapping[str, Callable[[World], Coroutine[Any, Any, None]]] = {"golden-transport": golden_transport}
+ADDABLE: Mapping[str, Callable[[World], Coroutine[Any, Any, None]]] = {
+    "golden-transport": golden_transport,
+    "golden-usage": golden_usage,
+}
 
 
 def _world() -> World:

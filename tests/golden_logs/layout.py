@@ -34,7 +34,14 @@ __all__ = [
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "golden-logs" / "v0"
 ATTACHMENTS_DIR = GOLDEN_DIR / "attachments"
 #: Every golden session, in the order the generator writes them (a fork after its parent).
-SESSIONS = ("golden-anthropic", "golden-fork", "golden-openai", "golden-quarantine", "golden-transport")
+SESSIONS = (
+    "golden-anthropic",
+    "golden-fork",
+    "golden-openai",
+    "golden-quarantine",
+    "golden-transport",
+    "golden-usage",
+)
 
 _LENGTH = struct.Struct(">I")
 

@@ -54,7 +54,9 @@ def test_together_with_the_v0_logs_every_block_kind_and_serializer_has_a_golden_
         ("anthropic-messages", 2),
         ("anthropic-messages", 3),
         ("openai-chat", 1),
+        ("openai-chat", 2),
         ("openai-responses", 1),
+        ("openai-responses", 2),
         ("reasoning-chat", 1),
     }
 

@@ -162,6 +162,8 @@ def test_sessions_outlive_the_topics_retention(
         verified = _invoke(runner, "verify", *ids, "--json")
         replayed = _replayed(runner, ids)
         assert [status for _, status, _ in replayed] == ["identical"] * len(ids)
+        costs = _invoke(runner, "cost", *ids, "--json")
+        assert [g["session"] for g in json.loads(costs)["groups"]] == ids
         exports = {}
         for sid in ids:
             _invoke(runner, "export", sid, "-o", str(tmp_path / f"{sid}.before.jsonl"))
@@ -181,6 +183,8 @@ def test_sessions_outlive_the_topics_retention(
         copy = ["--backend", "embedded", "--data-dir", str(tmp_path / "copy")]
         shutil.copytree(tmp_path / "data" / "attachments", tmp_path / "copy" / "attachments")
         _invoke(runner, "import", str(tmp_path / f"{ids[1]}.before.jsonl"), *copy)
+        copy_cost = json.loads(_invoke(runner, "cost", ids[1], "--json", *copy))
+        assert copy_cost["groups"] == [g for g in json.loads(costs)["groups"] if g["session"] == ids[1]]
         resumed_copy = json.loads(_invoke(runner, "resume", ids[1], "--steps", "2", "--json", *copy))
 
         # the broker deletes every event of these sessions: each partition's log start passes them
@@ -208,6 +212,7 @@ def test_sessions_outlive_the_topics_retention(
         # after it: the same results, read from the archive (and the tail Kafka still has)
         assert _invoke(runner, "verify", *ids, "--json") == verified
         assert _replayed(runner, ids) == replayed
+        assert _invoke(runner, "cost", *ids, "--json") == costs
         for sid in ids:
             _invoke(runner, "export", sid, "-o", str(tmp_path / f"{sid}.after.jsonl"))
             assert (tmp_path / f"{sid}.after.jsonl").read_bytes() == exports[sid]

@@ -1,12 +1,17 @@
 """foldline's answer parsers take the live APIs' full answers: every usage field the providers send today, the
-fields they add around it, and the streams that carry it — and normalize the usage the same way as before."""
+fields they add around it, and the streams that carry it — and log every count they report: cache reads and writes
+(out of the input count where the API counts them in it), the 1-hour part of Anthropic's cache writes and the
+reasoning part of the output."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
 from foldline.core import TextBlock, ToolCallBlock, Usage
+from foldline.errors import ProviderError
 from foldline.providers.anthropic import parse_response as parse_anthropic
 from foldline.providers.openai import parse_response as parse_chat
 from foldline.providers.openai_responses import parse_response as parse_responses
@@ -47,8 +52,21 @@ MESSAGE: dict[str, Any] = {
 def test_a_live_shaped_anthropic_answer_parses_to_the_same_blocks_and_usage() -> None:
     parsed = parse_anthropic(MESSAGE)
     assert parsed.content == (TextBlock("Checking."), ToolCallBlock("toolu_01", "get_weather", '{"city":"Paris"}'))
-    assert parsed.usage == Usage(input=656, output=74, cache_read=2048, cache_write=1500)
+    assert parsed.usage == Usage(input=656, output=74, cache_read=2048, cache_write=1500, cache_write_1h=1000)
     assert parsed.stop_reason == "tool_use"
+
+
+def test_an_anthropic_answer_without_the_ttl_breakdown_logs_no_1h_part() -> None:
+    usage = {k: v for k, v in MESSAGE["usage"].items() if k != "cache_creation"}
+    parsed = parse_anthropic({**MESSAGE, "usage": usage})
+    assert parsed.usage == Usage(input=656, output=74, cache_read=2048, cache_write=1500)
+    assert parsed.usage.cache_write_1h is None
+
+
+def test_a_1h_part_larger_than_the_cache_write_is_a_malformed_answer() -> None:
+    creation = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1501}
+    with pytest.raises(ProviderError, match="ephemeral_1h_input_tokens 1501 exceeds cache_creation_input_tokens 1500"):
+        parse_anthropic({**MESSAGE, "usage": {**MESSAGE["usage"], "cache_creation": creation}})
 
 
 def test_a_live_shaped_anthropic_stream_with_full_message_delta_usage_assembles() -> None:
@@ -134,7 +152,12 @@ def test_a_full_chat_completions_usage_counts_cached_and_written_tokens_out_of_t
     }
     parsed = parse_chat(completion)
     assert parsed.content == (TextBlock("Done."),)
-    assert parsed.usage == Usage(input=56, output=900, cache_read=2048, cache_write=896)
+    assert parsed.usage == Usage(input=56, output=900, cache_read=2048, cache_write=896, reasoning_tokens=800)
+    too_many = {**completion["usage"], "completion_tokens_details": {"reasoning_tokens": 901}}
+    with pytest.raises(ProviderError, match="reasoning_tokens 901 exceeds completion_tokens 900"):
+        parse_chat({**completion, "usage": too_many})
+    no_details = {k: v for k, v in completion["usage"].items() if k != "completion_tokens_details"}
+    assert parse_chat({**completion, "usage": no_details}).usage.reasoning_tokens is None
 
 
 def test_deepseek_usage_reads_its_hit_count() -> None:
@@ -162,7 +185,8 @@ def test_deepseek_usage_reads_its_hit_count() -> None:
         },
         "system_fingerprint": "fp_1",
     }
-    assert parse_chat(completion, "deepseek").usage == Usage(input=120, output=30, cache_read=1280, cache_write=0)
+    usage = Usage(input=120, output=30, cache_read=1280, cache_write=0, reasoning_tokens=12)
+    assert parse_chat(completion, "deepseek").usage == usage
 
 
 def test_a_full_responses_usage_counts_cached_and_written_tokens_out_of_the_input() -> None:
@@ -214,5 +238,7 @@ def test_a_full_responses_usage_counts_cached_and_written_tokens_out_of_the_inpu
     }
     parsed = parse_responses(response)
     assert parsed.content == (TextBlock("Sunny."),)
-    assert parsed.usage == Usage(input=56, output=50, cache_read=2048, cache_write=896)
+    assert parsed.usage == Usage(input=56, output=50, cache_read=2048, cache_write=896, reasoning_tokens=0)
     assert parsed.stop_reason == "end_turn"
+    thinking = {**response["usage"], "output_tokens_details": {"reasoning_tokens": 40}}
+    assert parse_responses({**response, "usage": thinking}).usage.reasoning_tokens == 40

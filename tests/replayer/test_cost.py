@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import msgspec
 
 from foldline.core import CallConfig
@@ -52,5 +54,10 @@ def test_the_summary_over_sessions_and_the_money_seam() -> None:
     assert summary.per_session == summary.cache_write_tokens / 4
     assert summary.per_1000_sessions == summary.per_session * 1000
     assert summary.money is None
-    assert cache_write_money("anthropic", "m", 1000) is None  # no price table yet
+    assert cache_write_money("anthropic", "m", 1000) is None  # a model without a price
+    # the configured table's prices: writing again over reading, 5-minute writes unless the request asked for 1h
+    at = 1_767_225_600_000  # 2026-01-01
+    assert cache_write_money("anthropic", "claude-sonnet-4-5", 1000, at_ms=at) == Decimal("0.00345")  # 3.75 - 0.30
+    assert cache_write_money("anthropic", "claude-sonnet-4-5", 1000, cache_ttl="1h", at_ms=at) == Decimal("0.0057")
+    assert cache_write_money("openai", "gpt-5", 1000, at_ms=at) == Decimal("0.001125")  # written at 1.25, read 0.125
     assert summarize_costs(2, []).to_json()["cacheWriteTokens"] == 0

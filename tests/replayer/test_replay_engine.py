@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from decimal import Decimal
 
 import msgspec
 import pytest
@@ -382,7 +383,8 @@ def test_replay_sessions_reports_every_session_and_the_cost_over_them() -> None:
     total = sum(c.cache_write_tokens for c in costs if c is not None)
     assert report.cost.cache_write_tokens == total
     assert report.cost.per_1000_sessions == pytest.approx(total / 3 * 1000)
-    assert report.cost.money is None  # no price table yet
+    # the emulator's model is priced as Claude Sonnet 4.5: each token written again costs 3.75 - 0.30 per million
+    assert report.cost.money == total * (Decimal("3.75") - Decimal("0.30")) / 1_000_000
     assert replay_sessions(recordings).status == "identical"
 
 

@@ -19,13 +19,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..config.prices import load_price_table
 from ..core import codec
+from ..core.cost import PricedStep, drop_key, price_step
 from ..core.diff import snapshot_diffs
-from ..core.drops import DROP_CAUSES, Drop, session_drops
+from ..core.drops import DROP_CAUSES, Drop, classify_session
 from ..core.events import Envelope
 from ..core.fork import lineage
 from ..core.sealing import erased_view
 from ..errors import SessionNotFound
+from .cost_commands import amount_json, money
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, read_session, session_ids, stores_for
 from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
 
@@ -290,25 +293,34 @@ def drops(
     (docs/METRICS.md defines a drop and each cause).
     """
     session_ids(*(sessions or ()))
-    found: list[Drop] = []
-    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
+    config = config_for(data_dir, backend)
+    table_of_prices = load_price_table(config.prices)
+    found: list[tuple[Drop, PricedStep]] = []
+    with stores_for(config, read_only=True) as stores:
         ids = sessions or stores.log.sessions()
         for sid in ids:
             events = stores.log.read(sid)
             if not events:
                 raise SessionNotFound(sid)
-            found.extend(session_drops(sid, [erased_view(e) for e in events]))
-    counts = {cause: sum(1 for d in found if d.cause == cause) for cause in DROP_CAUSES}
-    listed = [d for d in found if not d.explained] if unexplained else found
+            for verdict in classify_session(sid, [erased_view(e) for e in events]):
+                if verdict.drop is not None:
+                    found.append((verdict.drop, price_step(verdict, table_of_prices)))
+    counts = {cause: sum(1 for d, _ in found if d.cause == cause) for cause in DROP_CAUSES}
+    listed = [(d, p) for d, p in found if not d.explained] if unexplained else found
+    currency = table_of_prices.currency
     if json:
-        write_json({"sessions": len(ids), "counts": counts, "drops": [d.to_json() for d in listed]})
+        drops_json = [
+            {**d.to_json(), "cost": amount_json(p.drop_cost), "cost_cause": drop_key(d), "currency": currency}
+            for d, p in listed
+        ]
+        write_json({"sessions": len(ids), "counts": counts, "drops": drops_json})
     else:
         table = Table(title=f"cache-read drops in {len(ids)} session(s)")
         table.add_column("session")
-        for col in ("seq", "turn.step", "read", "baseline", "gap s"):
+        for col in ("seq", "turn.step", "read", "baseline", "gap s", "cost"):
             table.add_column(col, justify="right")
         table.add_column("cause")
-        for d in listed:
+        for d, priced in listed:
             s = d.step
             table.add_row(
                 literal(d.session_id),
@@ -317,10 +329,14 @@ def drops(
                 str(s.usage.cache_read),
                 str(d.baseline_tokens),
                 "" if d.gap_seconds is None else f"{d.gap_seconds:.1f}",
-                literal(", ".join(d.causes), "green" if d.explained else "red"),
+                money(priced.drop_cost, currency),
+                literal(
+                    ", ".join(d.causes) + (f" ({', '.join(d.header_fields)})" if d.header_fields else ""),
+                    "green" if d.explained else "red",
+                ),
             )
         console.print(table)
-        for d in listed:
+        for d, _ in listed:
             if not d.explained:
                 prev = d.previous.message_id if d.previous else None
                 console.print(

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -33,20 +34,24 @@ def register(app: typer.Typer) -> None:
 
 
 @contextmanager
-def metrics_endpoint(metrics: MetricsConfig, linger: float = 0.0) -> Iterator[LoopMetrics | None]:
+def metrics_endpoint(
+    metrics: MetricsConfig, linger: float = 0.0, prices: Path | None = None
+) -> Iterator[LoopMetrics | None]:
     """Yield loop metrics served on ``metrics.host:metrics.port`` for the duration (``None`` without a port).
 
     The endpoint's address goes to stderr. After the body, it keeps serving ``linger`` seconds so a
-    scraper can read the final counters, then stops.
+    scraper can read the final counters, then stops. Costs are priced with the shipped price table and
+    ``prices`` (``FOLDLINE_PRICES``) over it.
     """
     if metrics.port is None:
         yield None
         return
+    from ..config.prices import load_price_table
     from ..metrics import LoopMetrics, new_registry
     from ..metrics_server import serve
 
     registry = new_registry()
-    loop_metrics = LoopMetrics(registry)
+    loop_metrics = LoopMetrics(registry, prices=load_price_table(prices))
     server = serve(metrics.port, registry, host=metrics.host)
     err_console.print(literal(f"metrics: {server.url}/metrics"))
     try:
@@ -102,7 +107,7 @@ def demo(
 
     config = config_for(data_dir, backend, metrics__port=metrics_port, metrics__host=metrics_host)
     emulator_only(config, "foldline demo")
-    with metrics_endpoint(config.metrics, metrics_linger) as metrics:
+    with metrics_endpoint(config.metrics, metrics_linger, config.prices) as metrics:
         result = run_demo_cli(
             config,
             sessions=sessions,

@@ -45,11 +45,12 @@ def fleet(
     from ..config import open_stores
     from ..dispatcher.factory import step_client
     from ..fleet import run_fleet
+    from ..tracing import traced_dispatcher
 
     config = config_for(data_dir, "distributed")
     stores = open_stores(config, writer=True)
     try:
-        dispatcher = step_client(config, stream=stream)
+        dispatcher = traced_dispatcher(step_client(config, stream=stream), loop=True, serve=False)
 
         async def main(progress: Progress | None) -> FleetResult:
             task: list[TaskID] = []

@@ -19,6 +19,7 @@ from . import (
     audit_commands,
     config_commands,
     console_commands,
+    cost_commands,
     demo_commands,
     erase_commands,
     fleet_commands,
@@ -26,7 +27,7 @@ from . import (
     session_commands,
     worker_commands,
 )
-from .output import EXIT_ERROR, err_console, line, one_line, quiet_broken_pipe
+from .output import EXIT_ERROR, err_console, fail, line, one_line, quiet_broken_pipe
 
 
 class _OneLineErrors(TyperGroup):
@@ -68,12 +69,37 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _tracing(ctx: typer.Context) -> None:
+    """Agent loops whose every model request is rebuilt, byte for byte, from the session log."""
+    from .. import tracing
+
+    if not tracing.enabled():  # off unless OTEL_TRACES_EXPORTER names an exporter: nothing to set up
+        return
+    from ..config import Config
+    from ..config.prices import load_price_table
+    from ..errors import FoldlineError
+
+    try:
+        prices = load_price_table(Config.from_env().prices)
+    except FoldlineError:
+        prices = None  # the command reports a configuration it cannot use
+    try:
+        tracing.configure(f"foldline-{ctx.invoked_subcommand or 'cli'}", prices=prices)
+    except FoldlineError as exc:
+        fail(str(exc), type(exc).__name__)
+    ctx.call_on_close(tracing.shutdown)  # what is buffered is exported before the process exits
+
+
 demo_commands.register(app)
 session_commands.register(app)
 audit_commands.register(app)
 erase_commands.register(app)
 replay_commands.register(app)
 console_commands.register(app)
+cost_commands.register(app)
 worker_commands.register(app)
 fleet_commands.register(app)
 archive_commands.register(app)

@@ -231,7 +231,7 @@ def _print(report: ReplayReport) -> None:
                 )
             )
     cost = report.cost
-    money = "no price table yet" if cost.money is None else f"{cost.money}"
+    money = "unknown (a model without a price; FOLDLINE_PRICES adds one)" if cost.money is None else f"{cost.money}"
     console.print(
         literal(
             f"cost of the change: {cost.cache_write_tokens} cache-write tokens over {cost.sessions} sessions "

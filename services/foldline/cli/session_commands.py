@@ -27,6 +27,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..config.prices import load_price_table
 from ..core.codec import json_default
 from ..core.content import (
     EncryptedReasoningBlock,
@@ -37,13 +38,16 @@ from ..core.content import (
     ToolCallBlock,
     ToolResultBlock,
 )
+from ..core.cost import PriceTable, drop_key, price_step
 from ..core.diff import snapshot_diffs
+from ..core.drops import DropTracker
 from ..core.events import (
     MAX_TIME_MS,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionSummary,
+    Envelope,
     LlmRetry,
     RequestDispatch,
     RequestHeader,
@@ -57,6 +61,7 @@ from ..core.sealing import erased_view
 from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
 from ..errors import ConfigError, InputError, SessionNotFound
+from .cost_commands import step_note
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, session_ids, stores_for
 from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
 
@@ -151,8 +156,8 @@ def _blocks(content: tuple[object, ...]) -> str:
     return " ".join(parts)
 
 
-def _summary(data: object) -> str:
-    """One event in a line of plain text (escaped when printed)."""
+def _summary(data: object, note: str = "") -> str:
+    """One event in a line of plain text (escaped when printed); ``note``: its step's cost, for an answer."""
     match data:
         case UserMessage():
             op = "" if data.surface_op == "append" else f" replace {data.surface_op.start}..{data.surface_op.end}"
@@ -163,7 +168,8 @@ def _summary(data: object) -> str:
             stop = f" ({data.stop_reason})" if data.stop_reason in ("interrupted", "refusal", "pause_turn") else ""
             named = (("request", data.provider_request_id), ("message", data.provider_message_id))
             ids = [f"{k}={v}" for k, v in named if v]
-            return _blocks(data.content) + usage + stop + (f" {{{' '.join(ids)}}}" if ids else "")
+            cost = f" [{note}]" if note else ""
+            return _blocks(data.content) + usage + cost + stop + (f" {{{' '.join(ids)}}}" if ids else "")
         case LlmRetry():
             status = f"HTTP {data.status} " if data.status is not None else ""
             then = f"retry in {data.wait_ms} ms" if data.wait_ms is not None else "gave up"
@@ -193,6 +199,25 @@ def _summary(data: object) -> str:
         case AttachmentQuarantine():
             return f"{data.attachment_id[:23]}… {data.failure}"
     return ""
+
+
+class _StepNotes:
+    """Each answer's step cost (spend, saved, its drop's cost), as the transcript streams by."""
+
+    def __init__(self, session: str, table: PriceTable) -> None:
+        self.tracker = DropTracker(session)
+        self.table = table
+
+    def feed(self, page: list[Envelope]) -> dict[int, str]:
+        """Notes by the seq of the answer that completes each step in ``page``."""
+        out: dict[int, str] = {}
+        for verdict in self.tracker.feed(page):
+            priced = price_step(verdict, self.table)
+            note = step_note(priced, self.table.currency)
+            if verdict.drop is not None:
+                note += f" ({drop_key(verdict.drop)})"
+            out[verdict.step.response_seq] = note
+        return out
 
 
 @contextlib.contextmanager
@@ -231,12 +256,14 @@ def show(
     the log holds them (an erased event's content sealed).
     """
     session_ids(session)
-    with stores_for(config_for(data_dir, backend), read_only=True) as stores:
+    config = config_for(data_dir, backend)
+    with stores_for(config, read_only=True) as stores:
         log = stores.log
         head = log.head(session)
         if head == 0:
             raise SessionNotFound(session)
         out = sys.stdout
+        notes = _StepNotes(session, load_price_table(config.prices)) if not json else None
         if not json:
             console.print(line(("session ", "bold"), (session, "bold"), f" — {head:,} events"))
         width = len(str(head - 1))
@@ -246,18 +273,24 @@ def show(
                 if json:
                     out.write(json_safe("".join(encode_event(e).decode() + "\n" for e in page)))
                 elif console.is_terminal:
+                    assert notes is not None
+                    costs = notes.feed(page)
                     text = Text()
                     for e in page:
                         style = "bold magenta" if isinstance(e.data, RequestHeader) else ""
-                        text.append_text(
-                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(erased_view(e).data)}", style)
-                        )
+                        summary = _summary(erased_view(e).data, costs.get(e.seq, ""))
+                        text.append_text(literal(f"{e.seq:>{width}}  {e.type:<22} {summary}", style))
                         text.append("\n")
                     console.print(text, end="")
                 else:
+                    assert notes is not None
+                    costs = notes.feed(page)
                     out.write(
                         "".join(
-                            literal(f"{e.seq:>{width}}  {e.type:<22} {_summary(erased_view(e).data)}").plain + "\n"
+                            literal(
+                                f"{e.seq:>{width}}  {e.type:<22} {_summary(erased_view(e).data, costs.get(e.seq, ''))}"
+                            ).plain
+                            + "\n"
                             for e in page
                         )
                     )
@@ -600,6 +633,7 @@ def resume(
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
     from ..replay.verify import verify_events
+    from ..tracing import traced_log
     from .demo_commands import emulator_only
 
     session_ids(session)
@@ -610,7 +644,8 @@ def resume(
         if stores.log.head(session) == 0:
             raise SessionNotFound(session)
         # the instance's lease and the session as its take-over found it: the one read of the whole session
-        opened = stores.log.acquire_and_read(session)
+        log = traced_log(stores.log)  # with tracing on, the tracer starts from the session as read here
+        opened = log.acquire_and_read(session)
         events = opened[1]
         folded = fold_request_header(events)
         if folded is None:
@@ -629,7 +664,7 @@ def resume(
         options = AgentOptions(
             config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
         )
-        agent = Agent(session, stores.log, provider, options, attachments=stores.attachments, opened=opened)
+        agent = Agent(session, log, provider, options, attachments=stores.attachments, opened=opened)
         gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)

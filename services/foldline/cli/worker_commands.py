@@ -292,6 +292,7 @@ def dispatcher(
     from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
     from ..metrics import DispatcherMetrics, new_registry
     from ..metrics_server import serve
+    from ..tracing import traced_dispatcher
 
     # a dispatcher serves the distributed backend unless told otherwise
     if backend is None and not os.environ.get("FOLDLINE_BACKEND"):
@@ -321,7 +322,7 @@ def dispatcher(
         worker = open_dispatcher(config, stores.folds, stores.attachments, metrics=metrics)
         try:
             answered = await serve_steps(
-                worker,
+                traced_dispatcher(worker, loop=False, serve=True),
                 config.redis,
                 stream=d.stream,
                 group=d.group,

@@ -388,6 +388,9 @@ SETTINGS: tuple[Setting, ...] = (
         _bool,
         "send a streamed answer cut after its first byte again (a logged attempt)",
     ),
+    Setting(
+        "FOLDLINE_PRICES", "prices", Path, "a CSV price table whose rows override or extend the shipped one (Cost)"
+    ),
     Setting("FOLDLINE_METRICS_PORT", "metrics.port", _port, "serve /metrics, /healthz, /readyz (0: any port)"),
     Setting("FOLDLINE_METRICS_HOST", "metrics.host", _text, "address the metrics endpoint binds to"),
     Setting("FOLDLINE_CONSOLE_PORT", "console.port", _port, "port of foldline console (0: any port)"),

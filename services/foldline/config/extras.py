@@ -3,7 +3,7 @@
 The base install runs the embedded default (SQLite log, filesystem attachments, in-process folds, the
 emulator); each server backend is an extra (pyproject.toml): ``kafka``, ``redis``, ``s3``, ``archive``,
 ``faust``, ``mcp`` (MCP servers as tool sources), and ``distributed`` for all the servers' clients at once;
-``console`` brings the operator console's web server. :func:`require` fails with
+``console`` brings the operator console's web server, ``otel`` OpenTelemetry tracing. :func:`require` fails with
 :class:`~foldline.errors.MissingExtra` naming the extra before an adapter that needs it is built;
 :func:`missing_extra` turns an import that failed on such a module into the same error (the CLI's last line
 of defence, so every command says which extra to install in one line).
@@ -26,11 +26,13 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "faust": ("faust", "mode", "aiokafka"),
     "mcp": ("mcp", "jsonschema"),
     "console": ("starlette", "uvicorn", "jinja2"),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.otlp.proto.grpc"),
 }
 _EXTRA_OF = {"confluent_kafka": "kafka", "fastavro": "archive", "redis": "redis", "hiredis": "redis"}
 _EXTRA_OF |= {"boto3": "s3", "botocore": "s3", "s3transfer": "s3", "faust": "faust", "mode": "faust"}
 _EXTRA_OF |= {"aiokafka": "faust", "mcp": "mcp", "mcp_types": "mcp", "jsonschema": "mcp"}
 _EXTRA_OF |= {"starlette": "console", "uvicorn": "console", "jinja2": "console", "markupsafe": "console"}
+_EXTRA_OF |= {"opentelemetry": "otel", "grpc": "otel"}
 
 
 def require(*extras: str, what: str = "this") -> None:

@@ -334,8 +334,18 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
     ``read_only=True`` (the audits and listings) opens the embedded log and the filesystem attachment store
     for reading: nothing is created or written, and a read-only data directory or copy serves.
     ``writer``: the process runs loops (it writes sessions): a Kafka log then follows the committed stream,
-    so the loops' invariant companions read back what they appended without a fetch per read.
+    so the loops' invariant companions read back what they appended without a fetch per read, and with tracing on
+    (:mod:`foldline.tracing`) the loops' appends become spans.
     """
+    stores = _open_stores(config, read_only=read_only, writer=writer)
+    if writer:
+        from ..tracing import traced_log
+
+        stores = Stores(traced_log(stores.log), stores.attachments, stores.folds)
+    return stores
+
+
+def _open_stores(config: Config, *, read_only: bool, writer: bool) -> Stores:
     from ..adapters.fs_attachments import FilesystemAttachmentStore
 
     if config.backend == "embedded":

@@ -381,6 +381,7 @@ class Config:
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     encryption: EncryptionConfig = field(default_factory=EncryptionConfig)
+    prices: Path | None = None  # a user price table over the shipped one (foldline.config.prices)
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -129,16 +129,27 @@ ContentBlock: TypeAlias = (
 
 
 class Usage(Record, frozen=True):
-    """Token usage of one provider call, normalized: ``input`` counts uncached input tokens only.
+    """Token usage of one provider call, as logged: ``input`` counts uncached input tokens only.
 
     ``reasoning_tokens``: how many of the ``output`` tokens the model spent reasoning, when the provider says
-    (OpenAI ``completion_tokens_details.reasoning_tokens``, DeepSeek, Gemini ``thoughtsTokenCount``)."""
+    (OpenAI ``completion_tokens_details.reasoning_tokens`` and ``output_tokens_details.reasoning_tokens``,
+    DeepSeek, Gemini ``thoughtsTokenCount``). ``cache_write_1h``: how many of the ``cache_write`` tokens were
+    written with the 1-hour TTL, when the provider says (Anthropic ``cache_creation.ephemeral_1h_input_tokens``);
+    the rest of ``cache_write`` was written with the provider's short TTL. What every cost figure reads is
+    derived from this once (:mod:`foldline.core.usage`)."""
 
     input: Nat = 0
     output: Nat = 0
     cache_read: Nat = 0
     cache_write: Nat = 0
     reasoning_tokens: Nat | None = None
+    cache_write_1h: Nat | None = msgspec.field(default=None, name="cacheWrite1h")
+
+    def __post_init__(self) -> None:
+        if self.cache_write_1h is not None and self.cache_write_1h > self.cache_write:
+            raise ValueError(
+                f"cacheWrite1h {self.cache_write_1h} exceeds cacheWrite {self.cache_write} (it is a part of it)"
+            )
 
     @property
     def prompt_tokens(self) -> int:

@@ -33,6 +33,9 @@ step's dispatch (inclusive), in this order of precedence — ``cause`` is the fi
                    seconds after their last use);
 ``unexplained``    none of the above: the log does not account for the drop.
 
+A drop whose causes include ``header-change`` names the header fields that changed (``header_fields``:
+``config.<key>`` for each call-config key, ``system``, ``tools``), compared with the snapshot in force before.
+
 Each step carries the provider's names for its answer (the ``assistant/message``'s ``provider_request_id`` and
 ``provider_message_id``), so a drop — an unexplained one above all — can be taken to the provider: the request
 id for a support ticket, this and the previous step's message ids for its cache diagnostics.
@@ -47,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import assert_never
 
 from .content import REASONING_KINDS, Usage
+from .diff import diff_headers
 from .events import (
     AssistantChunk,
     AssistantMessage,
@@ -70,7 +74,7 @@ from .events import (
     UnknownEvent,
     UserMessage,
 )
-from .header import CACHE_TTLS
+from .header import CACHE_TTLS, EpochHeader
 
 __all__ = [
     "DEFAULT_CACHE_TTL_SECONDS",
@@ -128,6 +132,7 @@ class Drop:
     cause: str
     causes: tuple[str, ...]
     gap_seconds: float | None  # between the two dispatches; None for a first request
+    header_fields: tuple[str, ...] = ()  # the header fields a header-change changed (sorted)
 
     @property
     def explained(self) -> bool:
@@ -156,6 +161,7 @@ class Drop:
             "model": s.model,
             "cause": self.cause,
             "causes": list(self.causes),
+            "header_fields": list(self.header_fields),
             "explained": self.explained,
             "cache_read_tokens": s.usage.cache_read,
             "baseline_tokens": self.baseline_tokens,
@@ -197,6 +203,7 @@ class _Pending:
     model: str
     causes: set[str] = field(default_factory=set)
     ttl: float | None = None
+    header_fields: set[str] = field(default_factory=set)
 
 
 def _baseline(previous: Step | None) -> int:
@@ -219,6 +226,8 @@ class DropTracker:
         self._ttl: float | None = None
         self._reasoned = False  # the last appended assistant message carries reasoning blocks
         self._causes: set[str] = set()  # seen since the last dispatch
+        self._header: EpochHeader | None = None  # the snapshot in force
+        self._fields: set[str] = set()  # header fields changed since the last dispatch
         self._pending: _Pending | None = None
 
     def ttl_for(self, provider: str) -> float:
@@ -246,8 +255,10 @@ class DropTracker:
                 self._ttl = CACHE_TTLS[config.cache_ttl] if config.cache_ttl is not None else None
                 if data.reason == "change":
                     self._causes.add("header-change")
+                    self._fields |= _changed_fields(self._header, data.header)
                 elif data.reason == "resume":
                     self._causes.add("resume")
+                self._header = data.header
             case SessionEndSeed():
                 self._causes.add("resume")
             case CompactionStart() | CompactionSummary() | CompactionEnd():
@@ -262,7 +273,7 @@ class DropTracker:
                 if isinstance(op, ReplaceOp):
                     self._causes.add("trim" if op.start == op.end else "compaction")
             case RequestDispatch():
-                carried = self._pending.causes if self._pending is not None else set()  # an unanswered dispatch
+                carried = self._pending  # an unanswered dispatch: what happened before it still counts
                 self._pending = _Pending(
                     env.seq,
                     data.turn,
@@ -270,10 +281,11 @@ class DropTracker:
                     env.time,
                     self._provider,
                     self._model,
-                    carried | self._causes,
+                    (carried.causes if carried is not None else set()) | self._causes,
                     self._ttl,
+                    (carried.header_fields if carried is not None else set()) | self._fields,
                 )
-                self._causes = set()
+                self._causes, self._fields = set(), set()
             case AssistantMessage():
                 if data.surface_op == "append":
                     self._reasoned = any(b.kind in REASONING_KINDS for b in data.content)
@@ -294,7 +306,7 @@ class DropTracker:
                         data.provider_request_id,
                         data.provider_message_id,
                     )
-                    return self._judge(step, pending.causes)
+                    return self._judge(step, pending.causes, pending.header_fields)
             case (
                 TurnStart()
                 | TurnEnd()
@@ -312,7 +324,7 @@ class DropTracker:
                 assert_never(data)
         return None
 
-    def _judge(self, step: Step, seen: set[str]) -> StepVerdict:
+    def _judge(self, step: Step, seen: set[str], fields: set[str]) -> StepVerdict:
         previous, self.previous = self.previous, step
         if previous is None:
             cold = step.usage.cache_read == 0 and step.usage.prompt_tokens > 0
@@ -326,9 +338,20 @@ class DropTracker:
         if gap >= ttl:
             causes.add("cache-ttl")
         ordered = tuple(c for c in EXPLAINED_CAUSES if c in causes) or ("unexplained",)
-        return StepVerdict(
-            self.session_id, step, previous, Drop(self.session_id, step, previous, ordered[0], ordered, gap)
-        )
+        changed = tuple(sorted(fields)) if "header-change" in ordered else ()
+        drop = Drop(self.session_id, step, previous, ordered[0], ordered, gap, changed)
+        return StepVerdict(self.session_id, step, previous, drop)
+
+
+def _changed_fields(old: EpochHeader | None, new: EpochHeader) -> set[str]:
+    """The header fields that differ: ``config.<key>``, ``system``, ``tools``."""
+    d = diff_headers(old, new)
+    fields = {f"config.{key}" for key, _, _ in d.config}
+    if d.system:
+        fields.add("system")
+    if d.tools_added or d.tools_removed or d.tools_changed:
+        fields.add("tools")
+    return fields
 
 
 def classify_session(

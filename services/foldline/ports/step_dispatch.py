@@ -67,13 +67,15 @@ class StepHandoff:
     step: int
     epoch: int  # the loop instance's writer-lease epoch (names the instance in errors and metrics)
     archive: bool = False  # keep the exact wire body in the attachment store, keyed by its digest
+    # the trace the loop's step belongs to (W3C trace context: traceparent, tracestate), when it is traced
+    trace: Mapping[str, str] | None = None
 
     @property
     def lease(self) -> WriterLease:
         return WriterLease(self.session_id, self.epoch)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "session": self.session_id,
             "boundary": self.boundary,
             "turn": self.turn,
@@ -81,6 +83,9 @@ class StepHandoff:
             "epoch": self.epoch,
             "archive": self.archive,
         }
+        if self.trace:
+            out["trace"] = dict(self.trace)
+        return out
 
     @staticmethod
     def from_json(value: Any) -> StepHandoff:
@@ -92,6 +97,7 @@ class StepHandoff:
                 int(value["step"]),
                 int(value["epoch"]),
                 bool(value.get("archive", False)),
+                {str(k): str(v) for k, v in value["trace"].items()} if value.get("trace") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise _fail("step-handoff", value, exc) from exc

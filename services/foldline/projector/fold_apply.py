@@ -43,6 +43,7 @@ from ..core.projection import Session
 from ..errors import ContentErased, SessionNotFound, StoreUnavailable
 from ..ports.event_log import EventLog
 from ..ports.fold_store import ApplyResult, FoldStore
+from ..tracing import record_apply
 
 if TYPE_CHECKING:
     from ..metrics import ProjectorMetrics
@@ -165,6 +166,7 @@ class BatchProjector:
             self.metrics.projector_applied(report.applied, report.apply_seconds)
             if report.duplicates:
                 self.metrics.duplicate(report.duplicates)
+        record_apply(report.events, report.applied, report.duplicates, len(last_run), report.apply_seconds)
         return report
 
     def _account(self, run: _Run, result: ApplyResult, report: BatchReport, rebuild: dict[str, None]) -> None:

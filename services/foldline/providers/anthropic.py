@@ -64,14 +64,13 @@ from ..core.content import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    Usage,
 )
 from ..core.header import CallConfig, ToolSpec
 from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from ._answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, messages_usage
 from .base import STOP_REASONS, ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_input, tool_schema
 from .http import JsonHttpProvider
@@ -383,7 +382,8 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
     ``text`` → TextBlock; ``tool_use`` → ToolCallBlock whose arguments are the compact canonical JSON of
     ``input``; ``thinking`` → ReasoningBlock(thinking, signature); ``redacted_thinking`` →
     RedactedReasoningBlock(data) — kept byte for byte, in order; any other block type raises ProviderError.
-    Usage: ``input_tokens`` is already the uncached input.
+    Usage: ``input_tokens`` is already the uncached input; ``cache_creation.ephemeral_1h_input_tokens``, when the
+    answer breaks its cache writes down by TTL, is the part of ``cache_creation_input_tokens`` written for an hour.
     """
     with answer_shape(PROVIDER, API):
         content: list[ContentBlock] = []
@@ -401,13 +401,7 @@ def parse_response(payload: dict[str, Any]) -> ProviderResponse:
                 content.append(RedactedReasoningBlock(str(item["data"])))
             else:
                 raise ProviderError(f"{PROVIDER}: the answer has a {kind!r} content block foldline cannot log")
-        u = payload["usage"]
-        usage = Usage(
-            input=token_count(u["input_tokens"]),
-            output=token_count(u["output_tokens"]),
-            cache_read=token_count(u.get("cache_read_input_tokens")),
-            cache_write=token_count(u.get("cache_creation_input_tokens")),
-        )
+        usage = messages_usage(payload["usage"])
         stop = payload.get("stop_reason")
     return ProviderResponse(tuple(content), usage, stop if stop in STOP_REASONS else "other")
 

@@ -55,7 +55,7 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from ._answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, part_count, token_count
 from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
@@ -312,7 +312,8 @@ def openai_effort(effort: str) -> str:
 def chat_usage(u: Any) -> Usage:
     """Chat Completions usage. ``prompt_tokens`` *includes* the cached tokens and the tokens written to the
     cache, so input = prompt - cached - written. Cache reads: ``prompt_tokens_details.cached_tokens`` or, from
-    DeepSeek, ``prompt_cache_hit_tokens``; cache writes: ``prompt_tokens_details.cache_write_tokens``."""
+    DeepSeek, ``prompt_cache_hit_tokens``; cache writes: ``prompt_tokens_details.cache_write_tokens``; reasoning
+    (a part of ``completion_tokens``): ``completion_tokens_details.reasoning_tokens`` (OpenAI and DeepSeek)."""
     prompt = token_count(u["prompt_tokens"])
     details = u.get("prompt_tokens_details") or {}
     cached = token_count(details.get("cached_tokens"))
@@ -321,7 +322,9 @@ def chat_usage(u: Any) -> Usage:
     written = token_count(details.get("cache_write_tokens"))
     if cached + written > prompt:
         raise TypeError(f"cached {cached} + written {written} tokens exceed prompt_tokens {prompt}")
-    return Usage(prompt - cached - written, token_count(u.get("completion_tokens")), cached, written)
+    output = token_count(u.get("completion_tokens"))
+    reasoning = part_count(u.get("completion_tokens_details"), "reasoning_tokens", output, "completion_tokens")
+    return Usage(prompt - cached - written, output, cached, written, reasoning)
 
 
 def parse_response(payload: dict[str, Any], provider: str = PROVIDER) -> ProviderResponse:

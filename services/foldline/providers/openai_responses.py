@@ -50,7 +50,7 @@ from ..core.projection import Message
 from ..core.request import GenerateOptions
 from ..errors import ProviderError
 from ..ports.attachments import AttachmentStore
-from ._answer_parsing import answer_shape, token_count
+from ._answer_parsing import answer_shape, part_count, token_count
 from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
@@ -250,14 +250,18 @@ OPENAI_RESPONSES_V3: Final = OpenAIResponsesV3Serializer()  # v2 + author key or
 
 
 def _usage(u: Any) -> Usage:
-    """``input_tokens`` includes the cached tokens and those written to the cache."""
+    """``input_tokens`` includes the cached tokens and those written to the cache
+    (``input_tokens_details.cached_tokens`` / ``cache_write_tokens``); ``output_tokens_details.reasoning_tokens``
+    is the part of ``output_tokens`` spent reasoning."""
     total = token_count(u["input_tokens"])
     details = u.get("input_tokens_details") or {}
     cached = token_count(details.get("cached_tokens"))
     written = token_count(details.get("cache_write_tokens"))
     if cached + written > total:
         raise TypeError(f"cached {cached} + written {written} tokens exceed input_tokens {total}")
-    return Usage(total - cached - written, token_count(u["output_tokens"]), cached, written)
+    output = token_count(u["output_tokens"])
+    reasoning = part_count(u.get("output_tokens_details"), "reasoning_tokens", output, "output_tokens")
+    return Usage(total - cached - written, output, cached, written, reasoning)
 
 
 def parse_response(payload: dict[str, Any]) -> ProviderResponse:

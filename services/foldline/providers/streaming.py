@@ -35,6 +35,7 @@ from ..core.codec import loads
 from ..core.content import ContentBlock, TextBlock, Usage
 from ..core.deltas import AnswerDelta, ReasoningDelta, TextDelta, ToolArgumentsDelta, ToolCallStarted
 from ..errors import ProviderStreamError
+from ._answer_parsing import messages_usage
 from .sse import ServerSentEvent
 
 __all__ = [
@@ -297,13 +298,8 @@ class AnthropicMessagesStream(StreamAssembler):
         u = message.get("usage")
         if isinstance(u, dict):
             try:
-                usage = Usage(
-                    input=int(u.get("input_tokens") or 0),
-                    output=int(u.get("output_tokens") or 0),
-                    cache_read=int(u.get("cache_read_input_tokens") or 0),
-                    cache_write=int(u.get("cache_creation_input_tokens") or 0),
-                )
-            except (TypeError, ValueError):
+                usage = messages_usage(u)
+            except (KeyError, TypeError, ValueError, AttributeError):
                 usage = None
         message_id = message.get("id")
         return PartialAnswer(texts, usage, message_id if isinstance(message_id, str) else None)

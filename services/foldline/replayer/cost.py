@@ -13,27 +13,58 @@ prefix, scaled to the recorded prompt's size); otherwise the estimate of ``core/
 with what the previous recorded request had already sent standing for what was cached. A session that stays
 identical costs nothing.
 
-Money is not computed yet: :func:`cache_write_money` is the one place a dated price table will turn tokens into
-an amount; until then it answers ``None`` and the reports say so.
+Money: :func:`cache_write_money` prices those tokens with the price table (:mod:`foldline.config.prices`: the shipped
+table, ``FOLDLINE_PRICES`` over it) at today's prices, as ``foldline cost`` prices a drop: what writing them again
+costs over reading them from the cache (the short-TTL write price, or the 1-hour one for a request that asked for
+``cacheTtl: 1h``, minus the cache-read price). A model the table does not price gives ``None`` and the reports name
+it as unpriced.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from ..core.content import Usage
+from ..core.cost import MILLION, PriceTable
 from ..core.request import GenerateOptions
 from ..core.request_diff import PromptPrefix, shared_prompt_prefix
 
 __all__ = ["ChangeCost", "CostSummary", "cache_write_money", "change_cost", "summarize_costs"]
 
 
-def cache_write_money(provider: str, model: str, tokens: int) -> Decimal | None:
-    """The price of writing ``tokens`` to ``provider``/``model``'s prompt cache; ``None``: no price table yet."""
-    return None
+def cache_write_money(
+    provider: str,
+    model: str,
+    tokens: int,
+    *,
+    cache_ttl: str | None = None,
+    table: PriceTable | None = None,
+    at_ms: int | None = None,
+) -> Decimal | None:
+    """What writing ``tokens`` to ``provider``/``model``'s prompt cache again costs over reading them from it, at the
+    prices in force at ``at_ms`` (default: now) in ``table`` (default: the configured one); ``None``: no price."""
+    if tokens <= 0:
+        return Decimal(0)
+    prices = (table or _configured_table()).prices_for(
+        provider, model, at_ms if at_ms is not None else time.time_ns() // 1_000_000
+    )
+    if prices is None:
+        return None
+    written = "cache-write-1h" if cache_ttl == "1h" else "cache-write-5m"
+    return tokens * (prices.rate(written) - prices.rate("cache-read")) / MILLION
+
+
+@functools.lru_cache(maxsize=1)
+def _configured_table() -> PriceTable:
+    from ..config import Config
+    from ..config.prices import load_price_table
+
+    return load_price_table(Config.from_env().prices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +80,11 @@ class ChangeCost:
     provider: str
     model: str
 
+    cache_ttl: str | None = None  # the changed request's logged cacheTtl
+
     @property
     def money(self) -> Decimal | None:
-        return cache_write_money(self.provider, self.model, self.cache_write_tokens)
+        return cache_write_money(self.provider, self.model, self.cache_write_tokens, cache_ttl=self.cache_ttl)
 
     def to_json(self) -> dict[str, Any]:
         money = self.money
@@ -82,7 +115,15 @@ def change_cost(
         cacheable = prefix.shared_tokens
     config = changed.config
     return ChangeCost(
-        prefix, prompt, read, cacheable, max(0, read - cacheable), measured, config.provider, config.model
+        prefix,
+        prompt,
+        read,
+        cacheable,
+        max(0, read - cacheable),
+        measured,
+        config.provider,
+        config.model,
+        config.cache_ttl,
     )
 
 
