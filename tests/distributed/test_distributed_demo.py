@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from foldline.cli.main import app
 from foldline.config import Config, FoldsConfig, RedisConfig
-from foldline.config.factories import fold_store, kafka_log
+from foldline.config.factories import content_sealer, fold_store, kafka_log
 from foldline.core.content import ImageBlock
 from foldline.core.events import AssistantMessage, RequestDispatch, UserMessage
 from foldline.core.fold import fold_state
@@ -38,7 +38,9 @@ def test_distributed_demo_then_verify(distributed_env: dict[str, str], tmp_path:
     assert all(len(s["steps"]) == 8 and s["verified"] for s in out["sessions"])
     assert "projector ready" in (tmp_path / "logs" / "projector-0.log").read_text()
 
-    log = kafka_log(Config.from_env())  # the demo's topic, from the environment the fixture set
+    # the demo's topic, from the environment the fixture set; its backend and data dir, as the command had them
+    config = Config.from_env().overridden(backend="distributed", data_dir=tmp_path)
+    log = kafka_log(config, sealer=content_sealer(config))  # the content is sealed: opened with the session keys
     folds = fold_store(
         Config(redis=RedisConfig(distributed_env["redis"]), folds=FoldsConfig(distributed_env["FOLDLINE_FOLD_PREFIX"]))
     )
