@@ -41,7 +41,8 @@ tools-prefetch:
 
 # Lint, types, then the whole suite with the local servers up; the servers stop even on failure.
 # The suite runs on TEST_WORKERS processes (pytest-xdist): every test keeps to topics, key prefixes and buckets of
-# its own. The chaos tests stop and flush the shared servers, so they run afterwards, alone (tests/run.sh).
+# its own. The chaos tests stop and flush the shared servers, and the kill -9 runs at scale assume the machine to
+# themselves, so they run afterwards, one at a time (tests/run.sh).
 TEST_WORKERS ?= 2
 
 test: $(STAMP) tools-prefetch lint typecheck

@@ -6,8 +6,10 @@ moves, so the policy's timing is exact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -192,7 +194,12 @@ def test_the_embedded_archiver_backs_up_and_the_cli_restores_and_audits(
     res = runner.invoke(app, ["verify", "--json", *second])
     assert res.exit_code == 2
     assert "KeyMissing" in res.output  # without its keys a restored log is a lost key, never an erasure
-    shutil.copy(tmp_path / "a" / "keys.sqlite3", tmp_path / "b" / "keys.sqlite3")
+    # a copy of a live SQLite database (its write-ahead log included) is made with SQLite's backup API
+    with (
+        contextlib.closing(sqlite3.connect(tmp_path / "a" / "keys.sqlite3")) as src,
+        contextlib.closing(sqlite3.connect(tmp_path / "b" / "keys.sqlite3")) as dst,
+    ):
+        src.backup(dst)
     res = runner.invoke(app, ["restore", *second])  # nothing left to append
     assert res.exit_code == 0, res.output
     assert f"restored {len(heads)} session(s), 0 event(s) appended" in res.output

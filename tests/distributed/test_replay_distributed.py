@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from foldline.cli.main import app
 from foldline.config import Config
-from foldline.config.factories import kafka_log
+from foldline.config.factories import content_sealer, kafka_log
 from foldline.core.events import SessionEndSeed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
@@ -56,7 +56,8 @@ def test_replay_reads_kafka_and_s3_and_writes_a_live_child_there(
     child = out["sessions"][0]["live"]
     assert (child["child"], child["written"]) == ("demo-001-terse", True)
     assert child["verified"] == child["checked"] > 0
-    with kafka_log(Config.from_env()) as log:
+    config = Config.from_env().overridden(backend="distributed", data_dir=tmp_path)  # as the commands had it
+    with kafka_log(config, sealer=content_sealer(config)) as log:  # the content is sealed: opened with its keys
         events = log.read("demo-001-terse")
     seed = [e.data for e in events if isinstance(e.data, SessionEndSeed)]
     assert [s.parent_id for s in seed] == ["demo-001"]
