@@ -187,7 +187,9 @@ def test_a_new_loop_instance_closes_the_step_before_its_first_request() -> None:
     after = log.read("s")
     assert [type(e.data) for e in after[len(events) :]] == [TurnRecovery, ToolResult, StepEnd, TurnEnd]
     recovery = after[len(events)].data
-    assert isinstance(recovery, TurnRecovery) and recovery.policy == "end" and recovery.rerun == ()
+    assert isinstance(recovery, TurnRecovery)
+    assert recovery.policy == "end"
+    assert recovery.rerun == ()
     assert after[len(events)].ignorable  # a reader that predates it skips it
     result = asyncio.run(agent.run_turn("go on"))  # the emulator would answer 400 to an unanswered tool_use
     assert result.reason == "completed"

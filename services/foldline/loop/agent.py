@@ -76,6 +76,7 @@ from ..core.events import (
     ToolResult,
     TurnEnd,
     TurnEndReason,
+    TurnRecovery,
     TurnStart,
     UserMessage,
     logged,
@@ -229,7 +230,7 @@ class Agent:
             self._open_at = state.start_seq  # waits for decisions: continue_turn
         else:  # the last instance stopped mid-turn: end it or continue it, as the policy says (loop/recovery.py)
             first += recovery_events(loaded, state, options.tools, options.on_crash)
-            if options.on_crash == "continue":
+            if any(isinstance(d, TurnRecovery) and d.policy == "continue" for d in first):
                 self._open_at = state.start_seq
         if first:
             start, now = self.session.next_seq, clock()
@@ -645,11 +646,9 @@ class Agent:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Waiting(sorted(waiting))
-            self._waiting = True
-            try:
-                await asyncio.sleep(min(pause, left))
-            finally:
-                self._waiting = False
+            self._waiting = True  # a cancellation now leaves the turn paused (_run)
+            await asyncio.sleep(min(pause, left))
+            self._waiting = False
             pause = min(pause * 2, 1.0)
         return decided
 

@@ -112,8 +112,13 @@ class Inbox:
         return self._claim(self.store.entries(self.session_id))
 
     async def claim_async(self) -> tuple[InboxItem, ...]:
-        """:meth:`claim`, awaitable."""
-        return self._claim(await self.store.entries_async(self.session_id))
+        """:meth:`claim`, awaitable. Entries the log named but the store still holds (a crash after the claim's
+        append) are dropped from the store on the way."""
+        entries = await self.store.entries_async(self.session_id)
+        leftovers = [e.id for e in entries if e.id in self._taken]
+        if leftovers:
+            await self.taken(leftovers)
+        return self._claim(entries)
 
     def _claim(self, entries: list[InboxEntry]) -> tuple[InboxItem, ...]:
         with self._lock:

@@ -10,7 +10,9 @@ first event the new instance appends is ``turn/recover``:
   registered ``idempotent``: running one twice does no more than once); it is appended at load, and the turn
   stays open. :meth:`~foldline.loop.Agent.continue_turn` then appends the results (in call order) and
   ``step/end``, and the turn goes on with its next step — the model sees the interrupted results and carries on.
-  An open step whose request was never answered is closed (``step/end``) and the next step asks again.
+  An open step whose request was never answered is closed (``step/end``) and the next step asks again. A turn
+  that opened no step is ended whatever the policy: its prompt, held by the caller that died, never reached the
+  log, so there is nothing to continue.
 
 A turn paused on approvals is not a crash: no tool of its answer ran, and it waits for decisions instead
 (:mod:`foldline.core.pauses`).
@@ -32,6 +34,8 @@ def recovery_events(
     loaded: Sequence[Envelope], state: OpenTurn, tools: Toolset, policy: RecoveryPolicy
 ) -> list[EventData]:
     """The events a new instance appends on load for the interrupted turn ``state`` of ``loaded``."""
+    if state.steps == 0:
+        policy = "end"  # no step opened: the turn's prompt never reached the log, so there is nothing to go on with
     step = state.step
     unanswered = step.unanswered if step is not None else ()
     denied = {c: d for c, d in step.decided.items() if d.verdict == "deny"} if step is not None else {}
