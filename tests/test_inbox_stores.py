@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from foldline.adapters.memory_inbox import MemoryInboxStore
 from foldline.adapters.sqlite_log import SqliteEventLog
+from foldline.core.inbox import InboxEntry
 from foldline.errors import StoreUnavailable
 from foldline.ports.inbox import InboxStore
 from tests.contracts.inbox import InboxStoreContract, message, texts
@@ -19,14 +21,17 @@ class _Shared(InboxStore):
     def __init__(self, inner: InboxStore) -> None:
         self.inner = inner
 
-    def put(self, session_id, entry, *, unique=None):  # type: ignore[no-untyped-def]
+    def put(self, session_id: str, entry: InboxEntry, *, unique: str | None = None) -> bool:
         return self.inner.put(session_id, entry, unique=unique)
 
-    def entries(self, session_id):  # type: ignore[no-untyped-def]
+    def entries(self, session_id: str) -> list[InboxEntry]:
         return self.inner.entries(session_id)
 
-    def remove(self, session_id, entry_ids):  # type: ignore[no-untyped-def]
+    def remove(self, session_id: str, entry_ids: Sequence[str]) -> None:
         self.inner.remove(session_id, entry_ids)
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
 
 
 class TestMemoryInboxStore(InboxStoreContract):
@@ -39,14 +44,17 @@ class TestMemoryInboxStore(InboxStoreContract):
 
 class TestSqliteInboxStore(InboxStoreContract):
     @pytest.fixture(autouse=True)
-    def _dir(self, tmp_path: Path) -> None:
+    def _dir(self, tmp_path: Path) -> Iterator[None]:
         self.dir = tmp_path / "data"
         self.logs: list[SqliteEventLog] = []
+        yield
+        for log in self.logs:
+            log.close()
 
     def make_store(self) -> InboxStore:
         log = SqliteEventLog(self.dir)
         self.logs.append(log)
-        return log.inbox()
+        return _Shared(log.inbox())  # the log closes its inbox; the test's close() must not close it twice
 
     def peer(self, store: InboxStore) -> InboxStore:
         return self.make_store()  # another connection to the same database file

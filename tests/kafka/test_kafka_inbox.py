@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,9 +20,8 @@ REFRESH_S = 0.2
 
 class TestKafkaInboxStore(InboxStoreContract):
     @pytest.fixture(autouse=True)
-    def _factory(self, make_log: MakeLog) -> Iterator[None]:
+    def _factory(self, make_log: MakeLog) -> None:
         self._make = make_log
-        yield
 
     def _store(self) -> KafkaInboxStore:
         log: KafkaEventLog = self._make()
