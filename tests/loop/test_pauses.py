@@ -684,3 +684,42 @@ def test_pending_approvals_come_from_the_open_turn_only() -> None:
     assert pending_approvals("s", log.read("s")) == []
     blocks = [b for e in log.read("s") if isinstance(e.data, AssistantMessage) for b in e.data.content]
     assert any(isinstance(b, ToolCallBlock) for b in blocks)
+
+
+def test_allowed_calls_run_together_in_the_tool_runner_with_the_changed_arguments() -> None:
+    log, ran = MemoryEventLog(), Ran()
+    tools = Toolset()
+    arrived: list[str] = []
+    together = asyncio.Event()
+
+    async def meet(who: str) -> str:
+        arrived.append(who)
+        if len(arrived) == 3:
+            together.set()
+        await together.wait()  # only returns when all three calls run at once
+        return f"met as {who}"
+
+    @tools.tool(timeout_s=5)
+    async def gather(who: str) -> str:
+        """Wait for the others."""
+        return await meet(who)
+
+    @tools.tool(timeout_s=5, approval=lambda args: args.get("who") != "nobody")
+    async def gated(who: str) -> str:
+        """Wait for the others, once allowed."""
+        return await meet(who)
+
+    rounds = [("gather", {"who": "a"}), ("gated", {"who": "b"}), ("gather", {"who": "c"})]
+    agent, _ = agent_on(log, ran, rounds, tools=tools)
+    paused = asyncio.run(agent.run_turn("meet"))
+    [held] = paused.pending
+    assert arrived == []  # the runner started none of the answer's calls before the decision
+    decide(log, "s", held.call_id, allow=True, arguments={"who": "B"})
+    assert asyncio.run(agent.continue_turn()).reason == "completed"
+    assert sorted(arrived) == ["B", "a", "c"]
+    done = results(log.read("s"))
+    assert [not r.is_error for r in done.values()] == [True, True, True]
+    gated_result = done[held.call_id]
+    texts = [b.text for b in gated_result.content if isinstance(b, TextBlock)]
+    assert texts[-1] == "met as B"
+    assert '{"who":"B"}' in texts[0]  # the result says it ran with the approver's arguments
