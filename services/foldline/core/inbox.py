@@ -3,7 +3,7 @@
 The inbox of a session is a store beside its log (docs/LOOP.md, "The durable inbox"): any process may put an
 entry there; only the session's writer moves entries into the log — a message as a ``user/message`` after an
 ``inbox/claim`` naming the entry, a decision as an ``approval/decision`` naming it. Each entry is stored as the
-canonical JSON of :class:`InboxEntry` (docs/FORMAT.md §6, §7):
+canonical JSON of :class:`InboxEntry` (docs/FORMAT.md §6):
 
     {"id":"…","item":{"content":[…],"kind":"message","source":"inject"},"time":1767225600000}
     {"id":"…","item":{"callId":"…","kind":"decision","verdict":"allow",…},"time":1767225600000}

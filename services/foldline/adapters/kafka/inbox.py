@@ -2,7 +2,7 @@
 
 One record per entry, on the session's partition (the event topic's partitioner and partition count): key =
 session id + ``0xFF`` + entry id (unique per entry, so compaction keeps every live entry), value = the entry's
-canonical JSON (docs/FORMAT.md §7), header ``fl-unique`` = its unique key when it has one (an approval
+canonical JSON (docs/FORMAT.md §6), header ``fl-unique`` = its unique key when it has one (an approval
 decision's call id). Removing an entry writes its tombstone (no value); compaction then drops both.
 
 * **put** produces the record with an idempotent producer (``acks=all``) and returns once the broker
