@@ -239,7 +239,7 @@ def test_the_1h_cache_write_is_a_part_of_the_cache_write() -> None:
 
 
 def test_a_tool_result_names_its_sub_agent_session_in_json_and_avro(codec: AvroCodec) -> None:
-    """``tool/result.childSessionId`` (schema 3bf5343f0e121e5f): written when set, omitted when not, read back
+    """``tool/result.childSessionId`` (schema 5eefc45de1402c0f): written when set, omitted when not, read back
     through the logged JSON, fastavro and the generated decoder; the control events travel as UnknownEvent."""
     linked = Envelope(3, 4, ToolResult("c1", "agent", (TextBlock("done"),), child_session_id="p/c1"))
     line = encode_event(linked)
