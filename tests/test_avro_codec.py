@@ -45,15 +45,20 @@ from foldline.core import (
     make_header,
 )
 from foldline.core.events import (
+    ApprovalDecision,
+    ApprovalRequest,
     AssistantChunk,
     AttachmentQuarantine,
+    InboxClaim,
     LlmRetry,
     RequestDispatch,
     Seal,
     SessionEndSeed,
     SessionErased,
+    SessionParent,
     StepEnd,
     StepStart,
+    TurnRecovery,
     UnknownEvent,
 )
 from foldline.core.frozen import FrozenDict, freeze_json
@@ -123,6 +128,14 @@ EVERY_TYPE: list[Envelope] = [
     Envelope(22, 23, TurnStart(3), ignorable=True),
     # content sealed under a data key (docs/FORMAT.md, "Sealed content"): the tokens stand where the text stood
     Envelope(23, 24, UserMessage("u9", (TextBlock("dG9rZW4"),)), sealed=Seal("cd" * 16, 1)),
+    Envelope(23, 24, ToolResult("c2", "agent", (TextBlock("done"),), child_session_id="parent/c2")),
+    Envelope(24, 25, ApprovalRequest(0, 1, "c1", "read", "sha256:" + "0e" * 32), ignorable=True),
+    Envelope(25, 26, ApprovalDecision("c1", "allow", "e1", None, '{"path":"y"}', "ops", 17), ignorable=True),
+    Envelope(25, 26, ApprovalDecision("c1", "deny", "e2", "not that file"), ignorable=True),
+    Envelope(26, 27, InboxClaim(("e3", "e4")), ignorable=True),
+    Envelope(27, 28, TurnRecovery(2, "continue", ("c1",), ("c2",)), ignorable=True),
+    Envelope(27, 28, TurnRecovery(2, "end"), ignorable=True),
+    Envelope(0, 1, SessionParent("parent", "c2", "agent"), ignorable=True),
 ]
 
 
@@ -223,6 +236,22 @@ def test_the_1h_cache_write_is_a_part_of_the_cache_write() -> None:
     line = encode_event(Envelope(0, 1, AssistantMessage("a", (TextBlock("x"),), Usage(1, 2, 3, 4, cache_write_1h=4))))
     with pytest.raises(FormatError, match="cacheWrite1h 5 exceeds cacheWrite 4"):
         decode_event(line.replace(b'"cacheWrite1h":4', b'"cacheWrite1h":5'))
+
+
+def test_a_tool_result_names_its_sub_agent_session_in_json_and_avro(codec: AvroCodec) -> None:
+    """``tool/result.childSessionId`` (schema 5eefc45de1402c0f): written when set, omitted when not, read back
+    through the logged JSON, fastavro and the generated decoder; the control events travel as UnknownEvent."""
+    linked = Envelope(3, 4, ToolResult("c1", "agent", (TextBlock("done"),), child_session_id="p/c1"))
+    line = encode_event(linked)
+    assert b'"childSessionId":"p/c1"' in line
+    assert b"childSessionId" not in encode_event(Envelope(3, 4, ToolResult("c1", "agent", (TextBlock("done"),))))
+    data = codec.encode(linked)
+    assert codec.decode(data) == linked == decode_event(line)
+    assert decoding.direct_envelope(data[10:]) == linked
+    control = Envelope(4, 5, InboxClaim(("e1",)), ignorable=True)
+    datum = envelope_to_avro(control)
+    assert datum["data"][0] == "foldline.UnknownEvent"
+    assert codec.decode(codec.encode(control)) == control
 
 
 @settings(max_examples=60, deadline=None)

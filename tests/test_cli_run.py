@@ -26,8 +26,14 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["data_dir"] == str(data)
-    assert [s["id"] for s in out["sessions"]] == ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
+    ids = ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
+    assert [s["id"] for s in out["sessions"]] == [*ids, "demo-approval"]
+    [approval] = [s for s in out["sessions"] if s["id"] == "demo-approval"]
+    assert len(approval["steps"]) == 1  # a step that ran a tool; the next one's answer waits for an approval
+    assert approval["note"].startswith("paused: publish_note")
     for s in out["sessions"]:
+        if s is approval:
+            continue
         assert len(s["steps"]) == 20
         assert set(s["steps"][0]) == {
             "step",
@@ -43,14 +49,15 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    ids = ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
-    assert report == {  # 5 sessions x 20
-        "checked": 100,
-        "matched": 100,
+    sessions = [{"id": sid, "status": "verified", "checked": 20, "matched": 20} for sid in ids]
+    sessions.append({"id": "demo-approval", "status": "verified", "checked": 2, "matched": 2})
+    assert report == {  # 5 sessions x 20, and demo-approval's two requests
+        "checked": 102,
+        "matched": 102,
         "mismatched": [],
         "unreconstructable": [],
         "status": "verified",
-        "sessions": [{"id": sid, "status": "verified", "checked": 20, "matched": 20} for sid in sorted(ids)],
+        "sessions": sorted(sessions, key=lambda s: str(s["id"])),
     }
 
     res = runner.invoke(app, ["requests", "demo-001", "--step", "3", "--data-dir", str(data)])
@@ -93,8 +100,8 @@ def test_verify_reports_a_mismatch_with_offset(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 1
     report = json.loads(res.stdout)
-    assert report["checked"] == 9  # demo-000 and the two reasoning sessions, 3 steps each
-    assert report["matched"] == 6  # only demo-000 was forged
+    assert report["checked"] == 11  # demo-000 and the two reasoning sessions, 3 steps each; demo-approval's two
+    assert report["matched"] == 8  # only demo-000 was forged
     first = report["mismatched"][0]
     assert first["session"] == "demo-000"
     assert first["step"] == 0

@@ -74,6 +74,9 @@ PUBLIC: dict[str, list[str]] = {
         "TurnFinished",
         "TurnResult",
         "TurnStream",
+        "decide",
+        "inject",
+        "run_subagent",
     ],
     "foldline.providers": [
         "SERIALIZERS",

@@ -3,8 +3,10 @@
 ``schemas/fields.v<SESSION_FORMAT_VERSION>.txt`` lists every logged field of the format version. A field of the
 list that the definitions no longer have, or have with another type, is refused (a removal or a type change
 needs a new format version); a field of the definitions the list does not have is refused until its line (its
-evolution entry) is added — and only an optional field may be added within a format version. The committed
-``.avsc`` must be the one the definitions give.
+evolution entry) is added — and only an optional field may be added to a record within a format version. A record
+that is new as a whole (an event type added always ignorable, docs/SCHEMAS.md rule 4) may have required fields: no
+earlier log holds one, and a reader that predates it skips it. The committed ``.avsc`` must be the one the
+definitions give.
 """
 
 from __future__ import annotations
@@ -42,15 +44,20 @@ def evolution_problems(committed: list[str], current: list[str]) -> list[str]:
                 f"{line!r} was {what}: a removal or a type change needs a new format version "
                 "(SESSION_FORMAT_VERSION + 1, its own fields file and golden logs; docs/SCHEMAS.md)"
             )
+    known_records = {c.split(".", 1)[0] for c in committed}
     for line in current:
         if line not in committed:
-            if line.endswith("?"):
+            record = line.split(".", 1)[0]
+            if line.endswith("?") or record not in known_records:
                 problems.append(
                     f"{line!r} is new: add it to {FIELDS.name} (its evolution entry), then regenerate the Avro "
                     "schema (python -m foldline.adapters.avro) and add golden Avro logs of the new schema"
                 )
             elif line.split(":", 1)[0] not in {c.split(":", 1)[0] for c in committed}:
-                problems.append(f"{line!r} is new and required: a field added to a format version must be optional")
+                problems.append(
+                    f"{line!r} is new and required: a field added to a record of the format version must be optional "
+                    "(a record new as a whole, an always-ignorable event type, may have required fields)"
+                )
     return problems
 
 
@@ -70,6 +77,10 @@ def test_a_removed_field_a_changed_type_and_a_required_addition_are_refused() ->
     optional = [*current, "Usage.flops: int?"]
     assert any("is new: add it" in p for p in evolution_problems(committed, optional))
     assert evolution_problems([*committed, "Usage.flops: int?"], optional) == []
+    new_record = [*current, "TurnPause.turn: int"]  # a new always-ignorable event type: required fields allowed
+    assert [p for p in evolution_problems(committed, new_record) if "must be optional" in p] == []
+    assert any("is new: add it" in p for p in evolution_problems(committed, new_record))
+    assert evolution_problems([*committed, "TurnPause.turn: int"], new_record) == []
 
 
 def sealing_problems(committed: list[str], current: list[str]) -> list[str]:

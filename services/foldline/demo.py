@@ -12,7 +12,10 @@ end of its middle step, continued by a new loop instance (a ``resume`` snapshot)
 On the embedded backend two reasoning sessions follow (:data:`REASONING_SESSIONS`): ``demo-think`` on an
 emulated thinking model through Anthropic Messages v2 (signed thinking blocks passed back on every tool-use
 continuation) and ``demo-responses`` on the OpenAI Responses API (encrypted reasoning items, ``store: false``,
-a ``prompt_cache_key`` derived from the session id).
+a ``prompt_cache_key`` derived from the session id). Then ``demo-approval`` (:data:`APPROVAL_SESSION`) stops
+awaiting approval: its agent may publish a note only once a person allows it (:func:`approval_toolset`), and
+its turn pauses at that call — ``foldline approvals`` lists it, ``foldline approve demo-approval CALL --allow``
+decides it and ``foldline resume demo-approval`` finishes the turn.
 
 On the embedded backend, ``demo-mcp`` runs last: its tools come from the reference MCP server
 ``@modelcontextprotocol/server-everything`` (``node``, the script ``FOLDLINE_DEMO_MCP_SERVER`` names, else ``npx``
@@ -38,7 +41,7 @@ from rich.text import Text
 from .config import Config, Stores, open_stores
 from .core.content import ContentBlock, ImageBlock, TextBlock
 from .core.events import RequestHeader, StepEnd
-from .core.header import CallConfig
+from .core.header import CallConfig, ToolSpec
 from .demo_data_dir import demo_data_dir
 from .errors import MissingExtra
 from .loop import Agent, AgentOptions, Toolset
@@ -53,14 +56,18 @@ if TYPE_CHECKING:
     from .ports.step_dispatch import StepDispatcher
 
 __all__ = [
+    "APPROVAL_PROMPT",
+    "APPROVAL_SESSION",
     "MCP_SESSION",
     "REASONING_SESSIONS",
     "SERVER_EVERYTHING",
     "DemoResult",
     "ReasoningSession",
     "SessionResult",
+    "approval_toolset",
     "demo_png",
     "demo_toolset",
+    "toolset_for",
     "print_demo",
     "run_demo",
     "run_demo_cli",
@@ -145,6 +152,32 @@ def demo_toolset() -> Toolset:
 
     return tools
 
+
+def approval_toolset() -> Toolset:
+    """The demo's tools plus ``publish_note``, which runs only once a person allows the call (``approval=True``)."""
+    tools = demo_toolset()
+
+    @tools.tool(approval=True)
+    def publish_note(title: str, text: str) -> str:
+        """Publish a note to the team's channel; a person approves each note before it goes out."""
+        return f"published {title!r} to the team's channel ({len(text)} characters)"
+
+    return tools
+
+
+def toolset_for(tools: tuple[ToolSpec, ...] | None) -> Toolset:
+    """The demo toolset whose tools a session's header shows (``foldline resume`` offers the same tools)."""
+    names = [t.name for t in tools or ()]
+    approval = approval_toolset()
+    if names == [t.name for t in approval.specs()]:
+        return approval
+    return demo_toolset()
+
+
+#: The demo session that stops awaiting approval, and the prompt that gets it there: the emulated model first
+#: calls another tool, then ``publish_note`` — the call that waits — and answers once it is decided, however.
+APPROVAL_SESSION = "demo-approval"
+APPROVAL_PROMPT = "Check what the notes say about Avro fingerprints, then publish a note for the on-call engineers."
 
 #: The budget ``demo-000`` runs under: with the default 24 steps it compacts once or twice.
 DEMO_PRESSURE = PressurePolicy(budget_tokens=800, keep_recent_tokens=250, trim_over_tokens=None, summary_max_tokens=256)
@@ -396,6 +429,48 @@ async def run_session(
     return result
 
 
+async def run_approval_session(
+    session_id: str,
+    stores: Stores,
+    make_provider: Callable[[], object],
+    on_step: Callable[[], None],
+    sender: RetryingSender | None = None,
+) -> SessionResult:
+    """One turn that pauses at the call of ``publish_note``: the process may exit; the call waits in the log."""
+    from .providers.base import Provider
+
+    provider = make_provider()
+    assert isinstance(provider, Provider)
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
+        system=SYSTEM_PROMPT,
+        tools=approval_toolset(),
+        archive_requests=True,
+        sender=sender,
+    )
+    agent = await Agent.open(session_id, stores.log, provider, options, attachments=stores.attachments)
+    result = SessionResult(session_id)
+
+    def record(r: StepRecord) -> None:
+        result.steps.append(r)
+        on_step()
+
+    agent.step_listeners.append(record)
+    try:
+        turn = await agent.run_turn(f"[{session_id}] {APPROVAL_PROMPT}")
+    finally:
+        await provider.aclose()
+    if turn.paused:
+        call = turn.pending[0]
+        result.note = (
+            f"paused: {call.name} (call {call.call_id}) awaits approval — foldline approve {session_id} "
+            f"{call.call_id} --allow, then foldline resume {session_id}"
+        )
+    else:
+        result.note = f"turn {turn.turn} ended {turn.reason} without pausing"
+    return result
+
+
 async def run_fork(
     parent: asyncio.Future[SessionResult],
     child_id: str,
@@ -465,6 +540,7 @@ def run_demo(
             mcp_command, _how = mcp_demo_server(mcp_server)
         except (LookupError, MissingExtra) as exc:
             skipped.append(f"{MCP_SESSION} skipped: {exc}")
+    approval = _free_id(stores, APPROVAL_SESSION) if backend == "embedded" else None
 
     async def main(progress: Progress | None) -> list[SessionResult]:
         # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
@@ -500,6 +576,10 @@ def run_demo(
             factory = emulated_provider_factory(spec.wire, emulator=emulator)
             run = run_session(spec.id, stores, steps, factory, tick, metrics, config=spec.config, sender=sender)
             runs.append(asyncio.ensure_future(run))
+        if approval is not None:
+            runs.append(
+                asyncio.ensure_future(run_approval_session(approval, stores, make_provider, lambda: None, sender))
+            )
         if mcp_command is not None:
             runs.append(asyncio.ensure_future(run_mcp_session(stores, steps, mcp_command, tick, sender)))
         try:
@@ -517,9 +597,18 @@ def run_demo(
             results = asyncio.run(main(progress))
     notes = {spec.id: spec.note for spec in reasoning}
     for r in results:
-        r.verify = verify_events(r.id, stores.log.read(r.id), stores.attachments)
+        r.verify = verify_events(r.id, stores.log.read(r.id), stores.attachments, read=stores.log.read)
         r.note = notes.get(r.id, r.note)
     return DemoResult(data_dir, backend, list(results), skipped)
+
+
+def _free_id(stores: Stores, session_id: str) -> str:
+    """``session_id``, or ``<id>.2``, ``.3``, … when a kept log has it already (``--keep``)."""
+    base, n = session_id, 1
+    while stores.log.head(session_id) > 0:
+        n += 1
+        session_id = f"{base}.{n}"
+    return session_id
 
 
 def run_demo_cli(

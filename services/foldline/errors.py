@@ -48,6 +48,12 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     │   │   └── ArchiveAhead            the archive holds more of a session than the log: restore before use
     │   ├── EventsExpired               events deleted from Kafka (retention) that the archive does not hold
     │   ├── ForkError                   a fork point the parent log cannot be cut at (past the end, inside a step)
+    │   ├── ApprovalError               an approval decision cannot be recorded (names the session and call)
+    │   │   ├── ApprovalNotPending      the call awaits no decision (never asked, already answered, not in the session)
+    │   │   └── AlreadyDecided          the call was decided already (in the log, or waiting in the inbox)
+    │   ├── WriteNotAllowed             this process may not write to the session (it opened its log or inbox read-only)
+    │   ├── TurnOpen                    a turn is open (paused on approvals, or left by a crash): continue it first
+    │   ├── NoOpenTurn                  there is no open turn to continue
     │   ├── ReplayError                 a recorded session cannot be replayed (names the session)
     │   │   ├── NothingToReplay         the session holds no request/dispatch record to compare a request with
     │   │   └── NotReplayable           the recording holds something a replay cannot follow (names seq and why)
@@ -79,7 +85,10 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyDecided",
     "AnswerTooLarge",
+    "ApprovalError",
+    "ApprovalNotPending",
     "ArchiveAhead",
     "ArchiveConflict",
     "ArchiveCorrupt",
@@ -115,6 +124,7 @@ __all__ = [
     "MetricsServerError",
     "MissingExtra",
     "MissingHeader",
+    "NoOpenTurn",
     "NotErasable",
     "NotReplayable",
     "NothingToErase",
@@ -136,6 +146,8 @@ __all__ = [
     "StoreBusy",
     "StoreUnavailable",
     "TransientError",
+    "TurnOpen",
+    "WriteNotAllowed",
     "UnknownSchemaError",
     "UnsafeRetention",
     "UnsupportedSetting",
@@ -592,6 +604,42 @@ class NotReplayable(ReplayError):
     def __init__(self, session_id: str, seq: int, message: str) -> None:
         self.seq = seq
         super().__init__(session_id, f"seq {seq}: {message}")
+
+
+class ApprovalError(PermanentError):
+    """An approval decision cannot be recorded; the message names the session and call and what to do."""
+
+    def __init__(self, session_id: str, call_id: str, message: str) -> None:
+        self.session_id = session_id
+        self.call_id = call_id
+        super().__init__(message)
+
+
+class ApprovalNotPending(ApprovalError):
+    """The call awaits no decision: no approval was asked for it, it was answered, or the session has no such call."""
+
+
+class AlreadyDecided(ApprovalError):
+    """The call was decided already: a call is decided once (the first decision counts)."""
+
+
+class WriteNotAllowed(PermanentError):
+    """This process may not write to the session — a decision, an injected message — because it opened the log or
+    its inbox read-only (a read-only data directory); nothing was written."""
+
+
+class TurnOpen(PermanentError):
+    """A session's turn is open — paused on approval decisions, or left open by a crash under the ``continue``
+    policy — and must be continued (``Agent.continue_turn``, ``foldline resume``) before a new one starts."""
+
+    def __init__(self, session_id: str, turn: int, message: str) -> None:
+        self.session_id = session_id
+        self.turn = turn
+        super().__init__(message)
+
+
+class NoOpenTurn(PermanentError):
+    """``continue_turn`` on a session whose last turn has ended."""
 
 
 class ForkError(PermanentError):

@@ -38,7 +38,7 @@ from foldline.core import (
     UserMessage,
 )
 from foldline.core.codec import canonical_json
-from foldline.core.events import EventData
+from foldline.core.events import EventData, TurnRecovery
 from foldline.core.projection import Session
 from foldline.core.repair import INTERRUPTED_RESULT, closing_events
 from foldline.core.validation import check_log
@@ -185,7 +185,12 @@ def test_a_new_loop_instance_closes_the_step_before_its_first_request() -> None:
     log.append("s", 0, events)
     agent = Agent("s", log, emulated_provider("anthropic"), AgentOptions(HEADER.config, system=HEADER.system))
     after = log.read("s")
-    assert [type(e.data) for e in after[len(events) :]] == [ToolResult, StepEnd, TurnEnd]
+    assert [type(e.data) for e in after[len(events) :]] == [TurnRecovery, ToolResult, StepEnd, TurnEnd]
+    recovery = after[len(events)].data
+    assert isinstance(recovery, TurnRecovery)
+    assert recovery.policy == "end"
+    assert recovery.rerun == ()
+    assert after[len(events)].ignorable  # a reader that predates it skips it
     result = asyncio.run(agent.run_turn("go on"))  # the emulator would answer 400 to an unanswered tool_use
     assert result.reason == "completed"
     assert unanswered(log.read("s")) == []

@@ -54,7 +54,8 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
 def test_verified(demo_dir: Path) -> None:
     code, report = verify_json(demo_dir)
     assert (code, report["status"]) == (0, "verified")
-    assert [s["status"] for s in report["sessions"]] == ["verified"] * 4  # demo-000, -001 and the reasoning two
+    # demo-000, -001, the reasoning two and demo-approval
+    assert [s["status"] for s in report["sessions"]] == ["verified"] * 5
 
 
 def test_a_mistyped_data_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
@@ -87,6 +88,7 @@ def test_a_session_without_dispatch_records_is_not_verifiable(tmp_path: Path, de
     assert {s["id"]: s["status"] for s in report["sessions"]} == {
         "demo-000": "verified",
         "demo-001": "verified",
+        "demo-approval": "verified",
         "demo-responses": "verified",
         "demo-think": "verified",
         "imported": "not-verifiable",

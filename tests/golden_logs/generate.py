@@ -57,8 +57,10 @@ from foldline.core.wire import decode_event
 from foldline.errors import AttachmentError, ProviderError
 from foldline.export import export_session
 from foldline.loop import Agent, AgentOptions, Enter, InboxItem, PreStepContext, Reject, ToolOutput, Toolset
+from foldline.loop.approvals import decide
 from foldline.loop.fork import fork_session
 from foldline.loop.pressure import PressurePolicy
+from foldline.loop.subagents import run_subagent
 from foldline.ports.attachments import AttachmentStore, describe
 from foldline.providers.base import Body, Provider, ProviderResponse
 from foldline.providers.emulated import WireFormat, emulated_provider
@@ -189,6 +191,11 @@ P_U_ORDER = "Which partition holds a session's events?"
 P_U_LATER = "Ten minutes on: and the retention?"
 P_U_CHAT = "Reason it through: are seven days of retention enough?"
 P_U_RESPONSES = "Think again, briefly: what would you change?"
+P_P_FEES = "What fees apply to a transfer?"
+P_P_PAY = "Pay the two open invoices."
+P_P_REFRESH = "Refresh the exchange rates and tell the team."
+P_P_RESEARCH = "Ask the researcher how long the events topic keeps records."
+P_P_CHILD = "research: how long does the events topic keep records?"
 
 PLANS: dict[str, tuple[Reply, ...]] = {
     P_ORDER: (
@@ -231,6 +238,17 @@ PLANS: dict[str, tuple[Reply, ...]] = {
         Reply("Yes, while the archiver keeps up.", reasoning="The archive outlives the topic, so seven days is ample."),
     ),
     P_U_RESPONSES: (Reply("Alert on the archive backlog.", reasoning="The risk is the archiver falling behind."),),
+    P_P_FEES: (Reply("Transfers above 100 need an approver; the weekend limit is noted."),),
+    P_P_PAY: (
+        Reply("Paying both.", (call("transfer", amount=120, to="acct-7"), call("transfer", amount=9000, to="acct-9"))),
+        Reply("The first invoice was paid with a corrected amount; the second was denied."),
+    ),
+    P_P_REFRESH: (
+        Reply(None, (call("rates", currency="EUR"), call("notify", text="rates refreshed"))),
+        Reply("The rates are fresh; the notice may not have reached the team."),
+    ),
+    P_P_RESEARCH: (Reply("Asking.", (call("research", question="retention"),)), Reply("The researcher says 7 days.")),
+    P_P_CHILD: (Reply("Looking.", (call("rates", currency="USD"),)), Reply("Records are kept for 7 days.")),
 }
 
 
@@ -578,6 +596,100 @@ async def golden_usage(world: World) -> None:
     await responses.provider.aclose()
 
 
+def pause_tools(crash: list[bool]) -> Toolset:
+    """The tools of golden-pauses: a transfer that needs approval above 100, an idempotent rate refresh, a notice
+    that ``crash`` makes the process die in (a kill while a tool runs), and a research sub-agent."""
+    tools = Toolset()
+
+    @tools.tool(approval=lambda args: int(args.get("amount", 0)) > 100)
+    def transfer(amount: int, to: str) -> str:
+        """Move money to an account (an approver allows transfers above 100)."""
+        return f"moved {amount} to {to}"
+
+    @tools.tool(idempotent=True)
+    def rates(currency: str) -> str:
+        """Refresh and return the exchange rate of a currency (safe to run twice)."""
+        return f"1 {currency} = 1.08 USD"
+
+    @tools.tool
+    def notify(text: str) -> str:
+        """Send a notice to the team."""
+        if crash and crash[0]:
+            crash[0] = False
+            raise SystemExit("the process is killed while the notice goes out")
+        return f"sent: {text}"
+
+    @tools.tool
+    async def research(question: str) -> ToolOutput:
+        """Ask a research sub-agent (its own session) a question."""
+        child = AgentOptions(config=ANTHROPIC_CONFIG, system="You research the team's notes.", tools=pause_tools([]))
+        return await run_subagent(P_P_CHILD, child, session_id="golden-pauses-research")
+
+    return tools
+
+
+async def golden_pauses(world: World) -> None:
+    """The durable inbox, approvals, a turn continued after a crash and a sub-agent (the control events): an
+    injected message claimed at the next step (``inbox/claim``); two transfers held for approval
+    (``approval/request``), one allowed with changed arguments and one denied (``approval/decision``); a process
+    killed while a tool runs, whose turn the next instance continues — the idempotent call run again, the other
+    answered as interrupted (``turn/recover``); a research tool that runs a sub-agent in
+    ``golden-pauses-research`` (``session/parent``, ``childSessionId``)."""
+    sid = "golden-pauses"
+    counter = iter(range(1, 1000))
+
+    def new_id() -> str:
+        return f"entry-{next(counter)}"
+
+    crash = [False]
+    config = CallConfig("anthropic", "claude-emulated", max_tokens=512)
+
+    def open_agent(**options: Any) -> Agent:
+        provider = emulated_provider("anthropic", emulator=world.emulator)
+        agent_options = AgentOptions(config=config, system=SYSTEM, tools=pause_tools(crash), **options)
+        return Agent(sid, world.log, provider, agent_options, clock=world.clock, new_id=new_id)
+
+    agent = open_agent()
+    agent.inject("Also note the weekend limit of 500.")
+    assert (await agent.run_turn(P_P_FEES)).reason == "completed"
+    paused = await agent.run_turn(P_P_PAY)
+    assert paused.paused
+    assert len(paused.pending) == 2
+    first, second = (p.call_id for p in paused.pending)
+    decide(
+        world.log,
+        sid,
+        first,
+        allow=True,
+        arguments={"amount": 102, "to": "acct-7"},
+        by="ops@golden",
+        clock=world.clock,
+        new_id=new_id,
+    )
+    decide(
+        world.log,
+        sid,
+        second,
+        allow=False,
+        reason="over the weekly limit",
+        by="ops@golden",
+        clock=world.clock,
+        new_id=new_id,
+    )
+    assert (await agent.continue_turn()).reason == "completed"
+    crash[0] = True
+    try:
+        await agent.run_turn(P_P_REFRESH)
+    except SystemExit:
+        pass
+    else:
+        raise AssertionError("the notice did not kill the process")
+    agent = open_agent(on_crash="continue")
+    assert agent.turn_open
+    assert (await agent.continue_turn()).reason == "completed"
+    assert (await agent.run_turn(P_P_RESEARCH)).reason == "completed"
+
+
 async def run_sessions(world: World) -> None:
     await golden_anthropic(world)
     await golden_fork(world)
@@ -630,7 +742,10 @@ def _write_avro(sessions: Mapping[str, Sequence[Envelope]]) -> Path:
 ADDABLE: Mapping[str, Callable[[World], Coroutine[Any, Any, None]]] = {
     "golden-transport": golden_transport,
     "golden-usage": golden_usage,
+    "golden-pauses": golden_pauses,
 }
+#: Sessions an added session writes beside itself (a sub-agent's session), written with it.
+ADDED_WITH: Mapping[str, tuple[str, ...]] = {"golden-pauses": ("golden-pauses-research",)}
 
 
 def _world() -> World:
@@ -639,24 +754,30 @@ def _world() -> World:
 
 
 def write_one(session: str) -> None:
-    """Write ``session`` (one of :data:`ADDABLE`) and nothing else: its export, its verify report and its
-    record stream for the current schema; refuses when any of them exists."""
-    targets = [jsonl_path(session), verify_report_path(session), records_path(AvroCodec().fingerprint, session)]
+    """Write ``session`` (one of :data:`ADDABLE`) and the sessions it writes beside itself, and nothing else: their
+    exports, verify reports and record streams for the current schema; refuses when any of them exists."""
+    sessions = (session, *ADDED_WITH.get(session, ()))
+    fingerprint = AvroCodec().fingerprint
+    targets = [p for s in sessions for p in (jsonl_path(s), verify_report_path(s), records_path(fingerprint, s))]
     if any(p.exists() for p in targets):
         raise SystemExit(f"{session} is already written; golden logs are not regenerated")
     world = _world()
     asyncio.run(ADDABLE[session](world))
-    events = world.log.read(session)
-    assert not _referenced(events), "an added session must not reference attachment objects"
-    out = io.BytesIO()
-    export_session(world.log, session, out)
-    jsonl_path(session).write_bytes(out.getvalue())
-    _write_avro({session: events})
+    assert sorted(world.log.sessions()) == sorted(sessions)
+    logs = {s: world.log.read(s) for s in sessions}
+    for s, events in logs.items():
+        assert not _referenced(events), "an added session must not reference attachment objects"
+        out = io.BytesIO()
+        export_session(world.log, s, out)
+        jsonl_path(s).write_bytes(out.getvalue())
+    _write_avro(logs)
     with tempfile.TemporaryDirectory(prefix="golden-logs-") as tmp:
         data_dir = Path(tmp)
         with SqliteEventLog(data_dir) as imported:
-            imported.append(session, 0, events)
-        verify_report_path(session).write_bytes(_verify_json(data_dir, session))
+            for s, events in logs.items():
+                imported.append(s, 0, events)
+        for s in sessions:
+            verify_report_path(s).write_bytes(_verify_json(data_dir, s))
 
 
 def write_fixtures() -> None:
@@ -702,7 +823,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true", help="overwrite the existing golden logs")
     mode.add_argument("--avro-only", action="store_true", help="add record streams for the current Avro schema")
-    mode.add_argument("--add", choices=sorted(ADDABLE), help="write one session that is not there yet")
+    mode.add_argument("--add", choices=sorted(ADDABLE), help="write one session (and its sub-agents) not there yet")
     args = parser.parse_args(argv)
     if args.add:
         write_one(args.add)

@@ -22,6 +22,7 @@ from pathlib import Path
 __all__ = [
     "ATTACHMENTS_DIR",
     "GOLDEN_DIR",
+    "LINKED",
     "SESSIONS",
     "avro_dir",
     "frame_records",
@@ -41,7 +42,15 @@ SESSIONS = (
     "golden-quarantine",
     "golden-transport",
     "golden-usage",
+    "golden-pauses",
+    "golden-pauses-research",
 )
+
+#: Sessions whose lineage names another golden session (a sub-agent and its parent): verified beside it.
+LINKED: dict[str, tuple[str, ...]] = {
+    "golden-pauses": ("golden-pauses-research",),
+    "golden-pauses-research": ("golden-pauses",),
+}
 
 _LENGTH = struct.Struct(">I")
 

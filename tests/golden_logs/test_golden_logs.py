@@ -51,6 +51,7 @@ from foldline.replay.verify import Mismatch, verify_events
 from .layout import (
     ATTACHMENTS_DIR,
     GOLDEN_DIR,
+    LINKED,
     SESSIONS,
     avro_dir,
     jsonl_path,
@@ -141,6 +142,9 @@ def test_avro_records_decode_to_the_logged_events_and_reencode_identically(sessi
 def test_imports_verifies_and_exports_unchanged(session: str, data_dir: Path) -> None:
     res = runner.invoke(app, ["import", str(jsonl_path(session)), "--data-dir", str(data_dir)])
     assert res.exit_code == 0, res.output
+    for linked in LINKED.get(session, ()):  # the other end of its lineage, which verify reads
+        res = runner.invoke(app, ["import", str(jsonl_path(linked)), "--data-dir", str(data_dir)])
+        assert res.exit_code == 0, res.output
     events = golden_events(session)
     dispatches = [e.seq for e in events if isinstance(e.data, RequestDispatch)]
     quarantines = [e.seq for e in events if isinstance(e.data, AttachmentQuarantine)]

@@ -34,7 +34,7 @@ def kafka_topic(kafka_bootstrap: str) -> Iterator[str]:
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     existing = admin.list_topics(timeout=10).topics
-    doomed = [t for t in (topic, topic + ".index", topic + ".dlq") if t in existing]
+    doomed = [t for t in (topic, topic + ".index", topic + ".dlq", topic + ".inbox") if t in existing]
     if doomed:
         for fut in admin.delete_topics(doomed, operation_timeout=10).values():
             fut.result(timeout=20)

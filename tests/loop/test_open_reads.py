@@ -13,6 +13,7 @@ from foldline.core.events import Envelope
 from foldline.demo import demo_toolset
 from foldline.loop import Agent, AgentOptions
 from foldline.ports.event_log import EncodedEvent, EventLog, WriterLease
+from foldline.ports.inbox import InboxStore
 from foldline.providers.emulated import emulated_provider
 from foldline.replay.verify import verify_events
 
@@ -56,6 +57,9 @@ class CountingLog(EventLog):
         lease, events = self.inner.acquire_and_read(session_id)
         self.opened_events += len(events)
         return lease, events
+
+    def inbox(self) -> InboxStore:
+        return self.inner.inbox()
 
 
 def _grow(log: EventLog, turns: int) -> None:

@@ -413,3 +413,38 @@ def test_a_turn_that_fails_inside_the_block_still_stops_the_server(mark: str) ->
         time.sleep(0.05)
     assert processes_marked(mark) == []
     assert os.environ.get("FOLDLINE_TEST_MARK") != mark
+
+
+def test_a_servers_tools_wait_for_approval_as_its_policy_says(mark: str) -> None:
+    from foldline.core.events import ApprovalRequest
+    from foldline.loop.approvals import decide
+
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    def policy(name: str, args: dict[str, Any]) -> bool:
+        asked.append((name, args))
+        return name == "t__add" and int(args.get("a", 0)) > 100
+
+    tools = Toolset()
+    tools.include(tool_server(mark, approval=policy))
+    agent, log, store = agent_for(tools, [[("t__add", {"a": 1, "b": 2}), ("t__add", {"a": 500, "b": 1})]])
+
+    async def main() -> None:
+        async with agent:
+            paused = await agent.run_turn("add twice")
+            assert paused.paused
+            [held] = paused.pending
+            assert results(log) == []  # neither call of the answer ran
+            decide(log, "s", held.call_id, allow=False, reason="too large")
+            assert (await agent.continue_turn()).reason == "completed"
+
+    asyncio.run(main())
+    assert asked == [("t__add", {"a": 1, "b": 2}), ("t__add", {"a": 500, "b": 1})]
+    requests = [e.data for e in log.read("s") if isinstance(e.data, ApprovalRequest)]
+    assert [r.name for r in requests] == ["t__add"]
+    small, large = results(log)
+    assert not small.is_error
+    assert text_of(small).startswith("3")
+    assert large.is_error
+    assert "too large" in text_of(large)
+    assert_verifies(log, store)

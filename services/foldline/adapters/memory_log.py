@@ -17,7 +17,9 @@ from ..core.validation import check_session_id
 from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError
 from ..ports.event_log import EventLog, RulesCache, WriterLease, opened
+from ..ports.inbox import InboxStore
 from ..ports.key_store import Sealer
+from .memory_inbox import MemoryInboxStore
 
 __all__ = ["MemoryEventLog"]
 
@@ -31,6 +33,7 @@ class MemoryEventLog(EventLog):
         self._epochs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._rules = RulesCache(lambda sid: self._read(sid, 0, None))
+        self._inbox = MemoryInboxStore()
 
     def append(
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
@@ -100,3 +103,6 @@ class MemoryEventLog(EventLog):
             epoch = self._epochs.get(session_id, 0) + 1
             self._epochs[session_id] = epoch
             return WriterLease(session_id, epoch)
+
+    def inbox(self) -> InboxStore:
+        return self._inbox

@@ -17,6 +17,7 @@ from typing import Protocol
 from ..core.events import Envelope
 from ..errors import FencedError
 from ..ports.event_log import EventLog, WriterLease
+from ..ports.inbox import InboxStore
 
 __all__ = ["AppendObserver", "MeteredEventLog"]
 
@@ -115,6 +116,9 @@ class MeteredEventLog(EventLog):
 
     def acquire_and_read(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
         return self.inner.acquire_and_read(session_id)
+
+    def inbox(self) -> InboxStore:
+        return self.inner.inbox()
 
     def close(self) -> None:
         self.inner.close()

@@ -50,7 +50,9 @@ from ..core.validation import LogRules, check_session_id
 from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
 from ..ports.event_log import EncodedEvent, EventLog, RulesCache, WriterLease, opened
+from ..ports.inbox import InboxStore
 from ..ports.key_store import Sealer
+from .sqlite_inbox import INBOX_SCHEMA, SqliteInboxStore
 
 __all__ = ["DB_NAME", "SqliteEventLog"]
 
@@ -129,6 +131,7 @@ class SqliteEventLog(EventLog):
         self._lock = threading.Lock()
         self._rules = RulesCache(self._read_all)
         self._checkpointer: _Checkpointer | None = None
+        self._inbox = SqliteInboxStore(self)
         if read_only:
             self._db = self._open_read_only(path, busy_timeout_s)
             return
@@ -151,7 +154,7 @@ class SqliteEventLog(EventLog):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
             self._db.execute(f"PRAGMA journal_size_limit={_WAL_KEEP}")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(_SCHEMA + INBOX_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             if row is None:
                 self._db.execute(
@@ -382,6 +385,10 @@ class SqliteEventLog(EventLog):
             except sqlite3.Error as exc:
                 raise self._translated(exc, f"acquiring the writer lease of session {session_id!r}") from exc
         return WriterLease(session_id, int(epoch))
+
+    def inbox(self) -> InboxStore:
+        """The ``inbox`` table of this database (:mod:`.sqlite_inbox`), on this log's connection."""
+        return self._inbox
 
     def close(self) -> None:
         if self._beside is not None:

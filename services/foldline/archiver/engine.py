@@ -5,7 +5,8 @@ or a poller of the embedded log) and buffers them per session. :meth:`Archiver.s
 every session that is due under the :class:`ArchivePolicy`:
 
 * ``segment_events`` events are waiting (continuous archiving of busy sessions);
-* the session's last event is a ``turn/end`` and it has been idle ``idle_s`` since;
+* the session's last event is a ``turn/end`` — or an ``approval/request``: the turn paused on approvals, quiet
+  until someone decides — and it has been idle ``idle_s`` since;
 * its oldest unarchived event is half ``max_delay_s`` old (so every event is archived within
   ``max_delay_s`` while an archiver runs — the bound the topic check holds the retention to);
 * the buffers together hold ``max_buffered_events`` (the sessions with most events go first).
@@ -50,6 +51,8 @@ __all__ = ["ArchivePolicy", "ArchiveSource", "Archiver", "FlushOutcome"]
 
 _LOG = logging.getLogger("foldline.archiver")
 _RETRY = Backoff(initial_s=0.5, cap_s=30.0)  # a session whose flush failed is tried again after this
+#: Event types after which a session is quiet until someone acts: a turn that ended, one paused on approvals.
+_QUIET_AFTER = frozenset({"turn/end", "approval/request"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,7 @@ class Archiver:
                 continue
             if (
                 len(buf.events) >= policy.segment_events
-                or (buf.last_kind == "turn/end" and now_ms - buf.last_time_ms >= idle_ms)
+                or (buf.last_kind in _QUIET_AFTER and now_ms - buf.last_time_ms >= idle_ms)
                 or now_ms - buf.oldest_ms >= half_delay_ms
             ):
                 out.append(sid)

@@ -80,7 +80,7 @@ def verify(
             events = stores.log.read(sid)
             if not events:
                 raise SessionNotFound(sid)
-            one = verify_events(sid, events, stores.attachments)
+            one = verify_events(sid, events, stores.attachments, read=stores.log.read)
             per_session.append((sid, one))
             report.merge(one)
     statuses = [one.status for _, one in per_session] or ["not-verifiable"]

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import (
+    approval_commands,
     archive_commands,
     audit_commands,
     config_commands,
@@ -95,6 +96,7 @@ def _tracing(ctx: typer.Context) -> None:
 
 demo_commands.register(app)
 session_commands.register(app)
+approval_commands.register(app)
 audit_commands.register(app)
 erase_commands.register(app)
 replay_commands.register(app)

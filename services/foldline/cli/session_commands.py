@@ -43,24 +43,31 @@ from ..core.diff import snapshot_diffs
 from ..core.drops import DropTracker
 from ..core.events import (
     MAX_TIME_MS,
+    ApprovalDecision,
+    ApprovalRequest,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionSummary,
     Envelope,
+    InboxClaim,
     LlmRetry,
     RequestDispatch,
     RequestHeader,
+    SessionEndSeed,
+    SessionParent,
     ToolCall,
     ToolResult,
     TurnEnd,
+    TurnRecovery,
     UserMessage,
 )
+from ..core.lineage import ChildLink, child_links, lineage
 from ..core.projection import fold_request_header
 from ..core.sealing import erased_view
 from ..core.validation import id_problem
 from ..core.wire import encode_event, header_to_json
-from ..errors import ConfigError, InputError, SessionNotFound
+from ..errors import ConfigError, InputError, SessionNotFound, TurnOpen
 from .cost_commands import step_note
 from .options import BackendOpt, DataDirOpt, JsonOpt, config_for, session_ids, stores_for
 from .output import console, diff_lines, err_console, fail_on_errors, json_safe, line, literal, write_json
@@ -102,23 +109,36 @@ def _iso(ms: int) -> str:
 
 
 def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_json: JsonOpt = False) -> None:
-    """List the sessions of the log: id, event count and the time of the last event."""
+    """List the sessions of the log as a tree: id, event count, the time of the last event, and where each came
+    from — a fork of a parent's prefix, or a sub-agent a parent's tool call ran — with its children below it."""
     rows: list[dict[str, Any]] = []
     config = config_for(data_dir, backend)
     if config.backend != "embedded" or config.data_dir.exists():  # do not create a data dir just to list it
         with stores_for(config, read_only=True) as stores:
             for sid in stores.log.sessions():
-                head = stores.log.head(sid)
-                last = stores.log.read(sid, head - 1, head)
-                last_ms = last[0].time if last else None
+                events = stores.log.read(sid)
+                last_ms = events[-1].time if events else None
+                own = lineage(events)
                 rows.append(
                     {
                         "id": sid,
-                        "events": head,
+                        "events": len(events),
                         "lastEventTime": last_ms,
                         "lastEventAt": None if last_ms is None else _iso(last_ms),
+                        "parent": own.to_json() if own is not None else None,
+                        "children": [
+                            {"id": link.child_id, "callId": link.call_id, "tool": link.tool}
+                            for link in child_links(events)
+                        ],
                     }
                 )
+    known = {row["id"] for row in rows}
+    for row in rows:  # a fork names its children nowhere in its parent's log: found from the children's side
+        parent = row["parent"]
+        if parent is not None and parent["kind"] == "fork" and parent["parent"] in known:
+            for other in rows:
+                if other["id"] == parent["parent"]:
+                    other["children"].append({"id": row["id"], "fork": True, "seq": parent["seq"]})
     if as_json:
         write_json(rows, canonical=True)
         return
@@ -130,8 +150,32 @@ def sessions_cmd(data_dir: DataDirOpt = None, backend: BackendOpt = None, as_jso
     table.add_column("session")
     table.add_column("events", justify="right")
     table.add_column("last event (UTC)")
+    table.add_column("from")
+    by_id = {row["id"]: row for row in rows}
+    shown: set[str] = set()
+
+    def add(row: dict[str, Any], depth: int) -> None:
+        if row["id"] in shown:
+            return
+        shown.add(row["id"])
+        parent = row["parent"]
+        origin = ""
+        if parent is not None and parent["kind"] == "subagent":
+            origin = f"sub-agent of {parent['parent']} (call {parent['callId']}, {parent['tool']})"
+        elif parent is not None:
+            origin = f"fork of {parent['parent'] or 'an unnamed parent'} (seed ends at seq {parent['seq']})"
+        name = ("  " * depth + ("└ " if depth else "")) + row["id"]
+        table.add_row(literal(name), f"{row['events']:,}", row["lastEventAt"] or "-", literal(origin))
+        for child in row["children"]:
+            if child["id"] in by_id:
+                add(by_id[child["id"]], depth + 1)
+
     for row in rows:
-        table.add_row(literal(row["id"]), f"{row['events']:,}", row["lastEventAt"] or "-")
+        parent = row["parent"]
+        if parent is None or parent["parent"] not in by_id:
+            add(row, 0)
+    for row in rows:  # anything left (a cycle a hand-made log could draw) at the top
+        add(row, 0)
     console.print(table)
 
 
@@ -181,7 +225,30 @@ def _summary(data: object, note: str = "") -> str:
             return f"attempt {data.attempt} #{data.index} {name}{data.data[:100]}"
         case ToolResult():
             op = "" if data.surface_op == "append" else " (trim)"
-            return f"{data.name} {data.call_id}{op}{' ERROR' if data.is_error else ''}: {_blocks(data.content)}"
+            child = f" → sub-agent session {data.child_session_id}" if data.child_session_id else ""
+            return f"{data.name} {data.call_id}{op}{' ERROR' if data.is_error else ''}{child}: {_blocks(data.content)}"
+        case ApprovalRequest():
+            return f"{data.name} call {data.call_id} awaits a decision (arguments {data.arguments_digest[:19]}…)"
+        case ApprovalDecision():
+            changed = f" with arguments {data.arguments}" if data.arguments is not None else ""
+            why = f": {data.reason}" if data.reason else ""
+            by = f" by {data.decided_by}" if data.decided_by else ""
+            return f"{data.verdict} call {data.call_id}{changed}{by}{why} (inbox entry {data.entry})"
+        case InboxClaim():
+            return f"takes inbox entr{'y' if len(data.entries) == 1 else 'ies'} {', '.join(data.entries)}"
+        case TurnRecovery():
+            parts = [f"turn {data.turn}: {data.policy}"]
+            if data.interrupted:
+                parts.append(f"interrupted {', '.join(data.interrupted)}")
+            if data.rerun:
+                parts.append(f"run again {', '.join(data.rerun)}")
+            return "; ".join(parts)
+        case SessionParent():
+            return f"sub-agent of {data.parent_id} (call {data.call_id}, {data.tool})"
+        case SessionEndSeed():
+            return f"fork of {data.parent_id or 'an unnamed parent'}" + (
+                f" (seed of {data.seed_length} events)" if data.seed_length is not None else ""
+            )
         case ToolCall():
             args = data.arguments if len(data.arguments) <= 120 else data.arguments[:117] + "…"
             return f"{data.name}({args}) id={data.call_id}"
@@ -266,7 +333,12 @@ def show(
         notes = _StepNotes(session, load_price_table(config.prices)) if not json else None
         if not json:
             console.print(line(("session ", "bold"), (session, "bold"), f" — {head:,} events"))
+            first = log.read(session, 0, 1)
+            if first and isinstance(first[0].data, SessionParent):
+                up = first[0].data
+                console.print(literal(f"sub-agent of {up.parent_id} (call {up.call_id}, tool {up.tool})"))
         width = len(str(head - 1))
+        children: list[ChildLink] = []
         with _progress(head, "events", beside_output=False) as advance:
             for start in range(0, head, _PAGE):
                 page = log.read(session, start, min(start + _PAGE, head))
@@ -294,8 +366,13 @@ def show(
                             for e in page
                         )
                     )
+                if any(isinstance(e.data, SessionEndSeed) for e in page):
+                    children = []  # what came before is a fork's copy of its parent's prefix
+                children += [link for link in child_links(page) if link.child_id not in {c.child_id for c in children}]
                 advance(len(page))
         out.flush()
+        if not json and children:
+            console.print(literal(f"sub-agents: {', '.join(f'{c.child_id} (call {c.call_id})' for c in children)}"))
 
 
 # ------------------------------------------------------------------ export / import
@@ -612,24 +689,32 @@ def fork(
 def resume(
     session: Annotated[str, typer.Argument(help="Session id (e.g. a demo session).")],
     model: Annotated[str | None, typer.Option("--model", help="Reconfigure the model for this instance.")] = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Loop steps to run.")] = 4,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Loop steps to run (new turns).")] = 4,
     budget: Annotated[
         int | None, typer.Option("--budget", min=200, help="Token budget: trim / compact above it (default: off).")
     ] = None,
+    on_crash: Annotated[
+        str,
+        typer.Option(
+            "--on-crash", help="A turn a crash left open: end it, or continue it (the model sees what was interrupted)."
+        ),
+    ] = "end",
     data_dir: DataDirOpt = None,
     backend: BackendOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Continue a session with a new loop instance against the emulator (writes a `resume` snapshot).
 
-    A session its last loop left mid-step (a crash, a full disk) is closed first: each tool call without a
-    result gets an error result saying it was interrupted, and the open step and turn are ended. The session
-    is read once (as the instance takes it over); afterwards only what the instance appended is read back,
-    and its requests are verified (`foldline verify` rebuilds every request of a session).
+    An open turn is continued first, and alone: a turn paused on approvals takes its decisions from the inbox
+    (`foldline approve`) and goes on; a turn a crash left open mid-step is ended (each call without a result gets
+    an error result saying it was interrupted) or, with --on-crash continue, continued. Otherwise new turns run
+    for --steps steps. The session is read once (as the instance takes it over); afterwards only what the
+    instance appended is read back, and its requests are verified (`foldline verify` rebuilds every request of
+    a session).
     """
-    from ..demo import PROMPTS, demo_toolset
+    from ..demo import PROMPTS, toolset_for
     from ..loop import Agent, AgentOptions
-    from ..loop.agent import StepRecord
+    from ..loop.agent import StepRecord, TurnResult
     from ..loop.pressure import PressurePolicy
     from ..providers.emulated import emulated_provider, wire_format_of
     from ..replay.verify import verify_events
@@ -638,6 +723,8 @@ def resume(
 
     session_ids(session)
     _model_option(model)
+    if on_crash not in ("end", "continue"):
+        raise ConfigError(f"--on-crash must be end or continue, got {on_crash!r}")
     settings = config_for(data_dir, backend)
     emulator_only(settings, "foldline resume")
     with stores_for(settings) as stores:
@@ -662,15 +749,24 @@ def resume(
             else None
         )
         options = AgentOptions(
-            config=config, system=folded.system, tools=demo_toolset(), pressure=policy, outage_s=settings.outage_s
+            config=config,
+            system=folded.system,
+            tools=toolset_for(folded.tools),
+            pressure=policy,
+            outage_s=settings.outage_s,
+            on_crash="continue" if on_crash == "continue" else "end",
         )
         agent = Agent(session, log, provider, options, attachments=stores.attachments, opened=opened)
         gc.freeze()  # the loaded session lives until the command ends: the collector need not walk it again
         records: list[StepRecord] = []
         agent.step_listeners.append(records.append)
+        continued: list[TurnResult] = []
 
         async def run() -> None:
             try:
+                if agent.turn_open:
+                    continued.append(await agent.continue_turn())
+                    return
                 turn = 0
                 while len(records) < steps:
                     agent.options.max_steps_per_turn = steps - len(records)
@@ -683,14 +779,35 @@ def resume(
 
         asyncio.run(run())
         after = [*events, *stores.log.read(session, len(events))]  # only what this instance appended is read
-        report = verify_events(session, after, stores.attachments, from_seq=len(events), values_checked_before=True)
+        report = verify_events(
+            session,
+            after,
+            stores.attachments,
+            from_seq=len(events),
+            values_checked_before=True,
+            read=stores.log.read,
+        )
+    if continued and continued[0].paused:
+        waiting = continued[0].pending
+        calls = ", ".join(p.call_id for p in waiting)
+        raise TurnOpen(
+            session,
+            continued[0].turn,
+            f"session {session!r} is paused: call(s) {calls} wait for approval decisions; decide each with "
+            f"`foldline approve {session} CALL_ID --allow|--deny`, then resume again",
+        )
     resume_snaps = [(s, d) for s, d in snapshot_diffs(after) if s.seq >= len(events) and s.reason == "resume"]
-    snap, drift = resume_snaps[0]
+    snap, drift = resume_snaps[0] if resume_snaps else (None, None)
     if json:
-        out = {
+        out: dict[str, Any] = {
             "session": session,
-            "resumeSeq": snap.seq,
-            "drift": drift.to_json(),
+            "resumeSeq": snap.seq if snap is not None else None,
+            "drift": drift.to_json() if drift is not None else None,
+            "continued": (
+                {"turn": continued[0].turn, "reason": continued[0].reason, "text": continued[0].text}
+                if continued
+                else None
+            ),
             "steps": [
                 {
                     "step": i,
@@ -706,9 +823,15 @@ def resume(
         }
         write_json(out)
     else:
-        console.print(line("resumed ", (session, "bold"), f": snapshot (reason resume) at seq {snap.seq}"))
-        for text in diff_lines(drift):
-            console.print(line("  ", text))
+        if snap is not None and drift is not None:
+            console.print(line("resumed ", (session, "bold"), f": snapshot (reason resume) at seq {snap.seq}"))
+            for text in diff_lines(drift):
+                console.print(line("  ", text))
+        if continued:
+            done = continued[0]
+            console.print(
+                line("continued turn ", str(done.turn), " of ", (session, "bold"), f": it ended {done.reason}")
+            )
         table = Table(title="steps of this loop instance")
         for col in ("step", "header", "prompt", "cache read", "ratio"):
             table.add_column(col, justify="right" if col != "header" else "left")

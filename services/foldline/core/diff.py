@@ -19,6 +19,7 @@ from .events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     LlmRetry,
     RequestDispatch,
@@ -99,6 +100,7 @@ def header_snapshots(events: Sequence[Envelope]) -> list[HeaderSnapshot]:
                 | LlmRetry()
                 | AssistantChunk()
                 | SessionErased()
+                | ControlEvent()
                 | UnknownEvent()
             ):
                 pass

@@ -58,6 +58,7 @@ from .events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     LlmRetry,
     ReplaceOp,
@@ -317,6 +318,7 @@ class DropTracker:
                 | LlmRetry()
                 | AssistantChunk()
                 | SessionErased()
+                | ControlEvent()
                 | UnknownEvent()
             ):
                 pass

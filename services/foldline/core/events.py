@@ -28,7 +28,16 @@ __all__ = [
     "Event",
     "AssistantChunk",
     "AssistantMessage",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "ApprovalVerdict",
     "AttachmentQuarantine",
+    "ControlEvent",
+    "CONTROL_TYPES",
+    "InboxClaim",
+    "RecoveryPolicy",
+    "SessionParent",
+    "TurnRecovery",
     "CompactionEnd",
     "CompactionStart",
     "CompactionSummary",
@@ -52,6 +61,7 @@ __all__ = [
     "TurnStart",
     "UnknownEvent",
     "UserMessage",
+    "logged",
 ]
 
 SESSION_FORMAT_VERSION = 0
@@ -120,6 +130,9 @@ class AssistantMessage(Event, frozen=True):
 
 
 class ToolResult(Event, frozen=True):
+    """A tool call's result. ``child_session_id`` names the session of the sub-agent the call ran (its first
+    event, ``session/parent``, names this session and call back); not model-visible."""
+
     TYPE: ClassVar[str] = "tool/result"
     call_id: Id
     name: Id
@@ -127,6 +140,7 @@ class ToolResult(Event, frozen=True):
     is_error: bool = False
     surface_op: SurfaceOp = "append"
     source_event_seqs: SourceSeqs | None = None
+    child_session_id: SessionId | None = None
 
 
 class TurnStart(Event, frozen=True):
@@ -281,8 +295,87 @@ class SessionErased(Event, frozen=True):
     reason: str | None = None
 
 
+class ControlEvent(Event, frozen=True):
+    """An event of the loop's control flow — pauses, the durable inbox, crash recovery, lineage. Never
+    model-visible and always written ignorable (a reader that predates it skips it, and Avro carries it as
+    ``UnknownEvent``, docs/SCHEMAS.md rule 4); no fold of messages or headers reads it."""
+
+
+ApprovalVerdict = Literal["allow", "deny"]
+RecoveryPolicy = Literal["continue", "end"]
+
+
+class ApprovalRequest(ControlEvent, frozen=True):
+    """The tool call ``call_id`` of the step's answer waits for a decision before it runs; the turn pauses.
+
+    Appended with the answer (``assistant/message`` and its ``tool/call`` s). ``arguments_digest`` is the
+    sha256 of the call's raw arguments text (UTF-8): the decision is about exactly those arguments."""
+
+    TYPE: ClassVar[str] = "approval/request"
+    turn: Nat
+    step: Nat
+    call_id: Id
+    name: Id
+    arguments_digest: Digest
+
+
+class ApprovalDecision(ControlEvent, frozen=True):
+    """The decision on an approval request, moved into the log by the session's writer from its inbox.
+
+    ``entry`` is the inbox entry it came from (exactly once: a later claim skips an entry a decision names).
+    ``verdict`` ``deny`` answers the call with an error result carrying ``reason``; ``allow`` runs it — with
+    ``arguments`` (raw JSON text) in place of the model's when the approver changed them. ``decided_by`` and
+    ``decided_at`` (epoch ms) say who decided and when, as the decider stated it."""
+
+    TYPE: ClassVar[str] = "approval/decision"
+    call_id: Id
+    verdict: ApprovalVerdict
+    entry: Id
+    reason: str | None = None
+    arguments: str | None = None
+    decided_by: str | None = None
+    decided_at: Nat | None = None
+
+
+class InboxClaim(ControlEvent, frozen=True):
+    """The inbox entries a step's opening takes, in order: the ``user/message`` s that follow it in the same
+    append are their messages, one each, in this order. An entry a claim names is never entered again."""
+
+    TYPE: ClassVar[str] = "inbox/claim"
+    entries: tuple[Id, ...]
+
+
+class TurnRecovery(ControlEvent, frozen=True):
+    """What a new loop instance did with a turn the previous one left open mid-step (a crash, a kill).
+
+    ``policy`` ``end`` closes it (every unanswered call answered as interrupted, the turn ended ``error``);
+    ``continue`` answers the calls in ``interrupted`` as interrupted, runs the calls in ``rerun`` again (tools
+    marked idempotent) and goes on with the turn's next step."""
+
+    TYPE: ClassVar[str] = "turn/recover"
+    turn: Nat
+    policy: RecoveryPolicy
+    interrupted: tuple[Id, ...] = ()
+    rerun: tuple[Id, ...] = ()
+
+
+class SessionParent(ControlEvent, frozen=True):
+    """The first event of a sub-agent's session: the session and tool call of the parent that runs it.
+
+    (A fork child names its parent in ``session/end-seed`` instead, after the parent's prefix.)"""
+
+    TYPE: ClassVar[str] = "session/parent"
+    parent_id: SessionId
+    call_id: Id
+    tool: Id
+
+
+#: The control event types (:class:`ControlEvent`), always written ignorable.
+CONTROL_TYPES: frozenset[str] = frozenset(
+    {ApprovalRequest.TYPE, ApprovalDecision.TYPE, InboxClaim.TYPE, TurnRecovery.TYPE, SessionParent.TYPE}
+)
 #: Known event types that are always written ``ignorable``: readers that predate them skip them.
-ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE, SessionErased.TYPE})
+ALWAYS_IGNORABLE: frozenset[str] = frozenset({LlmRetry.TYPE, AssistantChunk.TYPE, SessionErased.TYPE}) | CONTROL_TYPES
 
 
 class UnknownEvent(Record, frozen=True):
@@ -313,6 +406,11 @@ EventData: TypeAlias = (
     | LlmRetry
     | AssistantChunk
     | SessionErased
+    | ApprovalRequest
+    | ApprovalDecision
+    | InboxClaim
+    | TurnRecovery
+    | SessionParent
     | UnknownEvent
 )
 
@@ -329,6 +427,11 @@ class Seal(Record, frozen=True):
         str, msgspec.Meta(pattern=r"^[0-9a-f]{32}\Z", extra={"expect": "32 lowercase hex digits (a data key id)"})
     ]
     v: Pos
+
+
+def logged(seq: int, time: int, data: EventData) -> Envelope:
+    """The envelope the loop appends ``data`` in: ignorable exactly when its type is always written so."""
+    return Envelope(seq, time, data, not isinstance(data, UnknownEvent) and data.TYPE in ALWAYS_IGNORABLE)
 
 
 class Envelope(msgspec.Struct, frozen=True, gc=False):

@@ -27,6 +27,7 @@ from .events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     LlmRetry,
     RequestDispatch,
@@ -168,6 +169,7 @@ def fold_delta(events: Sequence[Envelope], epoch: int) -> FoldDelta | None:
                 | LlmRetry()
                 | AssistantChunk()
                 | SessionErased()
+                | ControlEvent()
                 | UnknownEvent()
             ):
                 pass

@@ -26,6 +26,7 @@ from .events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     EventData,
     LlmRetry,
@@ -98,6 +99,7 @@ def fork_point(parent: Sequence[Envelope], at_seq: int) -> ForkPoint:
                 | LlmRetry()
                 | AssistantChunk()
                 | SessionErased()
+                | ControlEvent()
                 | UnknownEvent()
             ):
                 pass

@@ -21,6 +21,7 @@ from .events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     LlmRetry,
     RequestDispatch,
@@ -91,6 +92,7 @@ def derive_event_message(event: Envelope) -> Message | None:
             | LlmRetry()
             | AssistantChunk()
             | SessionErased()
+            | ControlEvent()
             | UnknownEvent()
         ):
             return None

@@ -22,7 +22,7 @@ the replacing ``user/message`` the summary implies, exactly as the loop would ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .compaction import summary_content
@@ -69,12 +69,15 @@ def interrupted_result(call_id: str, name: str) -> ToolResult:
     return ToolResult(call_id, name, (TextBlock(INTERRUPTED_RESULT),), is_error=True)
 
 
-def closing_events(events: Iterable[Envelope], reason: TurnEndReason = "error") -> list[EventData]:
+def closing_events(
+    events: Iterable[Envelope], reason: TurnEndReason = "error", answers: Mapping[str, ToolResult] | None = None
+) -> list[EventData]:
     """The events that close ``events`` (a session log, or its tail from the open turn's ``turn/start``).
 
     In order: the end of an unfinished compaction; a synthetic ``tool/result`` for each tool call of the last
     visible ``assistant/message`` that no ``tool/result`` answers yet (only while nothing else follows it on
-    the surface, so the results land right after the answer they belong to); ``step/end`` for an open step;
+    the surface, so the results land right after the answer they belong to) — ``answers[callId]`` where the
+    caller knows the answer (a denied call), else the interrupted result; ``step/end`` for an open step;
     ``turn/end`` with ``reason`` for an open turn. Empty when nothing is open.
     """
     surface: list[_Entry] = []
@@ -148,7 +151,8 @@ def closing_events(events: Iterable[Envelope], reason: TurnEndReason = "error") 
             if call.id not in logged:  # a tool/result needs its tool/call before it
                 closing.append(ToolCall(turn, step, call.id, call.name, call.arguments))
                 logged.add(call.id)
-            closing.append(interrupted_result(call.id, call.name))
+            known = answers.get(call.id) if answers else None
+            closing.append(known if known is not None else interrupted_result(call.id, call.name))
             answered.add(call.id)
     if open_step is not None:
         closing.append(StepEnd(*open_step))

@@ -25,19 +25,24 @@ from ..errors import ValidationError
 from .content import ToolCallBlock
 from .events import (
     MAX_TIME_MS,
+    ApprovalDecision,
+    ApprovalRequest,
     AssistantChunk,
     AssistantMessage,
     AttachmentQuarantine,
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
+    InboxClaim,
     LlmRetry,
     ReplaceOp,
     RequestDispatch,
     RequestHeader,
     SessionEndSeed,
     SessionErased,
+    SessionParent,
     StepEnd,
     StepStart,
     ToolCall,
@@ -111,8 +116,11 @@ class LogRules:
     """Incremental validator for one session's log."""
 
     __slots__ = (
+        "_approvals",
         "_calls_of_answer",
         "_compaction_pending",
+        "_decided",
+        "_entries",
         "_results",
         "_undo",
         "call_ids",
@@ -132,6 +140,9 @@ class LogRules:
         self._calls_of_answer: dict[str, tuple[str, str | None]] = {}
         self.has_header = False
         self._compaction_pending = False
+        self._approvals: set[str] = set()  # callIds with an approval/request
+        self._decided: set[str] = set()  # callIds with an approval/decision
+        self._entries: set[str] = set()  # inbox entries an inbox/claim or approval/decision named
         self._undo: list[Callable[[], None]] | None = None
 
     # -------------------------------------------------------------- public
@@ -293,13 +304,15 @@ class LogRules:
                     self._set("has_header", True)
             case CompactionSummary():
                 self._set("_compaction_pending", True)
-            case LlmRetry() | AssistantChunk() | SessionErased():
+            case LlmRetry() | AssistantChunk() | SessionErased() | ControlEvent():
                 if not e.ignorable:
                     raise ValidationError(
                         "ignorable-required",
                         f"{data.TYPE} must be written with ignorable true, so readers that predate it skip it",
                         seq=seq,
                     )
+                if isinstance(data, ControlEvent):
+                    self._control(seq, data)
             case UnknownEvent():
                 if not e.ignorable:
                     raise ValidationError("unknown-type", f"unknown event type {data.type!r}", seq=seq)
@@ -309,6 +322,57 @@ class LogRules:
                 assert_never(data)
         self.next_seq = seq + 1  # check_batch restores it on a refusal
         return change
+
+    def _control(self, seq: int, data: ControlEvent) -> None:
+        """The rules of the control events: an approval is requested once for a logged call that has no result
+        yet and decided once; an inbox entry is taken once; ``session/parent`` is a session's first event."""
+        if isinstance(data, ApprovalRequest):
+            if data.call_id not in self.call_ids:
+                raise ValidationError(
+                    "approval-request",
+                    f"approval/request for callId {data.call_id!r} has no tool/call before it",
+                    seq=seq,
+                )
+            if data.call_id in self._approvals or data.call_id in self._results:
+                what = "an approval/request" if data.call_id in self._approvals else "a tool/result"
+                raise ValidationError(
+                    "approval-request",
+                    f"callId {data.call_id!r} already has {what}; approval comes first, once",
+                    seq=seq,
+                )
+            self._add(self._approvals, data.call_id)
+        elif isinstance(data, ApprovalDecision):
+            if data.call_id not in self._approvals:
+                raise ValidationError(
+                    "approval-decision",
+                    f"approval/decision for callId {data.call_id!r} answers no approval/request",
+                    seq=seq,
+                )
+            if data.call_id in self._decided:
+                raise ValidationError(
+                    "approval-decision", f"callId {data.call_id!r} is decided already; a call is decided once", seq=seq
+                )
+            if data.verdict == "deny" and data.arguments is not None:
+                raise ValidationError(
+                    "approval-decision", "a denial carries no arguments (only an allow may change them)", seq=seq
+                )
+            self._add(self._decided, data.call_id)
+            self._take(seq, (data.entry,))
+        elif isinstance(data, InboxClaim):
+            self._take(seq, data.entries)
+        elif isinstance(data, SessionParent) and seq != 0:
+            raise ValidationError(
+                "session-parent", "session/parent names a sub-agent's parent and must be its first event", seq=seq
+            )
+
+    def _take(self, seq: int, entries: tuple[str, ...]) -> None:
+        if len(set(entries)) != len(entries) or any(x in self._entries for x in entries):
+            again = sorted({x for x in entries if x in self._entries or entries.count(x) > 1})
+            raise ValidationError(
+                "inbox-entry", f"inbox entr(ies) {again} were taken already; an entry enters the log once", seq=seq
+            )
+        for x in entries:
+            self._add(self._entries, x)
 
     def _surface(
         self,

@@ -1,9 +1,11 @@
-"""The agent loop: inbox, hooks, typed tools and MCP servers, the invariant companion, each request's step, and a
-turn read as typed events while it runs (``Agent.stream``)."""
+"""The agent loop: inbox, hooks, typed tools and MCP servers, the invariant companion, each request's step, a
+turn read as typed events while it runs (``Agent.stream``), and pauses: approvals decided from any process, the
+durable inbox, sub-agents."""
 
 from .agent import Agent, AgentOptions, StepRecord, TurnResult
+from .approvals import decide
 from .hooks import Enter, PreStepContext, Reject
-from .inbox import Inbox, InboxItem
+from .inbox import Inbox, InboxItem, inject
 from .mcp import MCPServer
 from .pressure import PressurePolicy
 from .stream import (
@@ -20,6 +22,7 @@ from .stream import (
     TurnFinished,
     TurnStream,
 )
+from .subagents import run_subagent
 from .tools import ImageData, ToolOutput, Toolset
 
 __all__ = [
@@ -49,4 +52,7 @@ __all__ = [
     "TurnFinished",
     "TurnResult",
     "TurnStream",
+    "decide",
+    "inject",
+    "run_subagent",
 ]

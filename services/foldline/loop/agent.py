@@ -39,6 +39,12 @@ A request the provider still fails when the retries run out (:class:`~foldline.e
 ends the turn ``error`` and is returned, not raised: :attr:`TurnResult.failure` holds the typed error, the
 step is closed, and the next turn starts from a valid log. :meth:`Agent.stream` runs a turn as typed events
 for a caller that shows the answer as it is written (loop/stream.py).
+
+Pauses (docs/LOOP.md): the inbox is durable (``loop/inbox.py``: what a step claims is logged as ``inbox/claim``);
+a call of a tool that needs approval is logged with ``approval/request`` and the turn pauses until it is decided
+(``loop/approvals.py``); a turn a crash left open is ended or continued by ``AgentOptions.on_crash``
+(``loop/recovery.py``); :meth:`Agent.continue_turn` goes on with an open turn. A sub-agent a tool runs names
+this session and call in its first event (``loop/subagents.py``).
 """
 
 from __future__ import annotations
@@ -47,31 +53,41 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
+import msgspec
+
 from ..collector import collector_paused
-from ..core.content import ContentBlock, TextBlock, ToolCallBlock
+from ..core import codec
+from ..core.content import ContentBlock, TextBlock, ToolCallBlock, Usage
 from ..core.events import (
+    ApprovalDecision,
     AssistantChunk,
     AssistantMessage,
     Envelope,
     EventData,
-    LlmRetry,
+    InboxClaim,
     RequestHeader,
+    SessionParent,
     StepEnd,
     StepStart,
     ToolCall,
     ToolResult,
     TurnEnd,
     TurnEndReason,
+    TurnRecovery,
     TurnStart,
     UserMessage,
+    logged,
 )
 from ..core.header import CallConfig, EpochHeader
+from ..core.inbox import InboxDecision
 from ..core.limits import check_request_size
+from ..core.lineage import lineage
+from ..core.pauses import OpenStep, changed_arguments_note, denied_result, open_turn, pending_approvals, taken_entries
 from ..core.projection import Session
-from ..core.repair import closing_events
+from ..core.repair import closing_events, interrupted_result
 from ..core.request import GenerateOptions
 from ..core.validation import check_session_id
 from ..errors import (
@@ -81,10 +97,13 @@ from ..errors import (
     ContextOverflow,
     FencedError,
     FoldlineError,
+    NoOpenTurn,
     RetriesExhausted,
+    TurnOpen,
 )
 from ..ports.attachments import AttachmentStore
 from ..ports.event_log import EventLog, WriterLease
+from ..ports.inbox import InboxStore
 from ..providers.base import Provider, ProviderResponse
 from ..providers.framing import IncrementalBody
 from ..providers.header_defaults import header_config
@@ -98,10 +117,13 @@ from ..replay.step import answer_records, dispatch_record, quarantine_record, re
 from ._durable import append_durably
 from ._refusal import REFUSAL_RESET_TEXT, refusal_reset, refused_turn
 from ._remote import dispatch_remote
+from .approvals import CallPlan, Waiting, approval_requests, plan_calls
+from .calls import CURRENT_CALL, ToolCallContext
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
-from .inbox import Inbox, InboxItem
+from .inbox import Inbox, InboxItem, new_entry_id
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
 from .pressure import relieve_pressure
+from .recovery import recovery_events
 from .stream import (
     DEFAULT_STREAM_BUFFER,
     AttemptDiscarded,
@@ -117,6 +139,30 @@ from .stream import (
 from .tool_runner import ToolRun
 
 __all__ = ["CONTEXT_OVERFLOW_FIX", "REFUSAL_RESET_TEXT", "Agent", "AgentOptions", "StepRecord", "TurnResult"]
+
+
+#: What continuing an open step answers when the step had no answer to finish: the turn goes on with a new step.
+_NEXT = object()
+
+
+def _in_call_order(
+    calls: Sequence[ToolCallBlock],
+    answered: Mapping[str, ToolResult],
+    stopped: Mapping[str, ToolResult],
+    changed: Mapping[str, str],
+) -> list[ToolResult]:
+    """The results of ``calls`` in the answer's order (``answered``, else ``stopped``; a call in neither was
+    answered before); a call run with an approver's changed arguments says so first in its result."""
+    out: list[ToolResult] = []
+    for call in calls:
+        result = answered.get(call.id) or stopped.get(call.id)
+        if result is None:
+            continue
+        if call.id in changed:
+            note = changed_arguments_note(changed[call.id])
+            result = msgspec.structs.replace(result, content=(note, *result.content))
+        out.append(result)
+    return out
 
 
 def check_provider(provider: Provider, config: CallConfig) -> None:
@@ -143,11 +189,18 @@ class Agent:
         attachments: AttachmentStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         opened: tuple[WriterLease, list[Envelope]] | None = None,
+        inbox: InboxStore | None = None,
+        parent: SessionParent | None = None,
+        new_id: Callable[[], str] = new_entry_id,
     ) -> None:
         """Become the session's writer and load it (``opened``: what :meth:`open` already acquired).
 
         A call config the model does not accept is refused first (:class:`~foldline.errors.UnsupportedSetting`,
-        :mod:`foldline.providers.model_rules`), before the session is opened."""
+        :mod:`foldline.providers.model_rules`), before the session is opened. ``inbox`` is the session's durable
+        inbox (default: the log's, :meth:`~foldline.ports.event_log.EventLog.inbox`); ``parent`` makes a new
+        session a sub-agent of that session's call (its first event, :mod:`.subagents`); ``new_id`` makes inbox
+        entry ids. On load, a turn the last instance left open is handled first: one paused on approvals waits
+        for :meth:`continue_turn`; one a crash interrupted is ended or continued by ``options.on_crash``."""
         self.session_id = check_session_id(session_id)
         check_provider(provider, options.config)
         check_call_config(provider.serializer, options.config)
@@ -157,7 +210,6 @@ class Agent:
         self._seeded_with = options.config  # the config value this instance last took from its options
         self.attachments = attachments
         self.clock = clock
-        self.inbox = Inbox()
         self._pre_step: list[PreStepHook] = []
         self._request_hooks: list[RequestHook] = []
         if options.subject is not None and log.sealer is not None:
@@ -166,10 +218,23 @@ class Agent:
         self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
         with collector_paused():
             self.session = Session(session_id, loaded)  # validates on load
-        repair = closing_events(loaded)
-        if repair:  # the last instance stopped mid-step: answer its calls and close it first (core/repair.py)
+        store = inbox if inbox is not None else log.inbox()
+        #: the session's durable inbox; the log names every entry taken already (loop/inbox.py)
+        self.inbox = Inbox(store, session_id, taken=taken_entries(loaded), clock=clock, new_id=new_id)
+        first: list[EventData] = self._adopt(parent, loaded) if parent is not None else []
+        state = open_turn(loaded)
+        self._open_at: int | None = None  # seq of the open turn's turn/start (paused, or to continue)
+        if state is None:
+            first += closing_events(loaded)  # nothing open; a compaction cut short outside a turn is finished
+        elif state.paused:
+            self._open_at = state.start_seq  # waits for decisions: continue_turn
+        else:  # the last instance stopped mid-turn: end it or continue it, as the policy says (loop/recovery.py)
+            first += recovery_events(loaded, state, options.tools, options.on_crash)
+            if any(isinstance(d, TurnRecovery) and d.policy == "continue" for d in first):
+                self._open_at = state.start_seq
+        if first:
             start, now = self.session.next_seq, clock()
-            events = [Envelope(start + i, now, d) for i, d in enumerate(repair)]
+            events = [logged(start + i, now, d) for i, d in enumerate(first)]
             log.append(session_id, start, events, lease=self.lease)  # once per load, before any step: no wait
             self.session.extend(events, values_checked=True)
         self._first_request = True
@@ -211,10 +276,24 @@ class Agent:
         *,
         attachments: AttachmentStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        inbox: InboxStore | None = None,
+        parent: SessionParent | None = None,
+        new_id: Callable[[], str] = new_entry_id,
     ) -> Agent:
         """The constructor for asyncio callers: the lease and the load are awaited (many sessions open at once)."""
         opened = await log.acquire_and_read_async(session_id)
-        return cls(session_id, log, provider, options, attachments=attachments, clock=clock, opened=opened)
+        return cls(
+            session_id,
+            log,
+            provider,
+            options,
+            attachments=attachments,
+            clock=clock,
+            opened=opened,
+            inbox=inbox,
+            parent=parent,
+            new_id=new_id,
+        )
 
     # -------------------------------------------------------------- public API
 
@@ -239,10 +318,11 @@ class Agent:
             "or build a new Agent on the session"
         )
 
-    def inject(self, text: str | Sequence[ContentBlock], source: str = "inject") -> None:
-        """Queue a message for the next step's claim."""
+    def inject(self, text: str | Sequence[ContentBlock], source: str = "inject") -> str:
+        """Put a message into the session's durable inbox for the next step's claim; returns its entry id once it
+        is durable (a crash before the claim loses nothing; the claim is logged, so it never enters twice)."""
         content = (TextBlock(text),) if isinstance(text, str) else tuple(text)
-        self.inbox.put(InboxItem(content, source))
+        return self.inbox.put(InboxItem(content, source))
 
     def on_pre_step(self, hook: PreStepHook) -> PreStepHook:
         self._pre_step.append(hook)
@@ -279,36 +359,76 @@ class Agent:
         if self._events is not None:
             self._events.push(event)
 
+    @property
+    def turn_open(self) -> bool:
+        """A turn of this session is open — paused on approvals, or continued after a crash — and
+        :meth:`continue_turn` goes on with it (:meth:`run_turn` refuses until then)."""
+        return self._open_at is not None
+
     async def run_turn(self, text: str | Sequence[ContentBlock] | None = None, source: str = "user") -> TurnResult:
-        """Run one turn: steps until the model stops calling tools (or the step limit).
+        """Run one turn: steps until the model stops calling tools (or the step limit), or until it pauses on
+        approvals (``reason`` ``paused``: decide them, then :meth:`continue_turn`). ``text`` is the turn's prompt,
+        entered at its first step after the inbox's messages.
 
         A provider that still fails once the retries run out ends the turn ``error``: the result's ``failure``
         holds the :class:`~foldline.errors.RetriesExhausted` (nothing is raised). Other provider and tool
         failures still raise, after the turn was closed in the log."""
+        if self._open_at is not None:
+            raise TurnOpen(
+                self.session_id,
+                self.turn - 1,
+                f"session {self.session_id!r} has an open turn (paused on approvals, or continued after a crash); "
+                "continue it first (Agent.continue_turn, or `foldline resume`)",
+            )
         if text is not None:
-            self.inject(text, source)
+            self.inbox.prompt(InboxItem((TextBlock(text),) if isinstance(text, str) else tuple(text), source))
         turn = self.turn
         self.turn += 1
         start = self.session.next_seq
         self._turn_start_seq = start
         await self._append(TurnStart(turn))
+        return await self._run(turn, 0, start)
+
+    async def continue_turn(self) -> TurnResult:
+        """Go on with the open turn: take the decisions of a paused one (waiting ``options.approval_wait_s`` for
+        those still missing — then it pauses again), run its calls and continue; or answer the calls of one a crash
+        interrupted as ``turn/recover`` says and continue. :class:`~foldline.errors.NoOpenTurn` when none is open."""
+        if self._open_at is None:
+            raise NoOpenTurn(f"session {self.session_id!r} has no open turn to continue; run_turn starts a new one")
+        state = open_turn(await self.log.read_async(self.session_id, self._open_at))
+        if state is None:  # pragma: no cover - only this instance writes the session
+            self._open_at = None
+            raise NoOpenTurn(f"session {self.session_id!r} has no open turn to continue")
+        self._turn_start_seq = state.start_seq
+        step = state.step
+        return await self._run(state.turn, state.steps, state.start_seq, step)
+
+    async def _run(self, turn: int, step: int, start: int, resume: OpenStep | None = None) -> TurnResult:
+        """The steps of a turn from ``step`` on (after the open step ``resume``, when continuing one), then its end."""
         records: list[StepRecord] = []
         reason: TurnEndReason = "completed"
         detail: str | None = None
         final_text = ""
-        step = 0
+        self._open_at = start
         try:
             while True:
-                if self.options.pressure is not None:
-                    await relieve_pressure(self.context, self.options.pressure)
-                outcome = await self._step(turn, step)
+                if resume is not None:
+                    open_step, resume = resume, None
+                    outcome = await self._resume_step(open_step)
+                    if outcome is _NEXT:
+                        continue
+                else:
+                    if self.options.pressure is not None:
+                        await relieve_pressure(self.context, self.options.pressure)
+                    outcome = await self._step(turn, step)
+                    step += 1
                 if outcome is None:
                     reason = "blocked"
                     break
+                assert isinstance(outcome, tuple)
                 record, response = outcome
                 records.append(record)
                 final_text = "".join(b.text for b in response.content if isinstance(b, TextBlock))
-                step += 1
                 stop = response.stop_reason
                 if stop in ("max_tokens", "length"):
                     reason = "max-tokens"
@@ -324,21 +444,32 @@ class Agent:
                 if step >= self.options.max_steps_per_turn:
                     reason = "interrupted"
                     break
+        except Waiting:
+            pending = pending_approvals(self.session_id, await self.log.read_async(self.session_id, start))
+            return self._finished(TurnResult(turn, "paused", tuple(records), final_text, pending=tuple(pending)))
         except asyncio.CancelledError:
-            await self._close_turn(turn, step, "aborted")
+            if not self._waiting:  # cancelled while waiting for decisions: the turn stays paused, as logged
+                await self._close_turn(turn, step, "aborted")
+                self._open_at = None
             raise
         except ContextOverflow as exc:
             await self._close_turn(turn, step, "context-overflow")
+            self._open_at = None
             return self._finished(
                 TurnResult(turn, "context-overflow", tuple(records), final_text, f"{CONTEXT_OVERFLOW_FIX} ({exc})")
             )
         except RetriesExhausted as exc:
             await self._close_turn(turn, step, "error")
+            self._open_at = None
             return self._finished(TurnResult(turn, "error", tuple(records), final_text, str(exc), exc))
         except Exception:
             await self._close_turn(turn, step, "error")
+            self._open_at = None
             raise
+        finally:
+            self._waiting = False
         await self._append(TurnEnd(turn, reason))
+        self._open_at = None
         if reason == "refusal":
             self._refused = (start, self.session.next_seq - 1)
         return self._finished(TurnResult(turn, reason, tuple(records), final_text, detail))
@@ -360,7 +491,7 @@ class Agent:
         # tool sources (MCP servers) reconnect and refresh their lists where due, before the claim; the render
         # below reads what they now hold, and a difference is a change snapshot like any other
         await self.options.tools.refresh()
-        batch = self.inbox.claim()
+        batch = await self.inbox.claim_async()
         extra: list[InboxItem] = []
         for hook in self._pre_step:
             decision = hook(PreStepContext(self.session_id, turn, step, batch))
@@ -378,14 +509,23 @@ class Agent:
         reset = self._refusal_reset(base + 1)
         if reset is not None:
             entered.append(reset)
+        claimed = tuple(item.entry for item in batch if item.entry is not None)
+        if claimed:  # the inbox entries this opening takes, logged with their messages (loop/inbox.py)
+            entered.append(InboxClaim(claimed))
         for item in (*batch, *extra):
             entered.append(UserMessage(f"u{base + len(entered)}", item.content, item.source))
         if reason is not None:
             entered.append(RequestHeader(header, reason))
         if self.options.dispatcher is not None:
-            await self._append(*entered)
+            try:
+                await self._append(*entered)
+            except BaseException:
+                self._first_request = first_request
+                self.inbox.give_back(batch)
+                raise
             self._step_open = True
             self._refused = None
+            await self.inbox.taken(claimed)
             request = self.last_request = mark_loop_request(session_request(self.session))
             return await dispatch_remote(self.context, self.options.dispatcher, request, turn, step, reason)
         try:
@@ -398,6 +538,7 @@ class Agent:
         finally:
             if self._step_open:
                 self._refused = None  # the reset, if one was owed, is in the log
+                await self.inbox.taken(claimed)  # the log names them: never entered again
 
         stream = self.last_request.config.stream if self.last_request is not None else False
         began = time.monotonic()
@@ -454,13 +595,95 @@ class Agent:
         response = ProviderResponse(
             message.content, response.usage, response.stop_reason, response.request_id, response.message_id
         )
+        plan: dict[str, CallPlan] | None = None
         if any(isinstance(e, ToolCall) for e in answer):
-            await self._append(*answer)  # durable before any tool runs
+            calls = [b for b in message.content if isinstance(b, ToolCallBlock)]
+            held = approval_requests(self.options.tools, turn, step, calls)  # loop/approvals.py
+            await self._append(*answer, *held)  # durable before any tool runs
             for call in answer:
                 if isinstance(call, ToolCall):
                     self._emit(ToolCallFinished(turn, step, call.call_id, call.name, call.arguments))
             answer = []
-        return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer)
+            if held:  # no call of this answer runs before every approval is decided; else the turn pauses
+                waiting = {r.call_id for r in held}
+                decided = await self._await_decisions([c for c in calls if c.id in waiting], {})
+                plan = plan_calls(calls, decided)
+        return await self._close_step(turn, step, dispatch_seq, digest, reason, response, answer, plan)
+
+    async def _await_decisions(
+        self, calls: Sequence[ToolCallBlock], decided: dict[str, ApprovalDecision]
+    ) -> dict[str, ApprovalDecision]:
+        """Take the decisions on ``calls`` from the inbox into the log (``approval/decision``, naming each entry),
+        waiting up to ``options.approval_wait_s`` for the missing ones; raises :class:`Waiting` (the turn pauses)
+        when some are still missing then. ``decided``: the decisions the log holds already."""
+        waiting = {c.id for c in calls if c.id not in decided}
+        deadline = time.monotonic() + self.options.approval_wait_s
+        pause = 0.02
+        while waiting:
+            entries = await self.inbox.store.entries_async(self.session_id)
+            stale = self.inbox.stale(entries, decided)
+            found = self.inbox.decisions(entries, waiting)
+            if found:
+                taking: list[EventData] = []
+                for e in found:
+                    item = e.item
+                    assert isinstance(item, InboxDecision)
+                    taking.append(
+                        ApprovalDecision(
+                            item.call_id, item.verdict, e.id, item.reason, item.arguments, item.decided_by, e.time
+                        )
+                    )
+                await self._append(*taking)
+                for d in taking:
+                    assert isinstance(d, ApprovalDecision)
+                    decided[d.call_id] = d
+                    waiting.discard(d.call_id)
+                await self.inbox.taken([e.id for e in found])
+            if stale:
+                await self.inbox.taken(stale)  # later decisions of calls decided already never count
+            if not waiting:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Waiting(sorted(waiting))
+            self._waiting = True  # a cancellation now leaves the turn paused (_run)
+            await asyncio.sleep(min(pause, left))
+            self._waiting = False
+            pause = min(pause * 2, 1.0)
+        return decided
+
+    async def _resume_step(self, open_step: OpenStep) -> tuple[StepRecord, ProviderResponse] | object:
+        """Finish the step a continued turn left open: its calls' decisions, runs and results, then ``step/end``.
+        ``_NEXT`` when the step had no answer (closed as it is: the next step asks again)."""
+        turn, step = open_step.turn, open_step.step
+        self.last_timings, self._phase, self._step_began = {}, "answer", time.monotonic()
+        answer = open_step.answer
+        if answer is None or open_step.dispatch is None or open_step.dispatch_seq is None:
+            await self._append(StepEnd(turn, step))
+            self._step_open = False
+            return _NEXT
+        decided = dict(open_step.decided)
+        if open_step.pending:
+            decided = await self._await_decisions(open_step.pending, decided)
+        recovery = open_step.recovery
+        plan = plan_calls(
+            open_step.calls,
+            decided,
+            answered=open_step.answered,
+            interrupted=recovery.interrupted if recovery is not None else (),
+        )
+        response = ProviderResponse(
+            answer.content,
+            answer.usage if answer.usage is not None else Usage(),
+            answer.stop_reason or "tool_use",
+            answer.provider_request_id,
+            answer.provider_message_id,
+        )
+        self._step_open = True
+        dispatch = open_step.dispatch
+        return await self._close_step(
+            turn, step, open_step.dispatch_seq, dispatch.digest, open_step.header_reason, response, [], plan
+        )
 
     def _chunk_logger(self, turn: int, step: int) -> Callable[[int, Sequence[ServerSentEvent]], Awaitable[None]]:
         """Appends each read's server-sent events as ``assistant/chunk`` events (``log_chunks``)."""
@@ -502,25 +725,56 @@ class Agent:
         reason: str | None,
         response: ProviderResponse,
         pending: list[EventData],
+        plan: Mapping[str, CallPlan] | None = None,
     ) -> tuple[StepRecord, ProviderResponse]:
-        """Run the answer's tools, then append ``pending`` (answer events not yet written), their results and
-        ``step/end`` in one append; a tool's additional context goes to the inbox for a later claim."""
+        """Run the answer's tools (as ``plan`` says, when approvals or a recovery decided for some), then append
+        ``pending`` (answer events not yet written), their results and ``step/end`` in one append. A tool's
+        additional context is put into the durable inbox first, for a later claim."""
         closing = pending
         calls = [b for b in response.content if isinstance(b, ToolCallBlock)]
-        if calls:
-            # the calls run concurrently, their results in call order (loop/tool_runner.py); a cancelled turn
-            # logs each call it stopped as interrupted, then run_turn closes the step and the turn
-            run = ToolRun(calls, self.options.tools, self.options.tool_run_settings(), self.attachments)
+        answered: dict[str, ToolResult] = {}  # calls a decision or a recovery answers without running them
+        runs: list[ToolCallBlock] = []  # the calls the tool runner runs, each with the arguments it runs with
+        changed: dict[str, str] = {}
+        for call in calls:
+            action = plan.get(call.id) if plan is not None else None
+            if action is None or action.action == "run":
+                if action is not None and action.arguments is not None:
+                    changed[call.id] = action.arguments
+                    runs.append(msgspec.structs.replace(call, arguments=action.arguments))
+                else:
+                    runs.append(call)
+            elif action.action == "deny":
+                answered[call.id] = denied_result(call.id, call.name, action.reason)
+            elif action.action == "interrupted":
+                answered[call.id] = interrupted_result(call.id, call.name)
+            # "skip": answered before (a continued step)
+        contexts: list[tuple[str, str]] = []
+        if runs:
+            # the calls run concurrently, their results in call order (loop/tool_runner.py), each with its call's
+            # context set for the tool (loop/calls.py); a cancelled turn logs each call it stopped as
+            # interrupted, then run_turn closes the step and the turn
+            run = ToolRun(
+                runs,
+                self.options.tools,
+                self.options.tool_run_settings(),
+                self.attachments,
+                enter=lambda call: self._call_context(turn, step, call),
+            )
             try:
                 ran = await run.run()
             except asyncio.CancelledError:
                 with contextlib.suppress(FoldlineError):
-                    await self._append(*closing, *run.results())
+                    stopped = {r.call_id: r for r in run.results()}
+                    await self._append(*closing, *_in_call_order(calls, answered, stopped, changed))
                 raise
             for result, context in ran:
-                closing.append(result)
+                answered[result.call_id] = result
                 if context:
-                    self.inbox.put(InboxItem((TextBlock(context),), "tool-context"))
+                    contexts.append((result.call_id, context))
+        closing.extend(_in_call_order(calls, answered, {}, changed))
+        for call_id, text in contexts:  # one entry per call: a call run again after a crash puts the same one
+            entry_id = "context-" + codec.digest_bytes(call_id.encode())[7:39]
+            await self.inbox.put_async(InboxItem((TextBlock(text),), "tool-context"), entry_id=entry_id)
         closing.append(StepEnd(turn, step))
         await self._append(*closing)
         self._step_open = False
@@ -535,6 +789,34 @@ class Agent:
             listener(record)
         return record, response
 
+    @contextlib.contextmanager
+    def _call_context(self, turn: int, step: int, call: ToolCallBlock) -> Iterator[None]:
+        """The call's context, set while its tool runs (:mod:`.calls`: a sub-agent reads its parent from it)."""
+        context = ToolCallContext(
+            self.session_id, call.id, call.name, turn, step, self.log, self.provider, self.attachments, self.clock
+        )
+        token = CURRENT_CALL.set(context)
+        try:
+            yield
+        finally:
+            CURRENT_CALL.reset(token)
+
+    def _adopt(self, parent: SessionParent, loaded: Sequence[Envelope]) -> list[EventData]:
+        """A sub-agent's session: its first event names the parent (a new session), or it already does."""
+        if not loaded:
+            return [parent]
+        found = lineage(loaded)
+        if (
+            found is None
+            or found.kind != "subagent"
+            or (found.parent_id, found.call_id) != (parent.parent_id, parent.call_id)
+        ):
+            raise ConfigError(
+                f"session {self.session_id!r} exists and is not the sub-agent of call {parent.call_id!r} of session "
+                f"{parent.parent_id!r}; give the sub-agent another session id"
+            )
+        return []
+
     async def _open_step(self, turn: int, step: int, entered: Sequence[EventData]) -> tuple[int, bytes, str]:
         """Build, check and serialize the step's request, then log the step's opening in ONE append.
 
@@ -547,7 +829,7 @@ class Agent:
         """
         start = self.session.next_seq
         now = self.clock()
-        opening = [Envelope(start + i, now, d) for i, d in enumerate(entered)]
+        opening = [logged(start + i, now, d) for i, d in enumerate(entered)]
         self.session.extend(opening)
         try:
             request = mark_loop_request(session_request(self.session))
@@ -610,11 +892,12 @@ class Agent:
     _events: EventBuffer | None = None  # the caller's event stream while a turn runs under stream()
     _turn_start_seq = 0
     _step_began = 0.0
+    _waiting = False  # waiting for approval decisions (a cancellation then leaves the turn paused)
 
     async def _append(self, *datas: EventData) -> None:
         start = self.session.next_seq
         now = self.clock()
-        events = [Envelope(start + i, now, d, isinstance(d, LlmRetry | AssistantChunk)) for i, d in enumerate(datas)]
+        events = [logged(start + i, now, d) for i, d in enumerate(datas)]
         await self._durably(start, events)
         self.session.extend(events, values_checked=True)  # the log checked their values
 
@@ -641,7 +924,17 @@ class Agent:
         close the open step and end the turn (the events :func:`~foldline.core.repair.closing_events` names
         for the turn as logged). Should this fail too, the next instance to load the session closes it."""
         try:
-            closing = closing_events(await self.log.read_async(self.session_id, self._turn_start_seq), reason)
+            events = await self.log.read_async(self.session_id, self._turn_start_seq)
+            state = open_turn(events)
+            answers = {}
+            if state is not None and state.step is not None:  # a denied call is answered with its denial
+                step_state = state.step
+                answers = {
+                    c.id: denied_result(c.id, c.name, d.reason)
+                    for c in step_state.unanswered
+                    if (d := step_state.decided.get(c.id)) is not None and d.verdict == "deny"
+                }
+            closing = closing_events(events, reason, answers)
             self._step_open = False
             if closing:
                 await self._append(*closing)

@@ -71,6 +71,11 @@ class MCPServer:
     the agent's ``tool_timeout_s``); ``exclusive`` makes each of its calls run alone; ``refresh_s`` is the age at
     which its cached tool list is listed again; ``roots`` are the ``file://`` URIs the client announces to the
     server (MCP's roots); a command's stderr goes to ``stderr`` (default: discarded).
+
+    ``approval`` holds its tools' calls for an approval decision before they run (docs/LOOP.md, "Approvals"):
+    ``True`` for every tool, or a function of the tool's name (as the model sees it) and the call's arguments;
+    ``idempotent`` says that running any of its calls twice does no more than once (a call a crash interrupted
+    is run again).
     """
 
     def __init__(
@@ -87,6 +92,8 @@ class MCPServer:
         timeout_s: float = 30.0,
         tool_timeout_s: float | None = None,
         exclusive: bool = False,
+        approval: bool | Callable[[str, dict[str, Any]], bool] = False,
+        idempotent: bool = False,
         refresh_s: float = 30.0,
         roots: Sequence[str] = (),
         stderr: TextIO | None = None,
@@ -108,7 +115,13 @@ class MCPServer:
         self.timeout_s, self.refresh_s, self.stderr = timeout_s, refresh_s, stderr
         self.roots = tuple(roots)
         self._restart = False
-        self._settings = ToolSettings(tool_timeout_s, exclusive)
+        if not (isinstance(approval, bool) or callable(approval)):
+            raise ConfigError(
+                f"MCP server {name!r}: approval must be True, False or a function of the tool name and arguments"
+            )
+        self._approval = approval
+        self._settings = ToolSettings(tool_timeout_s, exclusive, approval is True, idempotent)
+        self._per_tool: dict[str, ToolSettings] = {}
         self._conn: McpConnection | None = None
         self._started = False
         self._specs: tuple[ToolSpec, ...] = ()
@@ -141,7 +154,16 @@ class MCPServer:
         return self._specs
 
     def settings(self, name: str) -> ToolSettings:
-        return self._settings
+        policy = self._approval
+        if isinstance(policy, bool):
+            return self._settings
+        found = self._per_tool.get(name)
+        if found is None:
+            s = self._settings
+            found = self._per_tool[name] = ToolSettings(
+                s.timeout_s, s.exclusive, lambda args: policy(name, args), s.idempotent
+            )
+        return found
 
     async def start(self) -> None:
         """Connect and list the tools; :class:`~foldline.errors.ToolServerUnavailable` (or ToolServerError for an

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from ..core.content import Usage
-from ..core.events import TurnEndReason
+from ..core.events import RecoveryPolicy, TurnEndReason
 from ..core.header import CallConfig
+from ..core.pauses import PendingApproval
 from ..errors import ConfigError, FoldlineError
 from ..ports.step_dispatch import StepDispatcher
 from ..providers.retry import RetryingSender
@@ -23,6 +25,7 @@ __all__ = [
     "AgentOptions",
     "StepRecord",
     "SystemSource",
+    "TurnOutcome",
     "TurnResult",
     "wall_clock_ms",
 ]
@@ -73,6 +76,13 @@ class AgentOptions:
     # a tool result's text above this many bytes is cut, the whole kept in the attachment store (loop/tools.py)
     max_tool_result_bytes: int = MAX_TOOL_RESULT_BYTES
     outage_s: float = 60.0  # a log that does not answer is retried this long before the step fails
+    # a turn a crash left open mid-step, on the next load: "end" it (every unanswered call answered as
+    # interrupted, the turn ended error) or "continue" it (the model gets those results — idempotent tools are
+    # run again instead — and the turn goes on: Agent.continue_turn). Logged as turn/recover either way.
+    on_crash: RecoveryPolicy = "end"
+    # how long a step waits for approval decisions (put into the inbox from any process) before the turn pauses
+    # and run_turn returns; 0: pause at once. A paused turn waits in the log, however long, for continue_turn.
+    approval_wait_s: float = 0.0
     # the calls of one answer run concurrently, at most this many at once (a tool may ask to run alone)
     max_parallel_tools: int = 8
     # a tool call that runs longer is cancelled and answered with an error naming the limit (a tool's own
@@ -112,15 +122,26 @@ class StepRecord:
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
+#: How a call of run_turn or continue_turn came back: the reason its turn ended, or ``paused`` — the turn waits
+#: for approval decisions (no ``turn/end``; :attr:`TurnResult.pending` names the calls).
+TurnOutcome: TypeAlias = TurnEndReason | Literal["paused"]
+
+
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     turn: int
-    reason: TurnEndReason
+    reason: TurnOutcome
     steps: tuple[StepRecord, ...]
     text: str
     detail: str | None = None  # what to change (context-overflow), or what failed (error)
     #: the typed error a turn that ended ``error`` without raising stopped on (retries exhausted)
     failure: FoldlineError | None = field(default=None, compare=False)
+    pending: tuple[PendingApproval, ...] = ()  # the calls a paused turn waits for decisions on
+
+    @property
+    def paused(self) -> bool:
+        """The turn waits for approval decisions; decide them (any process), then ``continue_turn``."""
+        return self.reason == "paused"
 
 
 def wall_clock_ms() -> int:

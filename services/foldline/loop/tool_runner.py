@@ -12,14 +12,18 @@ calls run, :meth:`ToolRun.run` cancels them, waits until they have stopped, and 
 then answers every call — a finished one with its result, every other one as interrupted — for the loop to log.
 
 This module knows nothing of the loop: it takes the calls, the toolset and the settings, and gives back
-``tool/result`` events and additional contexts. The loop appends them (loop/agent.py, ``_close_step``).
+``tool/result`` events and additional contexts. The loop appends them (loop/agent.py, ``_close_step``). What the
+loop must decide first — which calls wait for approval, which a denial or a recovery answers without running them,
+which run with an approver's changed arguments — it decides before: a :class:`ToolRun` runs exactly the calls it
+is given. ``enter`` (optional) wraps each call's run in a context of the loop's (the call's ``CURRENT_CALL``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core.content import TextBlock, ToolCallBlock
@@ -70,8 +74,11 @@ class ToolRun:
         tools: Toolset,
         settings: ToolRunSettings,
         attachments: AttachmentStore | None,
+        *,
+        enter: Callable[[ToolCallBlock], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.calls = tuple(calls)
+        self.enter = enter
         self.tools = tools
         self.settings = settings
         self.attachments = attachments
@@ -128,12 +135,14 @@ class ToolRun:
         async with limit:
             began = time.monotonic()
             try:
-                async with asyncio.timeout(timeout):
-                    output = await self.tools.call(call.name, call.arguments)
+                with self.enter(call) if self.enter is not None else contextlib.nullcontext():
+                    async with asyncio.timeout(timeout):
+                        output = await self.tools.call(call.name, call.arguments)
             except TimeoutError:
                 assert timeout is not None
                 output = timeout_result(call.name, timeout)
             self.seconds[i] = time.monotonic() - began
         parts = resolve_images(output.parts(), self.attachments)
         parts = fit_result(parts, self.settings.max_result_bytes, self.attachments)
-        self._done[i] = _Done(ToolResult(call.id, call.name, parts, output.is_error), output.additional_context)
+        result = ToolResult(call.id, call.name, parts, output.is_error, child_session_id=output.child_session)
+        self._done[i] = _Done(result, output.additional_context)

@@ -20,6 +20,13 @@ An ``async def`` tool runs on the event loop; a plain ``def`` runs in a worker t
 neither the loop nor the other calls of the answer (a timeout cannot stop such a thread: it is abandoned, and its
 result dropped). :class:`Toolset` also takes tool sources — MCP servers (:mod:`foldline.loop.mcp`) — whose tools it
 renders beside its own at every step.
+
+Besides its time limit and ``exclusive``, a tool may be registered with two traits the loop's pauses read
+(``@tools.tool(approval=..., idempotent=...)``): ``approval`` — ``True``, or a function of the call's arguments
+that says whether this call needs a decision before it runs (docs/LOOP.md, "Approvals"); ``idempotent`` — running
+the call twice does no more than running it once, so a call a crash interrupted is run again instead of being
+answered as interrupted (``AgentOptions.on_crash``). Both hold for a tool source's tools too (its
+:meth:`ToolSource.settings`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
 import docstring_parser
 import pydantic
@@ -46,6 +53,7 @@ from ..ports.attachments import AttachmentStore
 
 __all__ = [
     "MAX_TOOL_RESULT_BYTES",
+    "ApprovalPolicy",
     "ImageData",
     "OutputPart",
     "ToolOutput",
@@ -84,18 +92,44 @@ class ToolOutput:
     content: str | tuple[OutputPart, ...]
     is_error: bool = False
     additional_context: str | None = None
+    child_session: str | None = None  # the sub-agent session the call ran (loop/subagents.py), logged on its result
 
     def parts(self) -> tuple[OutputPart, ...]:
         return (TextBlock(self.content),) if isinstance(self.content, str) else self.content
 
 
+#: Whether a call of a tool needs an approval decision before it runs: always (``True``), never (``False``), or
+#: as a function of the call's parsed arguments says (arguments that do not parse as an object need one).
+ApprovalPolicy: TypeAlias = bool | Callable[[dict[str, Any]], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
-    """How the loop runs one tool: its time limit (``None``: the agent's default, ``AgentOptions.tool_timeout_s``)
-    and whether it must run alone (no other call of the same answer runs beside it)."""
+    """How the loop runs one tool: its time limit (``None``: the agent's default, ``AgentOptions.tool_timeout_s``),
+    whether it must run alone (no other call of the same answer runs beside it), whether a call waits for an
+    approval decision first (``approval``) and whether running a call twice does no more than once
+    (``idempotent``: a call a crash interrupted is run again)."""
 
     timeout_s: float | None = None
     exclusive: bool = False
+    approval: ApprovalPolicy = False
+    idempotent: bool = False
+
+    def needs_approval(self, arguments: str) -> bool:
+        """Whether a call with the raw ``arguments`` text waits for a decision before it runs."""
+        policy = self.approval
+        if isinstance(policy, bool):
+            return policy
+        try:
+            args = codec.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return True  # the approver sees what the model wrote
+        if not isinstance(args, dict):
+            return True
+        try:
+            return bool(policy(args))
+        except Exception:
+            return True  # a policy that cannot judge a call asks for a decision
 
 
 _DEFAULT_SETTINGS = ToolSettings()
@@ -416,7 +450,13 @@ class Toolset:
 
     @overload
     def tool(
-        self, *, name: str | None = None, timeout_s: float | None = None, exclusive: bool = False
+        self,
+        *,
+        name: str | None = None,
+        timeout_s: float | None = None,
+        exclusive: bool = False,
+        approval: ApprovalPolicy = False,
+        idempotent: bool = False,
     ) -> Callable[[ToolFn], ToolFn]: ...
 
     def tool(
@@ -426,14 +466,17 @@ class Toolset:
         name: str | None = None,
         timeout_s: float | None = None,
         exclusive: bool = False,
+        approval: ApprovalPolicy = False,
+        idempotent: bool = False,
     ) -> ToolFn | Callable[[ToolFn], ToolFn]:
-        """Decorator: register a function as a tool (``@tools.tool``; ``@tools.tool(timeout_s=5, exclusive=True)``)."""
+        """Decorator: register a function as a tool (``@tools.tool``; ``@tools.tool(timeout_s=5, exclusive=True)``,
+        ``@tools.tool(approval=True)``, ``@tools.tool(approval=lambda a: a["amount"] > 100, idempotent=True)``)."""
         if fn is not None:
             self.add(fn)
             return fn
 
         def register(f: ToolFn) -> ToolFn:
-            self.add(f, name=name, timeout_s=timeout_s, exclusive=exclusive)
+            self.add(f, name=name, timeout_s=timeout_s, exclusive=exclusive, approval=approval, idempotent=idempotent)
             return f
 
         return register
@@ -446,9 +489,13 @@ class Toolset:
         name: str | None = None,
         timeout_s: float | None = None,
         exclusive: bool = False,
+        approval: ApprovalPolicy = False,
+        idempotent: bool = False,
     ) -> None:
         """Register ``fn`` (under ``name``, else ``spec``'s name or the function's); ``timeout_s`` overrides the
-        agent's default limit for this tool, ``exclusive`` makes it run alone."""
+        agent's default limit for this tool, ``exclusive`` makes it run alone, ``approval`` holds its calls for a
+        decision (always, or as a function of the arguments says), ``idempotent`` lets a crash's next instance run
+        an interrupted call again."""
         tool_name: str = name or (spec.name if spec is not None else str(getattr(fn, "__name__", "")))
         if not TOOL_NAME.match(tool_name):
             raise ToolDefinitionError(tool_name, "a tool name is 1 to 64 letters, digits, '_' or '-'")
@@ -456,7 +503,10 @@ class Toolset:
             raise ToolDefinitionError(tool_name, "a tool of this name is registered already")
         if timeout_s is not None and not timeout_s > 0:
             raise ToolDefinitionError(tool_name, f"timeout_s must be positive, got {timeout_s!r}")
-        self._tools[tool_name] = _FunctionTool(fn, tool_name, ToolSettings(timeout_s, exclusive), spec)
+        if not (isinstance(approval, bool) or callable(approval)):
+            raise ToolDefinitionError(tool_name, "approval must be True, False or a function of the call's arguments")
+        settings = ToolSettings(timeout_s, exclusive, approval, bool(idempotent))
+        self._tools[tool_name] = _FunctionTool(fn, tool_name, settings, spec)
         self._changed()
 
     def remove(self, name: str) -> None:
@@ -516,12 +566,17 @@ class Toolset:
         return self._rendered
 
     def settings(self, name: str) -> ToolSettings:
-        """How the loop runs the tool ``name`` (its time limit, whether it runs alone)."""
+        """How the loop runs the tool ``name`` (its time limit, whether it runs alone, needs approval, may run
+        again); an unknown tool has the defaults."""
         tool = self._tools.get(name)
         if tool is not None:
             return tool.settings
         source = self._render()[2].get(name) if self._sources else None
         return source.settings(name) if source is not None else _DEFAULT_SETTINGS
+
+    def needs_approval(self, name: str, arguments: str) -> bool:
+        """Whether a call of ``name`` with the raw ``arguments`` text waits for a decision before it runs."""
+        return self.settings(name).needs_approval(arguments)
 
     async def call(self, name: str, arguments: str) -> ToolOutput:
         """Run a tool on the model's raw argument text; every failure becomes an error result."""

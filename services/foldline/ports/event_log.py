@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..core.events import Envelope
 from ..core.validation import LogRules, check_session_id
 from ..errors import ConfigError, NotErasable
+from .inbox import InboxStore
 from .key_store import Sealer
 
 __all__ = ["EncodedEvent", "EventLog", "RulesCache", "WriterLease", "opened"]
@@ -104,6 +105,12 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     def acquire(self, session_id: str) -> WriterLease:
         """Become the session's only writer; every earlier lease is fenced from now on."""
+
+    @abc.abstractmethod
+    def inbox(self) -> InboxStore:
+        """The durable inbox beside this log (:mod:`foldline.ports.inbox`): where any process puts messages and
+        approval decisions for a session's writer, which alone moves them into the log. Held by the log (the
+        same store on every call) and closed with it; read-only when the log is."""
 
     # -- for asyncio callers (the loop). Defaults call the methods above directly: right for a log whose
     # calls return at once (memory, the embedded SQLite file); a log that waits on a server overrides them

@@ -16,6 +16,9 @@ A session whose content was erased (its key destroyed: its events come back seal
 reported ``erased``: no request of it can be rebuilt, and that is neither a mismatch nor a fault; its
 ``request/dispatch`` digests are counted, and stay in the log.
 
+Given the log (``read``), the session's sub-agent links are checked at both ends (:mod:`.lineage`); a link the
+other log does not confirm is reported as unreconstructable, its reason starting ``lineage:``.
+
 Failed attempts (``llm/retry``) are counted, and each must belong to the request still awaiting its answer —
 the last ``request/dispatch`` of the same turn and step, with no answer yet — because every attempt sent that
 dispatch's bytes; one anywhere else is reported as unreconstructable.
@@ -23,7 +26,7 @@ dispatch's bytes; one anywhere else is reported as unreconstructable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +54,7 @@ from ..errors import AttachmentError, FoldlineError, ReconstructionError
 from ..ports.attachments import AttachmentStore
 from ..providers.base import SERIALIZERS, Serializer, serializer_for
 from ..providers.framing import IncrementalBody
+from .lineage import lineage_problems
 from .step import session_request
 
 __all__ = [
@@ -184,15 +188,17 @@ def verify_events(
     *,
     from_seq: int = 0,
     values_checked_before: bool = False,
+    read: Callable[[str], list[Envelope]] | None = None,
 ) -> VerifyReport:
     """Rebuild every loop request of ``events`` (a whole session) and prove it against its recorded digest.
 
     ``from_seq``: only the requests, compactions and retries at or after it are checked — the events before it
     are folded, not checked (what one loop instance that started there sent: ``foldline resume``);
     ``values_checked_before``: the caller's own load checked the values of those very envelopes (the session
-    rules still run on them)."""
+    rules still run on them); ``read`` (a log's ``read``): the session's lineage is checked too — both ends of
+    each sub-agent link (:mod:`.lineage`)."""
     with collector_paused():
-        return _walk(session_id, events, attachments, from_seq, values_checked_before)
+        return _walk(session_id, events, attachments, from_seq, values_checked_before, read)
 
 
 def _walk(
@@ -201,6 +207,7 @@ def _walk(
     attachments: AttachmentStore | None,
     from_seq: int,
     values_checked_before: bool,
+    read: Callable[[str], list[Envelope]] | None,
 ) -> VerifyReport:
     events = list(events)
     if any(e.sealed is not None for e in events):  # erased: structure only, nothing can be rebuilt
@@ -280,6 +287,10 @@ def _walk(
             session.append(e)
         else:
             session.extend((e,), values_checked=True)
+    if read is not None:
+        assert isinstance(events, list)
+        for seq, reason in lineage_problems(session_id, events, read):
+            report.unreconstructable.append(Unreconstructable(session_id, 0, 0, seq, reason))
     return report
 
 

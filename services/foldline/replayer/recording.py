@@ -36,6 +36,7 @@ from ..core.events import (
     CompactionEnd,
     CompactionStart,
     CompactionSummary,
+    ControlEvent,
     Envelope,
     LlmRetry,
     RequestDispatch,
@@ -344,8 +345,9 @@ def script_of(session_id: str, events: Sequence[Envelope]) -> Script:
                 compaction = None
             case SessionEndSeed():
                 raise refuse(seq, "a session/end-seed after the session's own events began")
-            case ToolCall() | LlmRetry() | AssistantChunk() | SessionErased() | UnknownEvent():
-                pass  # the tool calls are the answer's blocks; retries, chunks and erasure marks are not model-visible
+            case ToolCall() | LlmRetry() | AssistantChunk() | SessionErased() | ControlEvent() | UnknownEvent():
+                pass  # the tool calls are the answer's blocks; retries, chunks, erasure marks, approvals, inbox
+                # claims, recoveries and lineage are not model-visible (a claim's messages are the step's inputs)
             case _:
                 assert_never(data)
     flush_trims()

@@ -62,12 +62,14 @@ from ...core.wire import encode_event
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
 from ...ports.archive import ArchiveReader
 from ...ports.event_log import EventLog, WriterLease, opened
+from ...ports.inbox import InboxStore
 from ...ports.key_store import Sealer
 from ..avro import AvroCodec
 from .archive_tail import ArchiveAndTail
 from .clients import FENCED_CODES, SESSION_PRODUCER, KafkaClients, discard, kafka_error
 from .creator import SessionCreator
 from .follower import Follower
+from .inbox import KafkaInboxStore
 from .index import SessionState, encode_index
 from .partitioning import partition_for
 from .reader import SessionReader
@@ -280,6 +282,7 @@ class KafkaEventLog(EventLog):
         self._follower: Follower | None = None
         self._executor = ThreadPoolExecutor(_BLOCKING_THREADS, thread_name_prefix="foldline-kafka")
         self._starting: dict[int, asyncio.Future[str]] = {}  # writers being started for asyncio callers
+        self._inbox: KafkaInboxStore | None = None
 
     # -------------------------------------------------------------- EventLog
 
@@ -554,11 +557,30 @@ class KafkaEventLog(EventLog):
                 owned.rules = rules
             return lease, events
 
+    def inbox(self) -> InboxStore:
+        """The sessions' inboxes on ``<topic>.inbox`` (:mod:`.inbox`), opened on first use with this log's
+        clients and topic policy."""
+        with self._ready_lock:
+            if self._closed:
+                raise StoreUnavailable("this KafkaEventLog is closed")
+            if self._inbox is None:
+                self._inbox = KafkaInboxStore(
+                    self._clients,
+                    topic=self.topic,
+                    partitions=self.partitions,
+                    policy=self.policy,
+                    create_topic=self._create_topics,
+                )
+            return self._inbox
+
     def close(self) -> None:
         with self._ready_lock:
             if self._closed:
                 return
             self._closed = True
+            inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            inbox.close()
         if self._follower is not None:
             self._follower.close()
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -34,6 +34,7 @@ __all__ = [
     "dlq_topic",
     "header",
     "headers_of",
+    "inbox_topic",
     "index_topic",
 ]
 
@@ -67,6 +68,11 @@ def index_topic(topic: str) -> str:
 
 def dlq_topic(topic: str) -> str:
     return topic + ".dlq"
+
+
+def inbox_topic(topic: str) -> str:
+    """The sessions' durable inboxes beside the event topic (:mod:`.inbox`)."""
+    return topic + ".inbox"
 
 
 def header(msg: Record, name: str) -> bytes | None:
