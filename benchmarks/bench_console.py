@@ -75,7 +75,7 @@ LIST_QUERIES: tuple[dict[str, str], ...] = (
     {"model": "gpt-bench"},
     {"status": "completed", "page": "7"},
     {"unexplained": "1"},
-    {"min_cost": "0.05", "max_cost": "0.5"},
+    {"min_cost": "0.02", "max_cost": "0.025"},
     {"q": "bench-00042"},
     {"per_page": "200", "page": "3"},
 )

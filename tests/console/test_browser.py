@@ -151,7 +151,8 @@ def test_the_pages_load_without_console_errors_and_the_charts_draw(served: tuple
     _until("the step chart", lambda: _chart_drawn(page, "step-chart"))
     assert _chart_labels(page, "step-chart") >= {"cache read", "output", "spend (USD)"}  # the money series
     spend = page.execute_script("return JSON.parse(document.getElementById('step-chart').dataset.chart).columns[5]")
-    assert spend and all(isinstance(v, float | int) and v > 0 for v in spend)  # every demo step is priced
+    assert spend
+    assert all(isinstance(v, float | int) and v > 0 for v in spend)  # every demo step is priced
     _until("the verify status", lambda: page.execute_script("return document.getElementById('verify-status')"))
     status = page.execute_script("return document.getElementById('verify-status').textContent")
     assert status == "verified"
