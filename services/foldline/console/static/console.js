@@ -66,7 +66,7 @@
         { label: "cache write", scale: "tok", stroke: COLORS.write, width: 1.5 },
         { label: "output", scale: "tok", stroke: COLORS.output, width: 2, dash: [6, 3] },
         { label: "spend (" + data.currency + ")", scale: "money", stroke: COLORS.spend, width: 1.5, dash: [2, 2],
-          value: function (u, v) { return v == null ? "unknown" : v.toFixed(6); } },
+          value: function (u, v, si, i) { return i == null ? "--" : v == null ? "unknown" : v.toFixed(6); } },
       ],
       hooks: { draw: [function (u) { drawDrops(u, state.drops); }] },
     };
