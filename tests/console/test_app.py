@@ -246,6 +246,7 @@ def test_the_money_is_foldline_cost_s_per_session_and_in_total(
         reverse=True,
     )
     assert [(s.session_id, s.drop_cost) for s in top] == ranked[: len(top)]
+    assert fleet.unranked == sum(1 for g in by_session.values() if g["drops"] and g["dropCost"] is None)
 
 
 def test_the_drops_are_the_ones_foldline_drops_reports(console_data: ConsoleData, console_dir: Path) -> None:
@@ -300,6 +301,7 @@ def test_cost_filters_and_sorts_the_list_and_a_model_without_a_price_is_unknown(
             assert "$0.000000" not in text  # never 0 for a model without a price
         assert "no price for " in pages[1]
         assert 'id="fleet-spend">unknown<' in pages[2]
+        assert 'id="unranked">' in pages[2]  # the sessions whose drops cost an unknown amount, counted, not ranked
     finally:
         nothing.close()
 

@@ -263,6 +263,7 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
             "models": data.index.models(every),
             "statuses": data.index.statuses(every),
             "sorts": SORTS,
+            "currency": currency,
             "page_sizes": PAGE_SIZES,
             "children": data.index.children,
             "params": {k: v for k, v in request.query_params.items() if k != "page"},

@@ -102,6 +102,7 @@ class Fleet:
     buckets: list[tuple[int, Bucket]] = field(default_factory=list)  # (hour start ms, figures), in time order
     unexplained: list[DropRow] = field(default_factory=list)  # newest first
     top_by_drop_cost: list[SessionSummary] = field(default_factory=list)
+    unranked: int = 0  # sessions with drops whose cost is unknown (a model without a price): not in the ranking
     currency: str = "USD"
 
     @property
@@ -224,4 +225,5 @@ def fleet_of(summaries: Iterable[SessionSummary], currency: str, *, top: int = 2
     priced = [s for s in listed if s.figures.drops and s.drop_cost is not None]
     priced.sort(key=lambda s: (s.drop_cost, s.session_id), reverse=True)
     fleet.top_by_drop_cost = priced[:top]
+    fleet.unranked = sum(1 for s in listed if s.figures.drops and s.drop_cost is None)
     return fleet
