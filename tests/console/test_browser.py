@@ -230,6 +230,8 @@ def test_a_growing_session_updates_its_open_page(served: tuple[str, Path], page:
     _until("the step chart", lambda: _chart_drawn(page, "step-chart"))
     steps = page.execute_script("return document.querySelectorAll('#timeline-rows tr[data-index]').length")
     head = page.execute_script("return document.getElementById('head').textContent")
+    spend = page.execute_script("return document.getElementById('spend').textContent")
+    assert spend.startswith("$")
     res = runner.invoke(cli, ["resume", "demo-002", "--steps", "2", "--data-dir", str(data)])
     assert res.exit_code == 0, res.output
     _until(
@@ -239,6 +241,7 @@ def test_a_growing_session_updates_its_open_page(served: tuple[str, Path], page:
         ),
     )
     _until("the new head", lambda: page.execute_script("return document.getElementById('head').textContent") != head)
+    _until("the new spend", lambda: page.execute_script("return document.getElementById('spend').textContent") != spend)
     new_row = page.execute_script(f"return document.querySelector('#timeline-rows tr[data-index=\"{steps}\"]')")
     assert new_row is not None
     assert page.execute_script("return performance.getEntriesByType('navigation').length") == 1  # no reload
