@@ -10,10 +10,12 @@ Targets (issue 32):
 
 The data directory is written here, deterministically, on the embedded default (SQLite): 10,000 sessions of
 two turns of tool-using steps (each step's ``request/dispatch`` and answer with its usage, so every step is
-classified as the console classifies it), and one session of 5,000 such steps. The measuring process
-(``python -m benchmarks.bench_console measure DIR``) opens the stores read-only as ``foldline console`` does,
-so its resident set is the console's; beside each p50 is the first, cold, request (the index's first read
-of every session; the session's page folded from its whole log).
+classified and priced as the console classifies and prices it), and one session of 5,000 such steps. The price
+table is the shipped one with rows for the ``claude-bench*`` models (:func:`bench_prices`); ``gpt-bench`` has no
+price, so a third of the sessions are of unknown cost, as a fleet with a model missing from the table has. The
+measuring process (``python -m benchmarks.bench_console measure DIR``) opens the stores read-only as
+``foldline console`` does, so its resident set is the console's; beside each p50 is the first, cold, request (the
+index's first read of every session; the session's page folded from its whole log).
 
     python -m benchmarks.bench_console
 """
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,7 @@ from foldline.core import (
     UserMessage,
     make_header,
 )
+from foldline.core.cost import PriceRow, PriceTable
 from foldline.core.events import RequestDispatch
 
 __all__ = ["run", "session_events"]
@@ -65,13 +69,13 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MODELS = ("claude-bench", "claude-bench-small", "gpt-bench")
 LIST_QUERIES: tuple[dict[str, str], ...] = (
     {},
-    {"sort": "tokens"},
+    {"sort": "cost"},
     {"sort": "drops"},
-    {"sort": "lost", "order": "asc"},
+    {"sort": "drop-cost", "order": "asc"},
     {"model": "gpt-bench"},
     {"status": "completed", "page": "7"},
     {"unexplained": "1"},
-    {"min_tokens": "20000", "max_tokens": "60000"},
+    {"min_cost": "0.02", "max_cost": "0.025"},
     {"q": "bench-00042"},
     {"per_page": "200", "page": "3"},
 )
@@ -139,6 +143,18 @@ def _timed(client: Any, path: str, params: dict[str, str]) -> float:
     return elapsed
 
 
+def bench_prices() -> PriceTable:
+    """The shipped price table with the ``claude-bench*`` models priced (``gpt-bench`` left without a price)."""
+    from foldline.config.prices import load_price_table
+
+    rates = {"input": "3", "cache-read": "0.3", "cache-write-5m": "3.75", "output": "15"}
+    rows = [
+        PriceRow("anthropic", "claude-bench*", cls, Decimal(rate), "USD", "2025-01-01", "benchmark")
+        for cls, rate in rates.items()
+    ]
+    return load_price_table().merged(rows)
+
+
 def measure(root: Path) -> dict[str, Any]:
     """In this process: the console's app over ``root``, each page timed through it (run in a child process)."""
     from starlette.testclient import TestClient
@@ -147,7 +163,7 @@ def measure(root: Path) -> dict[str, Any]:
     from foldline.console.app import create_app
     from foldline.console.data import ConsoleData
 
-    data = ConsoleData(open_stores(Config(data_dir=root), read_only=True), min_refresh_s=0.0)
+    data = ConsoleData(open_stores(Config(data_dir=root), read_only=True), bench_prices(), min_refresh_s=0.0)
     try:
         with TestClient(create_app(data), base_url="http://127.0.0.1") as client:
             list_cold = _timed(client, "/sessions", {})

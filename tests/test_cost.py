@@ -125,6 +125,34 @@ def test_gemini_cached_input_and_the_long_prompt_tier() -> None:
     assert step_cost(long, prices("gemini", "gemini-2.5-pro", prompt=long.prompt)).spend == Decimal("0.315")
 
 
+def test_a_looked_up_price_is_remembered_per_model_day_and_tier_and_is_the_one_a_fresh_table_finds() -> None:
+    tiered = [
+        *rows("p", "m*", input="1", output="2"),
+        *rows("p", "m*", over=100, input="5", output="6"),
+        *rows("p", "m*", "2026-01-02", input="3", output="4"),
+    ]
+    table = PriceTable(tiered)
+    day2 = JAN_2026 + 86_400_000
+    asks = [(JAN_2026, 0), (JAN_2026, 100), (JAN_2026, 101), (JAN_2026, 5), (day2, 50), (day2, 1_000), (JAN_2026, 100)]
+    for _ in range(2):  # the second round answers from what the first remembered
+        for when, prompt in asks:
+            seen = table.prices_for("p", "m1", when, prompt)
+            fresh = PriceTable(tiered).prices_for("p", "m1", when, prompt)
+            assert seen is not None
+            assert fresh is not None
+            assert dict(seen.prices) == dict(fresh.prices), (when, prompt)
+
+    def rate(when: int, prompt: int) -> Decimal:
+        found = table.prices_for("p", "m1", when, prompt)
+        assert found is not None
+        return found.rate("input")
+
+    assert rate(JAN_2026, 100) == Decimal(1)  # at the threshold: the lower tier
+    assert rate(JAN_2026, 101) == Decimal(5)  # above it: the higher
+    assert rate(day2, 1_000) == Decimal(3)  # a later effective date wins over an earlier tier
+    assert table.prices_for("p", "other", JAN_2026, 0) is None
+
+
 def test_a_drop_costs_the_lost_tokens_at_their_class_instead_of_the_read_price() -> None:
     u = normalize_usage(Usage(input=100, output=50, cache_read=10_000, cache_write=2_000, cache_write_1h=500))
     sonnet = prices("anthropic", "claude-sonnet-4-5")

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
+from foldline.config.prices import load_price_table
 from foldline.console.data import ConsoleData
 
 from .logs import TAMPERED_ID, hostile_session, tamper
@@ -52,7 +53,7 @@ def console_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def console_data(console_dir: Path) -> Iterator[ConsoleData]:
     config = Config(data_dir=console_dir)
-    data = ConsoleData(open_stores(config, read_only=True), min_refresh_s=0.0)
+    data = ConsoleData(open_stores(config, read_only=True), load_price_table(), min_refresh_s=0.0)
     try:
         yield data
     finally:

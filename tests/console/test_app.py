@@ -12,21 +12,26 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from foldline.adapters.sqlite_log import SqliteEventLog
+from foldline.cli.cost_commands import figures_json, money
 from foldline.cli.main import app as cli
 from foldline.config import Config, open_stores
+from foldline.config.prices import load_price_table
 from foldline.console.app import CSP, ConsoleOptions, create_app
 from foldline.console.data import ConsoleData
+from foldline.console.index import ListQuery
 from foldline.core.content import ImageBlock
+from foldline.core.cost import CostFigures, PriceTable
 from foldline.core.events import (
-    AssistantMessage,
     CompactionStart,
     CompactionSummary,
     ReplaceOp,
@@ -194,30 +199,60 @@ def test_the_request_body_is_the_one_foldline_requests_rebuilds(client: TestClie
         assert json.loads(html.unescape(body.group(1))) == row["body"]
 
 
-def test_the_figures_are_the_logged_usage_and_the_drops_foldline_drops_reports(
-    console_data: ConsoleData, console_dir: Path
+def _exact(figures: CostFigures) -> Any:
+    """``figures`` as ``foldline cost --json`` writes them, read back with exact amounts."""
+    return json.loads(orjson.dumps(figures_json(figures)), parse_float=Decimal)
+
+
+def test_the_money_is_foldline_cost_s_per_session_and_in_total(
+    console_data: ConsoleData, console_dir: Path, client: TestClient
 ) -> None:
-    drops = _cli_json(["drops"], console_dir)
-    fleet_tokens = [0, 0, 0, 0]
-    for sid in console_data.stores.log.sessions():
-        answers = [
-            e.data.usage
-            for e in console_data.stores.log.read(sid)
-            if isinstance(e.data, AssistantMessage) and e.data.usage is not None
-        ]
-        logged = [sum(getattr(u, kind) for u in answers) for kind in ("input", "cache_read", "cache_write", "output")]
+    res = runner.invoke(cli, ["cost", "--data-dir", str(console_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    cost = json.loads(res.stdout, parse_float=Decimal)
+    by_session = {g["session"]: {k: v for k, v in g.items() if k != "session"} for g in cost["groups"]}
+    ids = console_data.stores.log.sessions()
+    assert sorted(by_session) == sorted(ids)
+    priced = 0
+    for sid in ids:
         summary = console_data.index.get(sid)
         assert summary is not None
-        f = summary.figures
-        assert f.steps == len(answers), sid
-        assert [f.input, f.cache_read, f.cache_write, f.output] == logged, sid
-        assert f.prompt == logged[0] + logged[1] + logged[2]
+        assert _exact(summary.figures) == by_session[sid], sid  # the list's figures: the session index's
         page = console_data.page(sid)
-        assert [r.verdict is not None for r in page.steps].count(True) == len(answers)
-        fleet_tokens = [a + b for a, b in zip(fleet_tokens, logged, strict=True)]
+        assert _exact(page.summary.figures) == by_session[sid], sid  # the session page's, fed step by step
+        steps = [r.priced for r in page.steps if r.priced is not None]
+        assert len(steps) == by_session[sid]["steps"]
+        spend = by_session[sid]["spend"]
+        if spend is None:
+            assert any(p.cost is None for p in steps), sid
+            assert 'id="spend">unknown<' in client.get("/session", params={"id": sid}).text
+            continue
+        priced += 1
+        assert sum((p.cost.spend for p in steps if p.cost is not None), Decimal(0)) == spend, sid
+        drops = [r.drop.cost for r in page.steps if r.drop is not None]
+        assert sum((c for c in drops if c is not None), Decimal(0)) == by_session[sid]["dropCost"], sid
+        shown = client.get("/session", params={"id": sid}).text
+        assert f'id="spend">{money(spend, cost["currency"])}<' in shown, sid
+    assert priced >= 4  # the demo's sessions are priced: the comparison is of amounts, not of nulls
+    fleet = console_data.index.fleet()
+    assert _exact(fleet.figures) == {k: v for k, v in cost["fleet"].items() if k != "sessions"}
+    assert fleet.sessions == cost["fleet"]["sessions"]
+    hours = sum((b.spend for _, b in fleet.buckets), Decimal(0))
+    assert hours == fleet.figures.spend  # the spend over time adds up to the fleet's, priced steps only
+    top = fleet.top_by_drop_cost
+    ranked = sorted(
+        ((sid, g["dropCost"]) for sid, g in by_session.items() if g["drops"] and g["dropCost"] is not None),
+        key=lambda kv: (kv[1], kv[0]),
+        reverse=True,
+    )
+    assert [(s.session_id, s.drop_cost) for s in top] == ranked[: len(top)]
+    assert fleet.unranked == sum(1 for g in by_session.values() if g["drops"] and g["dropCost"] is None)
+
+
+def test_the_drops_are_the_ones_foldline_drops_reports(console_data: ConsoleData, console_dir: Path) -> None:
+    drops = _cli_json(["drops"], console_dir)
     by_step = {(d["session"], d["seq"]): d for d in drops["drops"]}
     seen = 0
-    lost: dict[str, int] = {}
     for sid in console_data.stores.log.sessions():
         for row in console_data.page(sid).steps:
             if row.drop is None:
@@ -226,18 +261,49 @@ def test_the_figures_are_the_logged_usage_and_the_drops_foldline_drops_reports(
             d = by_step[(sid, row.drop.dispatch_seq)]
             assert (row.drop.cause, list(row.drop.causes), row.drop.lost) == (d["cause"], d["causes"], d["lost_tokens"])
             assert (row.drop.cache_read, row.drop.baseline) == (d["cache_read_tokens"], d["baseline_tokens"])
-            lost[sid] = lost.get(sid, 0) + max(0, d["lost_tokens"])
     assert seen == len(drops["drops"])
     fleet = console_data.index.fleet()
     assert fleet.figures.drops == len(drops["drops"])
-    assert fleet.figures.unexplained == drops["counts"]["unexplained"]
-    assert [fleet.figures.input, fleet.figures.cache_read, fleet.figures.cache_write, fleet.figures.output] == (
-        fleet_tokens
-    )
-    assert fleet.figures.lost == sum(lost.values())
-    assert [(s.session_id, s.figures.lost) for s in fleet.top_by_lost] == sorted(
-        lost.items(), key=lambda kv: (kv[1], kv[0]), reverse=True
-    )
+    assert len(fleet.unexplained) == drops["counts"]["unexplained"]
+
+
+def test_cost_filters_and_sorts_the_list_and_a_model_without_a_price_is_unknown(console_dir: Path) -> None:
+    with_prices = ConsoleData(open_stores(Config(data_dir=console_dir), read_only=True), load_price_table())
+    try:
+        every = with_prices.index.summaries()
+        known = sorted((s.spend, s.session_id) for s in every if s.spend is not None)
+        assert len(known) >= 4
+        low, high = known[1][0], known[-2][0]
+        q = ListQuery(min_cost=low, max_cost=high, sort="cost", per_page=200)
+        rows = with_prices.index.query(q).rows
+        wanted = [(spend, sid) for spend, sid in known if low <= spend <= high]
+        assert sorted((s.spend, s.session_id) for s in rows) == wanted  # the range, ends included
+        assert [s.spend for s in rows] == sorted((spend for spend, _ in wanted), reverse=True)  # the most first
+        assert len(wanted) < len(every)
+        with TestClient(create_app(with_prices), base_url=LOCAL) as c:
+            page = c.get("/sessions", params={"min_cost": str(low), "max_cost": str(high), "sort": "cost"})
+            assert page.status_code == 200
+            assert re.findall(r'data-session="([^"]+)"', page.text) == [s.session_id for s in rows]
+            assert c.get("/sessions", params={"min_cost": "a lot"}).status_code == 400
+    finally:
+        with_prices.close()
+    nothing = ConsoleData(open_stores(Config(data_dir=console_dir), read_only=True), PriceTable([]))
+    try:
+        with TestClient(create_app(nothing), base_url=LOCAL) as c:
+            pages = [
+                c.get("/sessions", params={"sort": "cost"}).text,
+                c.get("/session", params={"id": "demo-000"}).text,
+                c.get("/fleet").text,
+            ]
+            assert c.get("/sessions", params={"min_cost": "0"}).text.count('data-session="') == 0
+        for text in pages:
+            assert "unknown" in text
+            assert "$0.000000" not in text  # never 0 for a model without a price
+        assert "no price for " in pages[1]
+        assert 'id="fleet-spend">unknown<' in pages[2]
+        assert 'id="unranked">' in pages[2]  # the sessions whose drops cost an unknown amount, counted, not ranked
+    finally:
+        nothing.close()
 
 
 def test_header_snapshots_and_lineage_are_diff_s(client: TestClient, console_dir: Path) -> None:
@@ -285,7 +351,7 @@ def test_images_are_served_with_their_type_and_verified(client: TestClient, cons
     digest = image.attachment_id.removeprefix("sha256:")
     stored = copy / "attachments" / "objects" / digest[:2] / digest
     stored.write_bytes(b"\x89PNG not the logged image")
-    data = ConsoleData(open_stores(Config(data_dir=copy), read_only=True))
+    data = ConsoleData(open_stores(Config(data_dir=copy), read_only=True), load_price_table())
     try:
         with TestClient(create_app(data), base_url=LOCAL) as c:
             corrupt = c.get("/session/image", params={"id": "demo-001", "attachment": image.attachment_id})
@@ -298,7 +364,7 @@ def test_images_are_served_with_their_type_and_verified(client: TestClient, cons
 def test_a_live_page_receives_each_new_step(console_dir: Path, tmp_path: Path) -> None:
     copy = tmp_path / "live"
     shutil.copytree(console_dir, copy)
-    data = ConsoleData(open_stores(Config(data_dir=copy), read_only=True))
+    data = ConsoleData(open_stores(Config(data_dir=copy), read_only=True), load_price_table())
     head = data.head("demo-002")
     steps = len(data.page("demo-002").steps)
     received: list[dict[str, Any]] = []

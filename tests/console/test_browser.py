@@ -127,6 +127,18 @@ def _chart_drawn(session: Any, chart_id: str) -> bool:
     )
 
 
+def _chart_labels(session: Any, chart_id: str) -> set[str]:
+    """The series names of the chart's legend (uPlot draws the axes on the canvas)."""
+    found = session.execute_script(
+        """
+        const el = document.getElementById(arguments[0]);
+        return Array.from(el.querySelectorAll('.u-label'), n => n.textContent.trim());
+        """,
+        chart_id,
+    )
+    return {str(t) for t in found}
+
+
 def test_the_pages_load_without_console_errors_and_the_charts_draw(served: tuple[str, Path], page: Any) -> None:
     url, _ = served
     _open(page, url, "/sessions")
@@ -137,6 +149,10 @@ def test_the_pages_load_without_console_errors_and_the_charts_draw(served: tuple
 
     _open(page, url, "/session", id="demo-003")
     _until("the step chart", lambda: _chart_drawn(page, "step-chart"))
+    assert _chart_labels(page, "step-chart") >= {"cache read", "output", "spend (USD)"}  # the money series
+    spend = page.execute_script("return JSON.parse(document.getElementById('step-chart').dataset.chart).columns[5]")
+    assert spend
+    assert all(isinstance(v, float | int) and v > 0 for v in spend)  # every demo step is priced
     _until("the verify status", lambda: page.execute_script("return document.getElementById('verify-status')"))
     status = page.execute_script("return document.getElementById('verify-status').textContent")
     assert status == "verified"
@@ -151,6 +167,8 @@ def test_the_pages_load_without_console_errors_and_the_charts_draw(served: tuple
 
     _open(page, url, "/fleet")
     _until("the fleet chart", lambda: _chart_drawn(page, "fleet-chart"))
+    assert _chart_labels(page, "fleet-chart") >= {"spend (USD)", "cache-read ratio"}
+    assert page.execute_script("return document.getElementById('fleet-spend').textContent").startswith("$")
     _shot(page, "fleet")
     assert console_problems(page) == []
 
@@ -212,6 +230,8 @@ def test_a_growing_session_updates_its_open_page(served: tuple[str, Path], page:
     _until("the step chart", lambda: _chart_drawn(page, "step-chart"))
     steps = page.execute_script("return document.querySelectorAll('#timeline-rows tr[data-index]').length")
     head = page.execute_script("return document.getElementById('head').textContent")
+    spend = page.execute_script("return document.getElementById('spend').textContent")
+    assert spend.startswith("$")
     res = runner.invoke(cli, ["resume", "demo-002", "--steps", "2", "--data-dir", str(data)])
     assert res.exit_code == 0, res.output
     _until(
@@ -221,6 +241,7 @@ def test_a_growing_session_updates_its_open_page(served: tuple[str, Path], page:
         ),
     )
     _until("the new head", lambda: page.execute_script("return document.getElementById('head').textContent") != head)
+    _until("the new spend", lambda: page.execute_script("return document.getElementById('spend').textContent") != spend)
     new_row = page.execute_script(f"return document.querySelector('#timeline-rows tr[data-index=\"{steps}\"]')")
     assert new_row is not None
     assert page.execute_script("return performance.getEntriesByType('navigation').length") == 1  # no reload

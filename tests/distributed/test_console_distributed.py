@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
+from foldline.config.prices import load_price_table
 from foldline.console.app import create_app
 from foldline.console.data import ConsoleData
 
@@ -27,7 +28,7 @@ def test_the_console_reads_kafka_s3_and_the_redis_folds(distributed_env: dict[st
     assert res.exit_code == 0, res.output
     ids = [s["id"] for s in json.loads(res.stdout)["sessions"]]
     config = dataclasses.replace(Config.from_env(), backend="distributed", data_dir=tmp_path)
-    data = ConsoleData(open_stores(config, read_only=True), min_refresh_s=0.0)
+    data = ConsoleData(open_stores(config, read_only=True), load_price_table(config.prices), min_refresh_s=0.0)
     try:
         assert set(ids) <= set(data.stores.log.heads())
         with TestClient(create_app(data), base_url="http://127.0.0.1") as c:

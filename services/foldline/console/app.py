@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -43,6 +44,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..cli.cost_commands import money
 from ..cli.output import escape_controls
 from ..core.drops import DROP_CAUSES
 from ..core.events import ToolCall, ToolResult
@@ -107,7 +109,13 @@ def _ago(ms: int | None) -> str:
 
 
 def _json_attr(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return orjson.dumps(value, default=_default).decode()
+
+
+def _default(value: object) -> object:
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(type(value).__name__)
 
 
 def _environment() -> jinja2.Environment:
@@ -187,6 +195,8 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
     """The console over ``data`` (see the module docstring)."""
     opts = options or ConsoleOptions()
     env = _environment()
+    currency = data.table.currency
+    env.filters["money"] = lambda v: money(v, currency)
 
     def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code)
@@ -212,13 +222,17 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
     def list_query(request: Request) -> ListQuery:
         p = request.query_params
 
-        def count(name: str) -> int | None:
-            raw = (p.get(name) or "").strip().replace(",", "").replace("_", "")
+        def dec(name: str) -> Decimal | None:
+            raw = (p.get(name) or "").strip()
             if not raw:
                 return None
-            if not raw.isdigit():
-                raise ValueError(f"{name}={raw!r} is not a count of tokens")
-            return int(raw)
+            try:
+                amount = Decimal(raw)
+            except ArithmeticError as exc:
+                raise ValueError(f"{name}={raw!r} is not an amount (e.g. 0.25, in the price table's currency)") from exc
+            if not amount.is_finite():
+                raise ValueError(f"{name}={raw!r} is not an amount (e.g. 0.25, in the price table's currency)")
+            return amount
 
         sort = p.get("sort") or "activity"
         if sort not in SORTS:
@@ -230,8 +244,8 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
             model=p.get("model") or None,
             status=p.get("status") or None,
             unexplained=p.get("unexplained") in ("1", "on", "true"),
-            min_tokens=count("min_tokens"),
-            max_tokens=count("max_tokens"),
+            min_cost=dec("min_cost"),
+            max_cost=dec("max_cost"),
             text=p.get("q") or None,
             sort=sort,  # type: ignore[arg-type]
             descending=p.get("order", "desc") != "asc",
@@ -249,6 +263,7 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
             "models": data.index.models(every),
             "statuses": data.index.statuses(every),
             "sorts": SORTS,
+            "currency": currency,
             "page_sizes": PAGE_SIZES,
             "children": data.index.children,
             "params": {k: v for k, v in request.query_params.items() if k != "page"},
@@ -380,7 +395,7 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
                         ),
                     }
                     since = page.head
-                    yield b"event: update\ndata: " + orjson.dumps(payload) + b"\n\n"
+                    yield b"event: update\ndata: " + orjson.dumps(payload, default=_default) + b"\n\n"
                     quiet = 0.0
                 else:
                     quiet += opts.poll_s
@@ -398,15 +413,16 @@ def create_app(data: ConsoleData, options: ConsoleOptions | None = None) -> ASGI
     def fleet(request: Request) -> Response:
         f = data.index.fleet()
         hours: list[float] = [t / 1000 for t, _ in f.buckets]
-        prompt: list[int | None] = [b.prompt for _, b in f.buckets]
-        ratio: list[float | None] = [b.cache_read_ratio for _, b in f.buckets]
+        # an hour that holds a step without a price has no spend (a gap), never a partial sum
+        spend: list[float | None] = [float(b.spend) if not b.unpriced else None for _, b in f.buckets]
+        ratio: list[float | None] = [(b.cache_read / b.prompt) if b.prompt else None for _, b in f.buckets]
         if hours:  # an empty hour either side: the time axis spans hours, not the years uPlot pads a lone point with
-            hours, prompt, ratio = (
+            hours, spend, ratio = (
                 [hours[0] - 3600, *hours, hours[-1] + 3600],
-                [None, *prompt, None],
+                [None, *spend, None],
                 [None, *ratio, None],
             )
-        chart = {"columns": [hours, prompt, ratio]}
+        chart = {"columns": [hours, spend, ratio], "currency": currency}
         alert = request.query_params.get("alert")
         return render("fleet.html", title="fleet", fleet=f, chart=_json_attr(chart), alert=alert)
 
@@ -444,6 +460,6 @@ def _host_name(host: str) -> str:
 def _touched_since(row: StepRow, since: int) -> bool:
     """A step row changed by events at or after ``since``: opened, dispatched, answered or closed there."""
     seqs = [row.start_seq, row.dispatch_seq, row.end_seq]
-    if row.verdict is not None:
-        seqs.append(row.verdict.step.response_seq)
+    if row.priced is not None:
+        seqs.append(row.priced.verdict.step.response_seq)
     return any(s is not None and s >= since for s in seqs)

@@ -20,6 +20,7 @@ import orjson
 from ..config import Stores
 from ..core import codec
 from ..core.content import ImageRef
+from ..core.cost import PriceTable
 from ..core.events import Envelope, RequestDispatch, StepStart
 from ..core.request_diff import ByteDifference, first_byte_difference
 from ..errors import AttachmentError, FoldlineError, SessionNotFound
@@ -91,9 +92,10 @@ class _Lru(Generic[K, V]):
 class ConsoleData:
     """The console's reads over one set of stores (thread-safe: pages are served from a thread pool)."""
 
-    def __init__(self, stores: Stores, *, pages: int = 16, min_refresh_s: float = 0.25) -> None:
+    def __init__(self, stores: Stores, table: PriceTable, *, pages: int = 16, min_refresh_s: float = 0.25) -> None:
         self.stores = stores
-        self.index = SessionIndex(stores.log, min_refresh_s=min_refresh_s)
+        self.table = table  # the one the index prices with: the list and a session's page agree to the digit
+        self.index = SessionIndex(stores.log, table, min_refresh_s=min_refresh_s)
         self._pages: _Lru[str, SessionPage] = _Lru(pages)
         self._reports: _Lru[tuple[str, int], VerifyReport] = _Lru(pages * 4)
         self._lock = threading.RLock()
@@ -118,7 +120,7 @@ class ConsoleData:
             with self._lock:
                 page = self._pages.get(session_id)
             if page is None or page.head > head:
-                page = SessionPage(session_id)
+                page = SessionPage(session_id, self.table)
             if page.head < head:
                 page.feed(self.stores.log.read(session_id, page.head, head))
             with self._lock:

@@ -5,8 +5,10 @@ Each :meth:`SessionIndex.refresh` asks the log for every session's head in one c
 (:meth:`~foldline.ports.event_log.EventLog.heads`); a session whose head moved is fed only the events after the
 ones its summary has seen (a session whose head went back — a log replaced under the console — is read again
 from seq 0). The first refresh reads every session once. Filtering, sorting and paging then run over the
-summaries; the fleet's figures are sums of theirs. Figures are tokens by kind (:class:`~foldline.console.model.Tokens`);
-sorting and the range filter go by prompt tokens, and a drop weighs the cache-read tokens it lost.
+summaries; the fleet's figures are sums of theirs. Money comes from :mod:`foldline.core.cost` with the console's price
+table: each summary prices its steps once, as it is fed (so a page of the list prices nothing), and its figures are
+the ones ``foldline cost`` gives the session. Sorting and the range filter go by spend; a session whose spend is
+unknown (a model without a price) matches no cost range and sorts below every known amount.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Final, Literal
 
+from ..core.cost import CostFigures, PriceTable
 from ..ports.event_log import EventLog
-from .model import BUCKET_MS, DropRow, SessionSummary, Tokens
+from .model import BUCKET_MS, Bucket, DropRow, SessionSummary, cache_read_ratio
 
 __all__ = ["PAGE_SIZES", "SORTS", "Fleet", "ListQuery", "ListResult", "SessionIndex"]
 
-SORTS: Final = ("activity", "tokens", "drops", "lost", "id")
+SORTS: Final = ("activity", "cost", "drops", "drop-cost", "id")
 PAGE_SIZES: Final = (25, 50, 100, 200)
-Sort = Literal["activity", "tokens", "drops", "lost", "id"]
+Sort = Literal["activity", "cost", "drops", "drop-cost", "id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +38,8 @@ class ListQuery:
     model: str | None = None
     status: str | None = None
     unexplained: bool = False
-    min_tokens: int | None = None  # prompt tokens, every step of the session
-    max_tokens: int | None = None
+    min_cost: Decimal | None = None
+    max_cost: Decimal | None = None
     text: str | None = None  # a part of the session id
     sort: Sort = "activity"
     descending: bool = True
@@ -51,10 +55,15 @@ class ListQuery:
             return False
         if self.text and self.text not in s.session_id:
             return False
-        prompt = s.figures.prompt
-        if self.min_tokens is not None and prompt < self.min_tokens:
-            return False
-        return self.max_tokens is None or prompt <= self.max_tokens
+        if self.min_cost is not None or self.max_cost is not None:
+            spend = s.spend
+            if spend is None:
+                return False
+            if self.min_cost is not None and spend < self.min_cost:
+                return False
+            if self.max_cost is not None and spend > self.max_cost:
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,37 +75,59 @@ class ListResult:
     pages: int
 
 
+_NONE_LAST: Final = Decimal("-Infinity")
+
+
 def _key(sort: Sort) -> Callable[[SessionSummary], object]:
     match sort:
         case "activity":
             return lambda s: s.last_ms or 0
-        case "tokens":
-            return lambda s: s.figures.prompt
+        case "cost":
+            return lambda s: s.spend if s.spend is not None else _NONE_LAST
         case "drops":
             return lambda s: (s.unexplained_count, s.figures.drops)
-        case "lost":
-            return lambda s: s.figures.lost
+        case "drop-cost":
+            return lambda s: s.drop_cost if s.drop_cost is not None else _NONE_LAST
         case "id":
             return lambda s: s.session_id
 
 
 @dataclass(slots=True)
 class Fleet:
-    """The fleet's figures: tokens and cache-read ratio per hour, the unexplained drops, the sessions whose drops
-    lost the most cache-read tokens."""
+    """The fleet page's figures: spend and cache-read ratio per hour, the unexplained drops, the sessions whose
+    drops cost most."""
 
     sessions: int
-    figures: Tokens = field(default_factory=Tokens)
-    buckets: list[tuple[int, Tokens]] = field(default_factory=list)  # (hour start ms, figures), in time order
+    figures: CostFigures = field(default_factory=CostFigures)  # every session's, merged: ``foldline cost``'s fleet
+    buckets: list[tuple[int, Bucket]] = field(default_factory=list)  # (hour start ms, figures), in time order
     unexplained: list[DropRow] = field(default_factory=list)  # newest first
-    top_by_lost: list[SessionSummary] = field(default_factory=list)
+    top_by_drop_cost: list[SessionSummary] = field(default_factory=list)
+    unranked: int = 0  # sessions with drops whose cost is unknown (a model without a price): not in the ranking
+    currency: str = "USD"
+
+    @property
+    def spend(self) -> Decimal | None:
+        return self.figures.spend if self.figures.known else None
+
+    @property
+    def drop_cost(self) -> Decimal | None:
+        return self.figures.drop_cost if self.figures.known else None
+
+    @property
+    def unpriced_steps(self) -> int:
+        return sum(self.figures.unpriced.values())
+
+    @property
+    def cache_read_ratio(self) -> float | None:
+        return cache_read_ratio(self.figures)
 
 
 class SessionIndex:
     """Every session's summary, refreshed from the log's heads (see the module docstring)."""
 
-    def __init__(self, log: EventLog, *, min_refresh_s: float = 0.25) -> None:
+    def __init__(self, log: EventLog, table: PriceTable, *, min_refresh_s: float = 0.25) -> None:
         self.log = log
+        self.table = table
         self.min_refresh_s = min_refresh_s
         self._summaries: dict[str, SessionSummary] = {}
         self._children: dict[str, list[tuple[str, str]]] = {}  # parent → [(child, kind)]
@@ -117,7 +148,7 @@ class SessionIndex:
                 if summary is not None and summary.head == head:
                     continue
                 if summary is None or summary.head > head:
-                    summary = self._summaries[sid] = SessionSummary(sid)
+                    summary = self._summaries[sid] = SessionSummary(sid, self.table)
                 links_before = list(summary.links)
                 events = self.log.read(sid, summary.head)
                 self.reads += 1
@@ -173,24 +204,26 @@ class SessionIndex:
 
     def fleet(self, *, top: int = 20, unexplained: int = 200) -> Fleet:
         every = self.summaries()
-        return fleet_of(every, top=top, unexplained=unexplained)
+        return fleet_of(every, self.table.currency, top=top, unexplained=unexplained)
 
 
-def fleet_of(summaries: Iterable[SessionSummary], *, top: int = 20, unexplained: int = 200) -> Fleet:
+def fleet_of(summaries: Iterable[SessionSummary], currency: str, *, top: int = 20, unexplained: int = 200) -> Fleet:
     """The fleet's figures over ``summaries`` (see :class:`Fleet`)."""
     listed = list(summaries)
-    buckets: dict[int, Tokens] = {}
+    buckets: dict[int, Bucket] = {}
     drops: list[DropRow] = []
-    fleet = Fleet(len(listed))
+    fleet = Fleet(len(listed), currency=currency)
     for s in listed:
-        fleet.figures.add(s.figures)
+        fleet.figures.merge(s.figures)
         drops.extend(s.unexplained)
         for hour, b in s.buckets.items():
-            buckets.setdefault(hour, Tokens()).add(b)
+            into = buckets.setdefault(hour, Bucket())
+            into.add(b)
     fleet.buckets = [(hour * BUCKET_MS, buckets[hour]) for hour in sorted(buckets)]
     drops.sort(key=lambda d: (d.time_ms, d.session_id, d.dispatch_seq), reverse=True)
     fleet.unexplained = drops[:unexplained]
-    lost = [s for s in listed if s.figures.drops]
-    lost.sort(key=lambda s: (s.figures.lost, s.session_id), reverse=True)
-    fleet.top_by_lost = lost[:top]
+    priced = [s for s in listed if s.figures.drops and s.drop_cost is not None]
+    priced.sort(key=lambda s: (s.drop_cost, s.session_id), reverse=True)
+    fleet.top_by_drop_cost = priced[:top]
+    fleet.unranked = sum(1 for s in listed if s.figures.drops and s.drop_cost is None)
     return fleet

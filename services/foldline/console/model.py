@@ -3,22 +3,23 @@ its page (turns, steps, the chart, drops, header snapshots, compactions and trim
 
 Both are incremental — :meth:`SessionSummary.feed` and :meth:`SessionPage.feed` take the events after the ones
 already seen — so an append costs the new events, not the session's history. Every figure comes from the
-functions the commands use: :class:`~foldline.core.drops.DropTracker` (``foldline drops``: each answered step's
-normalized usage, each drop and its cause), :func:`~foldline.core.diff.header_snapshots` and
-:func:`~foldline.core.diff.diff_headers` (``foldline diff``), :func:`~foldline.core.fork.lineage` (forks).
-Figures are tokens by kind (uncached input, cache read, cache write, output) and the tokens each drop lost
-against its baseline. Nothing here does I/O.
+functions the commands use: :class:`~foldline.core.drops.DropTracker` (``foldline drops``),
+:func:`~foldline.core.cost.price_step` and :class:`~foldline.core.cost.CostFigures` (``foldline cost``),
+:func:`~foldline.core.diff.header_snapshots` and :func:`~foldline.core.diff.diff_headers` (``foldline diff``),
+:func:`~foldline.core.fork.lineage` (forks). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Final
 
 from ..core.content import ImageBlock, ImageRef, ToolResultBlock
+from ..core.cost import CostFigures, PricedStep, PriceTable, drop_key, price_step
 from ..core.diff import HeaderDiff, diff_headers, header_snapshots
-from ..core.drops import DropTracker, StepVerdict
+from ..core.drops import DropTracker
 from ..core.events import (
     AssistantMessage,
     AttachmentQuarantine,
@@ -45,6 +46,7 @@ from ..core.header import EpochHeader
 __all__ = [
     "BUCKET_MS",
     "LINEAGE_KINDS",
+    "Bucket",
     "CompactionRow",
     "DropRow",
     "HeaderRow",
@@ -52,9 +54,9 @@ __all__ = [
     "SessionPage",
     "SessionSummary",
     "StepRow",
-    "Tokens",
     "TrimRow",
     "TurnRow",
+    "cache_read_ratio",
     "lineage_links",
 ]
 
@@ -85,51 +87,32 @@ def lineage_links(events: Sequence[Envelope]) -> list[LineageLink]:
 
 
 @dataclass(slots=True)
-class Tokens:
-    """Token figures over some answered steps: each kind as the providers report it, normalized
-    (:class:`~foldline.core.content.Usage`), and the drops among them with the cache-read tokens they lost."""
+class Bucket:
+    """One hour of a session's steps: spend over its priced steps, prompt and cache-read tokens."""
 
     steps: int = 0
-    input: int = 0  # uncached input
+    spend: Decimal = Decimal(0)
+    unpriced: int = 0
+    prompt: int = 0
     cache_read: int = 0
-    cache_write: int = 0
-    output: int = 0
-    drops: int = 0
-    lost: int = 0  # cache-read tokens the drops lost against their baselines
+    drop_cost: Decimal = Decimal(0)  # over its priced drops
     unexplained: int = 0
 
-    @property
-    def prompt(self) -> int:
-        """Every input token, cached or not."""
-        return self.input + self.cache_read + self.cache_write
-
-    @property
-    def cache_read_ratio(self) -> float | None:
-        return self.cache_read / self.prompt if self.prompt else None
-
-    def add_step(self, verdict: StepVerdict) -> None:
-        u = verdict.step.usage
-        self.steps += 1
-        self.input += u.input
-        self.cache_read += u.cache_read
-        self.cache_write += u.cache_write
-        self.output += u.output
-        drop = verdict.drop
-        if drop is not None:
-            self.drops += 1
-            self.lost += max(0, drop.lost_tokens)
-            if not drop.explained:
-                self.unexplained += 1
-
-    def add(self, other: Tokens) -> None:
+    def add(self, other: Bucket) -> None:
         self.steps += other.steps
-        self.input += other.input
+        self.spend += other.spend
+        self.unpriced += other.unpriced
+        self.prompt += other.prompt
         self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-        self.output += other.output
-        self.drops += other.drops
-        self.lost += other.lost
+        self.drop_cost += other.drop_cost
         self.unexplained += other.unexplained
+
+
+def cache_read_ratio(figures: CostFigures) -> float | None:
+    """Cache-read tokens over every prompt token (cached or not) of ``figures``' steps."""
+    tokens = figures.tokens
+    prompt = sum(tokens.get(c, 0) for c in ("cache-read", "cache-write-1h", "cache-write-5m", "input"))
+    return tokens.get("cache-read", 0) / prompt if prompt else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +126,12 @@ class DropRow:
     time_ms: int
     cause: str
     causes: tuple[str, ...]
+    header_fields: tuple[str, ...]
     cache_read: int
     baseline: int
     lost: int
+    cost: Decimal | None
+    cost_key: str
     request_id: str | None
     message_id: str | None
     previous_message_id: str | None
@@ -155,8 +141,8 @@ class DropRow:
         return self.cause != "unexplained"
 
 
-def _drop_row(verdict: StepVerdict) -> DropRow | None:
-    drop = verdict.drop
+def _drop_row(priced: PricedStep) -> DropRow | None:
+    drop = priced.verdict.drop
     if drop is None:
         return None
     s = drop.step
@@ -168,9 +154,12 @@ def _drop_row(verdict: StepVerdict) -> DropRow | None:
         s.time_ms,
         drop.cause,
         drop.causes,
+        drop.header_fields,
         s.usage.cache_read,
         drop.baseline_tokens,
         drop.lost_tokens,
+        priced.drop_cost,
+        drop_key(drop),
         s.request_id,
         s.message_id,
         drop.previous.message_id if drop.previous is not None else None,
@@ -185,6 +174,7 @@ class SessionSummary:
     """One session as the sessions list and the fleet page see it, kept up to date by :meth:`feed`."""
 
     session_id: str
+    table: PriceTable
     head: int = 0
     first_ms: int | None = None
     last_ms: int | None = None
@@ -194,9 +184,9 @@ class SessionSummary:
     turns: int = 0
     open_turn: int | None = None
     last_reason: str | None = None
-    figures: Tokens = field(default_factory=Tokens)
+    figures: CostFigures = field(default_factory=CostFigures)
     unexplained: list[DropRow] = field(default_factory=list)
-    buckets: dict[int, Tokens] = field(default_factory=dict)
+    buckets: dict[int, Bucket] = field(default_factory=dict)
     links: list[LineageLink] = field(default_factory=list)
     tracker: DropTracker | None = None
 
@@ -212,16 +202,24 @@ class SessionSummary:
         return self.last_reason or "idle"
 
     @property
+    def spend(self) -> Decimal | None:
+        return self.figures.spend if self.figures.known else None
+
+    @property
+    def drop_cost(self) -> Decimal | None:
+        return self.figures.drop_cost if self.figures.known else None
+
+    @property
     def cache_read_ratio(self) -> float | None:
-        return self.figures.cache_read_ratio
+        return cache_read_ratio(self.figures)
 
     @property
     def unexplained_count(self) -> int:
         return len(self.unexplained)
 
-    def feed(self, events: Sequence[Envelope], verdicts: Sequence[StepVerdict] | None = None) -> None:
-        """Take the session's next events (from seq :attr:`head` on); ``verdicts``: the steps they complete,
-        when the caller classified them already (else this summary's own tracker does)."""
+    def feed(self, events: Sequence[Envelope], priced: Sequence[PricedStep] | None = None) -> None:
+        """Take the session's next events (from seq :attr:`head` on); ``priced``: the steps they complete,
+        when the caller classified and priced them already (else this summary's own tracker does)."""
         if not events:
             return
         if self.first_ms is None:
@@ -239,22 +237,35 @@ class SessionSummary:
                 self.last_reason = data.reason
             elif isinstance(data, SessionEndSeed) and data.parent_id is not None:
                 self.links = [LineageLink("fork", data.parent_id, data.seed_length)]
-        if verdicts is None:
+        if priced is None:
             assert self.tracker is not None
-            verdicts = list(self.tracker.feed(events))
+            priced = [price_step(v, self.table) for v in self.tracker.feed(events)]
         else:
             self.tracker = None  # the caller classifies from now on
-        for verdict in verdicts:
-            self._add(verdict)
+        for step in priced:
+            self._add(step)
         self.head = events[-1].seq + 1
         self.last_ms = max(self.last_ms or 0, events[-1].time)
 
-    def _add(self, verdict: StepVerdict) -> None:
-        self.figures.add_step(verdict)
-        self.buckets.setdefault(verdict.step.time_ms // BUCKET_MS, Tokens()).add_step(verdict)
-        row = _drop_row(verdict)
-        if row is not None and not row.explained:
-            self.unexplained.append(row)
+    def _add(self, priced: PricedStep) -> None:
+        verdict = priced.verdict
+        self.figures.add_step(priced.usage, priced.cost, priced.name)
+        bucket = self.buckets.setdefault(verdict.step.time_ms // BUCKET_MS, Bucket())
+        bucket.steps += 1
+        bucket.prompt += priced.usage.prompt
+        bucket.cache_read += priced.usage.cache_read
+        if priced.cost is None:
+            bucket.unpriced += 1
+        else:
+            bucket.spend += priced.cost.spend
+        row = _drop_row(priced)
+        if row is not None and verdict.drop is not None:
+            self.figures.add_drop(row.cost_key, row.cost)
+            if row.cost is not None:
+                bucket.drop_cost += row.cost
+            if not row.explained:
+                bucket.unexplained += 1
+                self.unexplained.append(row)
 
 
 # ---------------------------------------------------------------------------------------------- one session
@@ -262,7 +273,7 @@ class SessionSummary:
 
 @dataclass(slots=True)
 class StepRow:
-    """One step of the timeline: its span of the log, and once answered its usage and drop."""
+    """One step of the timeline: its span of the log, and once answered its usage, cost and drop."""
 
     index: int  # 0-based, in log order
     turn: int
@@ -274,18 +285,21 @@ class StepRow:
     serializer: str | None = None
     digest: str | None = None
     body_bytes: int | None = None
-    verdict: StepVerdict | None = None
+    priced: PricedStep | None = None
     drop: DropRow | None = None
     tools: list[str] = field(default_factory=list)
     retries: int = 0
     quarantined: bool = False
 
-    def chart_point(self) -> list[int | None]:
-        """``[index, input, cache-read, cache-write, output]`` tokens (None while the step is unanswered)."""
-        if self.verdict is None:
-            return [self.index, None, None, None, None]
-        u = self.verdict.step.usage
-        return [self.index, u.input, u.cache_read, u.cache_write, u.output]
+    def chart_point(self) -> list[float | int | None]:
+        """``[index, input, cache-read, cache-write, output, spend]`` (spend in the table's currency; None when
+        the step is unanswered or unpriced)."""
+        p = self.priced
+        if p is None:
+            return [self.index, None, None, None, None, None]
+        u = p.usage
+        spend = float(p.cost.spend) if p.cost is not None else None
+        return [self.index, u.input, u.cache_read, u.cache_write, u.completion, spend]
 
 
 @dataclass(slots=True)
@@ -333,9 +347,10 @@ class TrimRow:
 class SessionPage:
     """A session's page, folded incrementally from its events (:meth:`feed`)."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, table: PriceTable) -> None:
         self.session_id = session_id
-        self.summary = SessionSummary(session_id)
+        self.table = table
+        self.summary = SessionSummary(session_id, table)
         self.tracker = DropTracker(session_id)
         self.steps: list[StepRow] = []
         self.turns: list[TurnRow] = []
@@ -364,18 +379,20 @@ class SessionPage:
             self._header = snap.header
         for e in events:
             self._one(e, touched)
-        verdicts = list(self.tracker.feed(events))
-        for verdict in verdicts:
+        priced: list[PricedStep] = []
+        for verdict in self.tracker.feed(events):
+            one = price_step(verdict, self.table)
+            priced.append(one)
             row = self._by_key.get((verdict.step.turn, verdict.step.step))
             if row is None:
                 continue
-            row.verdict = verdict
-            row.drop = _drop_row(verdict)
+            row.priced = one
+            row.drop = _drop_row(one)
             touched[row.index] = row
         seed = lineage_links(events)
         if seed:
             self.links = seed
-        self.summary.feed(events, verdicts)
+        self.summary.feed(events, priced)
         return [touched[i] for i in sorted(touched)]
 
     def _one(self, e: Envelope, touched: dict[int, StepRow]) -> None:
@@ -460,10 +477,10 @@ class SessionPage:
     def chart(self) -> dict[str, object]:
         """The chart's data: one column per series (uPlot's layout), each drop's step and cause."""
         points = [row.chart_point() for row in self.steps]
-        columns: list[list[int | None]] = [[p[i] for p in points] for i in range(5)]
+        columns: list[list[float | int | None]] = [[p[i] for p in points] for i in range(6)]
         drops = [
             {"x": row.index, "cause": row.drop.cause, "explained": row.drop.explained}
             for row in self.steps
             if row.drop is not None
         ]
-        return {"columns": columns, "drops": drops}
+        return {"columns": columns, "drops": drops, "currency": self.table.currency}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..config import Config, open_stores
 from ..config.extras import require
+from ..config.prices import load_price_table
 from ..errors import ConfigError
 
 __all__ = ["DECISIONS_REFUSED", "ConsoleServer", "check_bind", "is_loopback", "start"]
@@ -108,13 +109,14 @@ def start(config: Config, *, poll_s: float = 0.5, warm: bool = True) -> ConsoleS
 
     settings = config.console
     check_bind(settings.bind, settings.token)
+    table = load_price_table(config.prices)
     stores = open_stores(config, read_only=True)
     try:
         sock = _listen(settings.bind, settings.port)
     except BaseException:
         stores.close()
         raise
-    data = ConsoleData(stores)
+    data = ConsoleData(stores, table)
     app = create_app(data, ConsoleOptions(token=settings.token, poll_s=poll_s))
     port = sock.getsockname()[1]
     shown_host = f"[{settings.bind.strip('[]')}]" if ":" in settings.bind else settings.bind

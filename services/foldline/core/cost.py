@@ -172,6 +172,10 @@ class PriceTable:
         for row in self.rows:
             self._by_provider.setdefault(row.provider, []).append(row)
         self._cache: dict[tuple[str, str], str | None] = {}
+        self._tiers: dict[tuple[str, str], list[int]] = {}  # (provider, pattern) → its prompt_over thresholds
+        # (provider, model, day, thresholds the prompt exceeds) → the prices: what the lookup depends on, so a
+        # fleet's steps are priced by a dict look-up after the first of each model and day
+        self._prices: dict[tuple[str, str, int, int], ModelPrices | None] = {}
 
     def merged(self, overrides: Iterable[PriceRow]) -> PriceTable:
         """This table with ``overrides``: a row with the key of one of these replaces it, any other is added."""
@@ -202,6 +206,16 @@ class PriceTable:
         if pattern is None:
             return None
         day = time_ms // 86_400_000
+        tiers = self._tiers.get((provider, pattern))
+        if tiers is None:
+            rows = self._by_provider[provider]
+            tiers = self._tiers[provider, pattern] = sorted({r.prompt_over for r in rows if r.model == pattern})
+        key = (provider, model, day, sum(1 for t in tiers if t < prompt_tokens))  # the thresholds it exceeds
+        if key not in self._prices:
+            self._prices[key] = self._lookup(provider, model, pattern, day, prompt_tokens)
+        return self._prices[key]
+
+    def _lookup(self, provider: str, model: str, pattern: str, day: int, prompt_tokens: int) -> ModelPrices | None:
         chosen: dict[str, PriceRow] = {}
         for row in self._by_provider[provider]:
             if row.model != pattern or row.day > day or (row.prompt_over and prompt_tokens <= row.prompt_over):

@@ -9,6 +9,7 @@
     read: "#59a14f",
     write: "#f28e2b",
     output: "#7b3294",
+    spend: "#222222",
     prompt: "#4e79a7",
     ratio: "#59a14f",
     explained: "#e0a030",
@@ -46,16 +47,17 @@
   }
 
   function stepChart(el, data) {
-    var c = data.columns; // [index, input, cache read, cache write, output] tokens
+    var c = data.columns; // [index, input, cache read, cache write, output, spend]
     var state = { columns: c, drops: data.drops };
     var opts = {
       width: width(el),
       height: 320,
       cursor: { drag: { x: true, y: false } },
-      scales: { x: { time: false }, tok: { auto: true } },
+      scales: { x: { time: false }, tok: { auto: true }, money: { auto: true } },
       axes: [
         { label: "step (0-based, log order)" },
         { scale: "tok", label: "tokens", size: 70 },
+        { scale: "money", side: 1, label: data.currency, grid: { show: false }, size: 70 },
       ],
       series: [
         { label: "step" },
@@ -63,6 +65,8 @@
         { label: "cache read", scale: "tok", stroke: COLORS.read, width: 1.5 },
         { label: "cache write", scale: "tok", stroke: COLORS.write, width: 1.5 },
         { label: "output", scale: "tok", stroke: COLORS.output, width: 2, dash: [6, 3] },
+        { label: "spend (" + data.currency + ")", scale: "money", stroke: COLORS.spend, width: 1.5, dash: [2, 2],
+          value: function (u, v, si, i) { return i == null ? "--" : v == null ? "unknown" : v.toFixed(6); } },
       ],
       hooks: { draw: [function (u) { drawDrops(u, state.drops); }] },
     };
@@ -72,7 +76,7 @@
       for (var i = 0; i < points.length; i++) {
         var p = points[i];
         var at = p[0];
-        for (var k = 0; k < 5; k++) state.columns[k][at] = p[k];
+        for (var k = 0; k < 6; k++) state.columns[k][at] = p[k];
       }
       for (var j = 0; j < drops.length; j++) {
         var known = false;
@@ -85,20 +89,20 @@
   }
 
   function fleetChart(el, data) {
-    var c = data.columns; // [hour (s), prompt tokens, cache-read ratio]
+    var c = data.columns; // [hour (s), spend, cache-read ratio]
     var opts = {
       width: width(el),
       height: 280,
-      scales: { x: { time: true }, tok: { auto: true }, ratio: { range: [0, 1] } },
+      scales: { x: { time: true }, money: { auto: true }, ratio: { range: [0, 1] } },
       axes: [
         {},
-        { scale: "tok", label: "prompt tokens", size: 70 },
+        { scale: "money", label: data.currency, size: 70 },
         { scale: "ratio", side: 1, label: "cache-read ratio", grid: { show: false }, size: 60,
           values: function (u, vals) { return vals.map(function (v) { return Math.round(v * 100) + "%"; }); } },
       ],
       series: [
         {},
-        { label: "prompt tokens", scale: "tok", stroke: COLORS.prompt, fill: "rgba(78,121,167,0.25)",
+        { label: "spend (" + data.currency + ")", scale: "money", stroke: COLORS.prompt, fill: "rgba(78,121,167,0.25)",
           paths: uPlot.paths.bars({ size: [0.6, 60] }) },
         { label: "cache-read ratio", scale: "ratio", stroke: COLORS.ratio, width: 2 },
       ],
