@@ -67,6 +67,7 @@ class FleetResult:
     run_s: float  # running every step
     verify_s: float
     gc_s: float = 0.0  # of run_s, in the garbage collector
+    ramp_s: float = 0.0  # the sessions' first steps spread over this long
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -111,6 +112,7 @@ class FleetResult:
             "steps_per_s": round(self.steps / self.run_s, 1) if self.run_s else None,
             "verify_s": round(self.verify_s, 4),
             "gc_s": round(self.gc_s, 4),
+            "ramp_s": self.ramp_s,
             "verified": self.verified,
             "checked": self.checked,
             "ok": self.ok,
@@ -151,11 +153,15 @@ async def run_fleet(
     sessions: int,
     steps: int,
     prefix: str | None = None,
+    ramp_s: float = 0.0,
     on_phase: Callable[[str, int], None] | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> FleetResult:
     """Open ``sessions`` new sessions named ``<prefix>-NNNNN``, run ``steps`` steps in each concurrently
     through ``dispatcher``, then verify them all from ``stores.log``.
+
+    ``ramp_s``: session ``i`` starts its first step ``i / sessions * ramp_s`` seconds into the run, as a
+    fleet's sessions arrive over time (0: all in the same instant, the first step a burst of ``sessions``).
 
     ``on_phase(name, total)`` is called as each phase (``open``, ``run``, ``verify``) begins; ``on_step``
     after each step. The caller owns ``stores`` and ``dispatcher``.
@@ -169,6 +175,8 @@ async def run_fleet(
         )
     if sessions < 1 or steps < 1:
         raise ConfigError("foldline fleet needs at least one session and one step")
+    if ramp_s < 0:
+        raise ConfigError(f"foldline fleet: --ramp must be 0 or more seconds (got {ramp_s:g})")
     run = prefix or f"fleet-{uuid.uuid4().hex[:8]}"
     outcomes = [SessionOutcome(f"{run}-{i:05d}") for i in range(sessions)]
     # One provider (it names the provider and serializes; the dispatchers do the sending) and one toolset
@@ -201,9 +209,11 @@ async def run_fleet(
     agents = await asyncio.gather(*(open_one(o) for o in outcomes))
     open_s = time.monotonic() - began
 
-    async def run_one(outcome: SessionOutcome, agent: Agent | None) -> None:
+    async def run_one(i: int, outcome: SessionOutcome, agent: Agent | None) -> None:
         if agent is None:
             return
+        if ramp_s:
+            await asyncio.sleep(ramp_s * i / sessions)
         try:
             await _run_one(outcome, agent, steps, tick)
         except Exception as exc:
@@ -221,7 +231,7 @@ async def run_fleet(
     pauses = _GcPauses()
     began = time.monotonic()
     try:
-        await asyncio.gather(*(run_one(o, a) for o, a in zip(outcomes, agents, strict=True)))
+        await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
     finally:
         run_s = time.monotonic() - began
         await provider.aclose()
@@ -242,7 +252,7 @@ async def run_fleet(
         except Exception as exc:  # reported per session, like a failed run
             outcome.error = outcome.error or f"verify: {_error_line(exc)}"
     verify_s = time.monotonic() - began
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds)
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s)
 
 
 class _GcPauses:
