@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .config import Config, Stores
 from .core.content import TextBlock
@@ -35,6 +36,9 @@ from .loop.agent import StepRecord
 from .ports.step_dispatch import StepDispatcher
 from .providers.retry import RetryingSender
 from .replay.verify import VerifyReport, verify_events
+
+if TYPE_CHECKING:
+    from .adapters.kafka.writer import WriterTimes
 
 __all__ = ["PHASES", "FleetResult", "SessionOutcome", "percentile", "run_fleet"]
 
@@ -68,6 +72,7 @@ class FleetResult:
     verify_s: float
     gc_s: float = 0.0  # of run_s, in the garbage collector
     ramp_s: float = 0.0  # the sessions' first steps spread over this long
+    log_times: dict[str, float | int] | None = None  # the run's appends: where the group writers spent the time
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -113,6 +118,7 @@ class FleetResult:
             "verify_s": round(self.verify_s, 4),
             "gc_s": round(self.gc_s, 4),
             "ramp_s": self.ramp_s,
+            "log_times": self.log_times,
             "verified": self.verified,
             "checked": self.checked,
             "ok": self.ok,
@@ -229,11 +235,13 @@ async def run_fleet(
     thresholds = gc.get_threshold()
     gc.set_threshold(50_000, 50, 100)  # a young collection per 50,000 allocations, not 700
     pauses = _GcPauses()
+    times_before = _writer_times(stores)
     began = time.monotonic()
     try:
         await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
     finally:
         run_s = time.monotonic() - began
+        times_after = _writer_times(stores)
         await provider.aclose()
         pauses.close()
         gc.set_threshold(*thresholds)
@@ -252,7 +260,18 @@ async def run_fleet(
         except Exception as exc:  # reported per session, like a failed run
             outcome.error = outcome.error or f"verify: {_error_line(exc)}"
     verify_s = time.monotonic() - began
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s)
+    log_times = None
+    if times_before is not None and times_after is not None:
+        times_after.subtract(times_before)
+        log_times = times_after.to_json()
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times)
+
+
+def _writer_times(stores: Stores) -> WriterTimes | None:
+    """Where the Kafka log's group writers spent their appends' time so far (None for another log)."""
+    from .adapters.kafka import KafkaEventLog  # the distributed backend's log (its extra is installed)
+
+    return stores.log.writer_times() if isinstance(stores.log, KafkaEventLog) else None
 
 
 class _GcPauses:

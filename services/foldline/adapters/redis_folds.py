@@ -466,7 +466,8 @@ class RedisAppliedNotices(AppliedNotices):
                     on_applied([s for s in sessions if isinstance(s, str)])
             except RedisError as exc:
                 _LOG.info("fold notices from %s interrupted (%s); subscribing again", self.url, exc)
-                pubsub = _close_pubsub(pubsub)
+                _close_pubsub(pubsub)
+                pubsub = None
                 self._stop.wait(self.retry_s)
         _close_pubsub(pubsub)
 
