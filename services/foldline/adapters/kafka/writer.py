@@ -579,7 +579,7 @@ class GroupWriter(_TransactionalWriter):
                 while self._prepare_one():
                     pass
                 while committing and (committing[0].future.done() or self._closed):
-                    self._settle(committing.popleft())
+                    committing.popleft().future.result()  # settled on its thread; a fault of it raises here
                 events = 0
                 while (
                     len(committing) < 2
@@ -656,30 +656,32 @@ class GroupWriter(_TransactionalWriter):
             self._failed(writer_id, live, exc)
             return None
         acked = time.perf_counter()
-        times = self.times
-        times.groups += 1
-        times.appends += len(live)
-        times.queued_s += sum(started - r.queued_at for r in live)
-        times.acked_s += (acked - started) * len(live)
-        return _Commit(self._committer.submit(self._timed_end, producer, writer_id, deadline, acked), live, writer_id)
+        with self._cond:
+            times = self.times
+            times.groups += 1
+            times.appends += len(live)
+            times.queued_s += sum(started - r.queued_at for r in live)
+            times.acked_s += (acked - started) * len(live)
+        future = self._committer.submit(self._commit_group, producer, writer_id, deadline, acked, live)
+        return _Commit(future, live, writer_id)
 
-    def _timed_end(self, producer: Producer, writer_id: str, deadline: float, began: float) -> tuple[float, float]:
-        """:meth:`_end`; answers how long the commit took and when it ended."""
-        self._end(producer, writer_id, deadline)
-        ended = time.perf_counter()
-        return ended - began, ended
-
-    def _settle(self, commit: _Commit) -> None:
+    def _commit_group(
+        self, producer: Producer, writer_id: str, deadline: float, began: float, requests: list[AppendRequest]
+    ) -> None:
+        """The group's commit, on a committing thread, and its appends told the outcome there at once (the
+        writer thread may be waiting for another group's acknowledgements meanwhile)."""
         try:
-            took, ended = commit.future.result()
+            self._end(producer, writer_id, deadline)
         except BaseException as exc:
-            self._failed(commit.writer_id, commit.requests, exc)
+            self._failed(writer_id, requests, exc)
             return
-        for r in commit.requests:
+        ended = time.perf_counter()
+        for r in requests:
             r.done.set()
         woken = time.perf_counter()
-        self.times.committed_s += took * len(commit.requests)
-        self.times.woken_s += (woken - ended) * len(commit.requests)
+        with self._cond:
+            self.times.committed_s += (ended - began) * len(requests)
+            self.times.woken_s += (woken - ended) * len(requests)
 
     def _failed(self, writer_id: str, requests: list[AppendRequest], exc: BaseException) -> None:
         """Every waiting append learns the outcome."""
@@ -710,7 +712,7 @@ def _init(producer: Producer, clients: KafkaClients, deadline: float) -> None:
 class _Commit:
     """A group whose commit runs on a committing thread."""
 
-    future: Future[tuple[float, float]]
+    future: Future[None]
     requests: list[AppendRequest]
     writer_id: str
 
