@@ -135,7 +135,9 @@ def test_notices_resume_after_redis_drops_the_subscription(prefix: str) -> None:
         assert heard[:1] == [None]  # subscribed: anything before it may have been missed
         _apply_session(projector, "s-before")
         _until(lambda: ["s-before"] in heard, "the first notice")
-        admin.client_kill_filter(_type="pubsub")  # Redis drops every subscriber
+        ours = [c["id"] for c in admin.client_list(_type="pubsub") if c.get("name") == notices.client_name]
+        assert len(ours) == 1
+        admin.client_kill_filter(_id=ours[0])  # Redis drops this subscriber (the connection closes)
         _until(lambda: heard.count(None) >= 2, "the subscription made again (and announced as a gap)")
         _until(lambda: _subscribers(dispatcher.channel) >= 1, "the new subscription")
         _apply_session(projector, "s-after")

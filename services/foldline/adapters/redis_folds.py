@@ -37,7 +37,9 @@ session's script is still its own atomic unit). Redis errors reach callers as
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -55,6 +57,7 @@ from ..ports.partition_marks import PartitionMarks
 
 __all__ = ["RedisAppliedNotices", "RedisFoldStore", "RedisPartitionMarks"]
 _LOG = logging.getLogger("foldline.folds")
+_NOTICES = itertools.count(1)  # numbers the subscriptions of this process (their Redis client names)
 _CHUNK = 4000  # Lua's unpack() is bounded by the C stack (8000 in Redis): push at most this many at once
 
 _PUSH = """
@@ -426,7 +429,16 @@ class RedisAppliedNotices(AppliedNotices):
     not answer is tried again every ``retry_s``, until :meth:`close`."""
 
     def __init__(self, client: redis.Redis, channel: str, url: str, *, retry_s: float = 0.5) -> None:
-        self._redis = client
+        # a connection of its own, named, so that it shows as this subscription in Redis's CLIENT LIST
+        self.client_name = f"foldline-fold-notices-{os.getpid()}-{next(_NOTICES):d}"
+        pool = client.connection_pool
+        self._redis = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=2,
+                **{**pool.connection_kwargs, "client_name": self.client_name},
+            )
+        )
         self.channel = channel
         self.url = url
         self.retry_s = retry_s
@@ -444,6 +456,7 @@ class RedisAppliedNotices(AppliedNotices):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._redis.close()
 
     def _run(self, on_applied: Callable[[Sequence[str] | None], None]) -> None:
         pubsub: Any = None
