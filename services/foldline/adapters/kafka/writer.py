@@ -1,7 +1,7 @@
 """Committing appends: the group writer (many sessions per transaction) and a session's own writer.
 
-The log hands each append to a :class:`Committer`: either this instance's :class:`GroupWriter` — a
-transactional producer and the thread that commits queued appends in groups — or, for a session taken
+The log hands each append to a :class:`Committer`: either this instance's :class:`GroupWriter` — two
+transactional producers taking turns and the thread that commits queued appends in groups — or, for a session taken
 over from another instance, that session's :class:`SessionWriter` (``<topic>:<session>``), which
 commits one append per transaction in the caller's thread. Both send a group the same way: the events,
 partition by partition, then (once their offsets are known) one index entry per session, in one
