@@ -5,6 +5,7 @@ from .agent import Agent, AgentOptions, StepRecord, TurnResult
 from .hooks import Enter, PreStepContext, Reject
 from .inbox import Inbox, InboxItem
 from .mcp import MCPServer
+from .output import OUTPUT_RETRY_SOURCE, OutputType
 from .pressure import PressurePolicy
 from .stream import (
     AttemptDiscarded,
@@ -23,6 +24,7 @@ from .stream import (
 from .tools import ImageData, ToolOutput, Toolset
 
 __all__ = [
+    "OUTPUT_RETRY_SOURCE",
     "Agent",
     "AgentOptions",
     "AttemptDiscarded",
@@ -31,6 +33,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "MCPServer",
+    "OutputType",
     "PreStepContext",
     "PressurePolicy",
     "ReasoningDelta",
