@@ -88,6 +88,7 @@ def test_a_session_without_dispatch_records_is_not_verifiable(tmp_path: Path, de
         "demo-000": "verified",
         "demo-001": "verified",
         "demo-responses": "verified",
+        "demo-structured": "verified",
         "demo-think": "verified",
         "imported": "not-verifiable",
     }

@@ -137,7 +137,7 @@ def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:
         stores.close()
-    assert sorted(events) == ["demo-000", "demo-001", "demo-002", "demo-responses", "demo-think"]
+    assert sorted(events) == ["demo-000", "demo-001", "demo-002", "demo-responses", "demo-structured", "demo-think"]
     check_against_log(samples, events, steps=6)
     # the transport's families, beside the loop's: every request went through the process's one sender
     assert value(samples, "foldline_provider_concurrency_limit", provider="anthropic") >= 64

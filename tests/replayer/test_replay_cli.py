@@ -72,6 +72,7 @@ def test_the_demo_sessions_replay_identically_without_a_change(data: Path, dispa
             "demo-002",
             "demo-003",
             "demo-responses",
+            "demo-structured",
             "demo-think",
         ]
     )
