@@ -143,7 +143,7 @@ def test_two_demos_started_together_on_one_data_dir(tmp_path: Path) -> None:
     report = json.loads(out)
     assert all(s["verified"] for s in report["sessions"])
     with SqliteEventLog(data, read_only=True) as log:
-        assert len(log.sessions()) == 6  # four, and the two reasoning sessions
+        assert len(log.sessions()) == 7  # four, the two reasoning sessions and demo-structured
     assert (data / MARKER_NAME).exists()
 
 

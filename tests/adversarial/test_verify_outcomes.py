@@ -54,7 +54,7 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
 def test_verified(demo_dir: Path) -> None:
     code, report = verify_json(demo_dir)
     assert (code, report["status"]) == (0, "verified")
-    assert [s["status"] for s in report["sessions"]] == ["verified"] * 4  # demo-000, -001 and the reasoning two
+    assert [s["status"] for s in report["sessions"]] == ["verified"] * 5  # -000, -001, think, responses, structured
 
 
 def test_a_mistyped_data_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
