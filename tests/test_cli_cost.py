@@ -47,7 +47,16 @@ def test_every_session_of_the_demo_has_spend_saved_and_drop_cost_by_cause_adding
     fleet = out["fleet"]
     assert isinstance(fleet, dict)
     ids = [g["session"] for g in groups]
-    assert ids == ["demo-000", "demo-001", "demo-002", "demo-003", "demo-responses", "demo-think"]
+    assert ids == [
+        "demo-000",
+        "demo-001",
+        "demo-002",
+        "demo-003",
+        "demo-approval",
+        "demo-responses",
+        "demo-structured",
+        "demo-think",
+    ]
     for g in groups:
         assert g["spend"] > 0, g
         assert g["saved"] > 0, g  # the demo keeps its prefix cached

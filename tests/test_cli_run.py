@@ -15,7 +15,8 @@ from foldline.cli.main import app
 from foldline.core import UserMessage
 from foldline.core.codec import digest_bytes
 from foldline.core.content import TextBlock
-from foldline.core.events import Envelope, RequestDispatch
+from foldline.core.events import Envelope, RequestDispatch, RequestHeader
+from foldline.demo import DemoFinding
 
 runner = CliRunner()
 
@@ -26,8 +27,8 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["data_dir"] == str(data)
-    ids = ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses"]
-    assert [s["id"] for s in out["sessions"]] == [*ids, "demo-approval"]
+    ids = ["demo-000", "demo-001", "demo-002", "demo-think", "demo-responses", "demo-structured"]
+    assert [s["id"] for s in out["sessions"]] == [*ids[:5], "demo-approval", ids[5]]
     [approval] = [s for s in out["sessions"] if s["id"] == "demo-approval"]
     assert len(approval["steps"]) == 1  # a step that ran a tool; the next one's answer waits for an approval
     assert approval["note"].startswith("paused: publish_note")
@@ -51,9 +52,9 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     report = json.loads(res.stdout)
     sessions = [{"id": sid, "status": "verified", "checked": 20, "matched": 20} for sid in ids]
     sessions.append({"id": "demo-approval", "status": "verified", "checked": 2, "matched": 2})
-    assert report == {  # 5 sessions x 20, and demo-approval's two requests
-        "checked": 102,
-        "matched": 102,
+    assert report == {  # 6 sessions x 20, and demo-approval's two requests
+        "checked": 122,
+        "matched": 122,
         "mismatched": [],
         "unreconstructable": [],
         "status": "verified",
@@ -75,6 +76,25 @@ def test_demo_json_verify_and_inspect(tmp_path: Path) -> None:
     assert res.exit_code == 0
     assert "request/header" in res.stdout
     assert "initial" in res.stdout
+
+    # demo-structured: validated answers, the schema in the header config, the native field in every body
+    structured = next(s for s in out["sessions"] if s["id"] == "demo-structured")
+    assert structured["verified"]
+    assert len(structured["outputs"]) >= 2
+    for answer in structured["outputs"]:
+        assert DemoFinding.model_validate(answer)
+    with SqliteEventLog(data) as log:
+        events = log.read("demo-structured")
+    config = next(e.data for e in events if isinstance(e.data, RequestHeader)).header.config
+    assert config.output_name == "DemoFinding"
+    assert config.output_schema is not None
+    assert list(config.output_schema["properties"]) == ["topic", "verdict", "confidence", "evidence"]
+    for step in (0, 5):
+        res = runner.invoke(app, ["requests", "demo-structured", "--step", str(step), "--data-dir", str(data)])
+        assert res.exit_code == 0, res.output
+        body = json.loads(res.stdout_bytes)
+        assert body["output_config"]["format"]["type"] == "json_schema"
+        assert next(iter(body["output_config"]["format"]["schema"]["properties"])) == "topic"
 
 
 def test_verify_reports_a_mismatch_with_offset(tmp_path: Path) -> None:
@@ -100,8 +120,8 @@ def test_verify_reports_a_mismatch_with_offset(tmp_path: Path) -> None:
     res = runner.invoke(app, ["verify", "--data-dir", str(data), "--json"])
     assert res.exit_code == 1
     report = json.loads(res.stdout)
-    assert report["checked"] == 11  # demo-000 and the two reasoning sessions, 3 steps each; demo-approval's two
-    assert report["matched"] == 8  # only demo-000 was forged
+    assert report["checked"] == 14  # demo-000, the reasoning two and demo-structured: 3 steps each; demo-approval 2
+    assert report["matched"] == 11  # only demo-000 was forged
     first = report["mismatched"][0]
     assert first["session"] == "demo-000"
     assert first["step"] == 0
@@ -143,3 +163,24 @@ def test_streaming_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "Answer to 'Will it rain in Bergen tomorrow?'" in out  # the text, piece by piece
     assert "turn ended: completed" in out
     assert "verified 3/3 requests from the log" in out
+
+
+def test_structured_output_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    argv = sys.argv
+    sys.argv = ["structured_output.py", str(tmp_path / "so")]
+    try:
+        with pytest.raises(SystemExit) as info:
+            runpy.run_path(str(root / "examples" / "structured_output.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]  # the Forecast, printed from its typed fields
+    assert " °C, wind " in first
+    assert first.split(": ", 1)[1].split(",")[0] in ("clear", "cloudy", "rain", "snow")
+    assert "then free text: \"Answer to 'Thanks!'" in out
+    assert "verified 6/6 requests from the log" in out
+    with SqliteEventLog(tmp_path / "so", read_only=True) as log:
+        headers = [e.data for e in log.read("structured") if isinstance(e.data, RequestHeader)]
+    assert [h.header.config.output_name for h in headers] == ["Forecast", None]  # the drop is a logged change

@@ -30,6 +30,7 @@ PUBLIC: dict[str, list[str]] = {
         "ImageBlock",
         "ImageData",
         "MCPServer",
+        "OutputType",
         "PressurePolicy",
         "Recording",
         "Reject",
@@ -56,6 +57,8 @@ PUBLIC: dict[str, list[str]] = {
         "Inbox",
         "InboxItem",
         "MCPServer",
+        "OUTPUT_RETRY_SOURCE",
+        "OutputType",
         "PreStepContext",
         "PressurePolicy",
         "ReasoningDelta",
@@ -186,7 +189,9 @@ def _readme_example() -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize("where", ["examples/quickstart.py", "examples/streaming.py", "README.md"])
+@pytest.mark.parametrize(
+    "where", ["examples/quickstart.py", "examples/streaming.py", "examples/structured_output.py", "README.md"]
+)
 def test_the_examples_import_only_public_names(where: str) -> None:
     source = (ROOT / where).read_text() if where.endswith(".py") else _readme_example()
     imports = _foldline_imports(source)

@@ -65,7 +65,13 @@ from foldline.errors import ConfigError, ContentCorrupt, ContentErased, KeyMissi
 CANARY = "canary-7f3a9c"
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480, name=f"{CANARY}.png")
 HEADER = make_header(
-    CallConfig("anthropic", "claude-x", max_tokens=512),
+    CallConfig(
+        "anthropic",
+        "claude-x",
+        max_tokens=512,
+        output_schema={"type": "object", "properties": {"z": {"const": CANARY}, "a": {"type": "string"}}},
+        output_name="Reading",
+    ),
     f"You help {CANARY}.",
     [ToolSpec("read", f"Read a file of {CANARY}", {"type": "object", "properties": {"p": {"enum": [CANARY]}}})],
 )

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .config import Config, Stores, open_stores
     from .core import CallConfig, EpochHeader, ImageBlock, TextBlock, ToolSpec
     from .errors import FoldlineError
-    from .loop import Agent, AgentOptions, Enter, PressurePolicy, Reject, ToolOutput, Toolset, TurnResult
+    from .loop import Agent, AgentOptions, Enter, OutputType, PressurePolicy, Reject, ToolOutput, Toolset, TurnResult
     from .replay import VerifyReport, is_loop_request, verify_events
     from .replayer import Change, Recording, ReplayReport, replay_sessions
 
@@ -41,6 +41,7 @@ _HOMES = {
             "Enter",
             "ImageData",
             "MCPServer",
+            "OutputType",
             "PressurePolicy",
             "Reject",
             "ToolOutput",
@@ -75,6 +76,7 @@ __all__ = [
     "ImageBlock",
     "ImageData",
     "MCPServer",
+    "OutputType",
     "PressurePolicy",
     "Recording",
     "Reject",

@@ -17,6 +17,10 @@ awaiting approval: its agent may publish a note only once a person allows it (:f
 its turn pauses at that call — ``foldline approvals`` lists it, ``foldline approve demo-approval CALL --allow``
 decides it and ``foldline resume demo-approval`` finishes the turn.
 
+On the embedded backend, ``demo-structured`` asks for structured output: every turn's answer must be a
+:class:`DemoFinding` (loop/output.py), its JSON Schema is part of the logged header config, the adapter sends it as
+Anthropic's ``output_config.format``, and each answer comes back validated, as a ``DemoFinding`` object.
+
 On the embedded backend, ``demo-mcp`` runs last: its tools come from the reference MCP server
 ``@modelcontextprotocol/server-everything`` (``node``, the script ``FOLDLINE_DEMO_MCP_SERVER`` names, else ``npx``
 with :data:`SERVER_EVERYTHING`), started for the session and stopped after it. Halfway through, the server is
@@ -31,8 +35,10 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import pydantic
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -44,7 +50,7 @@ from .core.events import RequestHeader, StepEnd
 from .core.header import CallConfig, ToolSpec
 from .demo_data_dir import demo_data_dir
 from .errors import MissingExtra
-from .loop import Agent, AgentOptions, Toolset
+from .loop import Agent, AgentOptions, OutputType, Toolset
 from .loop.agent import StepRecord
 from .loop.pressure import PressurePolicy
 from .providers.emulator import Conversation, Reply, ScriptedCall, ToolCallPart
@@ -59,8 +65,10 @@ __all__ = [
     "APPROVAL_PROMPT",
     "APPROVAL_SESSION",
     "MCP_SESSION",
+    "STRUCTURED_SESSION",
     "REASONING_SESSIONS",
     "SERVER_EVERYTHING",
+    "DemoFinding",
     "DemoResult",
     "ReasoningSession",
     "SessionResult",
@@ -210,6 +218,19 @@ REASONING_SESSIONS = (
 )
 
 
+class DemoFinding(pydantic.BaseModel):
+    """What each answer of demo-structured must be: a finding about the prompt cache, with its evidence."""
+
+    topic: str
+    verdict: Literal["cached", "missed", "unknown"]
+    confidence: float
+    evidence: list[str]
+
+
+#: The structured-output session of the embedded demo.
+STRUCTURED_SESSION = "demo-structured"
+
+
 #: The MCP session's id, and the reference server it runs (npm package and pinned version).
 MCP_SESSION = "demo-mcp"
 SERVER_EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
@@ -321,6 +342,7 @@ class SessionResult:
     steps: list[StepRecord] = field(default_factory=list)
     verify: VerifyReport = field(default_factory=VerifyReport)
     note: str = ""
+    outputs: list[Any] = field(default_factory=list)  # each turn's validated answer (structured output)
 
     def cache_read_ratio(self, from_step: int = 1) -> float:
         rows = self.steps[from_step:]
@@ -362,6 +384,7 @@ class DemoResult:
                     ],
                     "verified": s.verify.ok,
                     "note": s.note,
+                    **({"outputs": [to_jsonable_python(o) for o in s.outputs]} if s.outputs else {}),
                 }
                 for s in s_list
             ]
@@ -384,6 +407,7 @@ async def run_session(
     dispatcher: StepDispatcher | None = None,
     config: CallConfig | None = None,
     sender: RetryingSender | None = None,
+    output: OutputType[Any] | None = None,
 ) -> SessionResult:
     from .providers.base import Provider
 
@@ -398,6 +422,7 @@ async def run_session(
         dispatcher=dispatcher,
         on_invariant_violation=metrics.invariant_violation if metrics is not None else None,
         sender=sender,
+        output=output,
     )
     agent = await Agent.open(session_id, stores.log, provider, options, attachments=stores.attachments)
     result = SessionResult(session_id)
@@ -420,6 +445,8 @@ async def run_session(
             ended = await agent.run_turn(prompt)
             if ended.failure is not None:  # the provider kept failing: the session stops here
                 raise ended.failure
+            if ended.output is not None:
+                result.outputs.append(ended.output)
             turn += 1
     finally:
         await provider.aclose()
@@ -529,6 +556,8 @@ def run_demo(
     ids = [f"demo-{i:03d}" for i in range(sessions)]
     # the embedded default only: the dispatchers serve Messages and Chat, and the Kafka tests count their sessions
     reasoning = REASONING_SESSIONS if backend == "embedded" else ()
+    structured = backend == "embedded"
+    wanted = OutputType(DemoFinding)
     fork_id = ids.pop() if sessions >= 4 else None
     skipped: list[str] = []
     mcp_command: list[str] | None = None
@@ -545,7 +574,7 @@ def run_demo(
     async def main(progress: Progress | None) -> list[SessionResult]:
         # distributed backend: every step is handed to a dispatcher (docs/DISPATCHER.md)
         dispatcher = make_dispatcher() if make_dispatcher is not None else None
-        extra = len(reasoning) + (1 if mcp_command is not None else 0)
+        extra = len(reasoning) + (1 if structured else 0) + (1 if mcp_command is not None else 0)
         task = progress.add_task("agent steps", total=(sessions + extra) * steps) if progress else None
 
         def tick() -> None:
@@ -580,6 +609,11 @@ def run_demo(
             runs.append(
                 asyncio.ensure_future(run_approval_session(approval, stores, make_provider, lambda: None, sender))
             )
+        if structured:
+            run = run_session(
+                STRUCTURED_SESSION, stores, steps, make_provider, tick, metrics, sender=sender, output=wanted
+            )
+            runs.append(asyncio.ensure_future(run))
         if mcp_command is not None:
             runs.append(asyncio.ensure_future(run_mcp_session(stores, steps, mcp_command, tick, sender)))
         try:
@@ -597,6 +631,12 @@ def run_demo(
             results = asyncio.run(main(progress))
     notes = {spec.id: spec.note for spec in reasoning}
     for r in results:
+        if r.id == STRUCTURED_SESSION:
+            kinds = {type(o).__name__ for o in r.outputs}
+            r.note = (
+                f"structured output: {len(r.outputs)} answer(s) validated as {', '.join(sorted(kinds)) or 'nothing'}; "
+                "the header config carries the schema, sent as output_config.format"
+            )
         r.verify = verify_events(r.id, stores.log.read(r.id), stores.attachments, read=stores.log.read)
         r.note = notes.get(r.id, r.note)
     return DemoResult(data_dir, backend, list(results), skipped)

@@ -65,6 +65,7 @@ dispatcher process reported). A family's own class is ``[per class]``: permanent
     │   │   ├── NothingToErase          erase named a session or subject the log and key store do not know
     │   │   └── NotErasable             content that destroying a key cannot erase (logged unsealed)
     │   ├── MetricsServerError          the /metrics + health endpoint could not start (port taken)
+    │   ├── OutputInvalid               a turn's final answer does not match its output type (after any retries)
     │   └── InputError                  a file or stream a command was given cannot be read, written or used
     ├── AttachmentError                 [per class] an attachment object cannot be used
     │   ├── AttachmentNotFound          [permanent] the store has no object for the digest
@@ -118,6 +119,7 @@ __all__ = [
     "FormatError",
     "ImportFailed",
     "InputError",
+    "OutputInvalid",
     "InvalidChange",
     "InvariantViolation",
     "KeyMissing",
@@ -709,6 +711,19 @@ class NotErasable(ErasureError):
 
 class MetricsServerError(PermanentError):
     """The metrics and health endpoint could not start (usually: the port is already taken)."""
+
+
+class OutputInvalid(PermanentError):
+    """A turn's final answer does not match the output type it asked for (structured output), after the retries the
+    caller allowed: :attr:`errors` is what pydantic found wrong, :attr:`text` the answer, :attr:`turn` its turn. The
+    turn and its answer are logged; the next turn starts from a valid log."""
+
+    def __init__(self, turn: int, text: str, errors: str, attempts: int) -> None:
+        self.turn, self.text, self.errors, self.attempts = turn, text, errors, attempts
+        super().__init__(
+            f"turn {turn}: the answer does not match the output type after {attempts} attempt(s): {errors} — allow "
+            "more attempts (OutputType(retries=...)), simplify the schema, or read the logged answer"
+        )
 
 
 class InputError(PermanentError):

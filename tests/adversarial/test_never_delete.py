@@ -88,8 +88,9 @@ def test_a_fresh_run_clears_only_the_demos_own_files(tmp_path: Path) -> None:
     assert (data / "attachments" / "mine.png").read_bytes() == b"not an object"
     assert (data / "attachments" / "objects" / "keep-me").read_text() == "x"
     with SqliteEventLog(data, read_only=True) as log:
-        # the earlier run's demo-001 was the demo's to clear (the reasoning and approval sessions come with every run)
-        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-think"]
+        # the earlier run's demo-001 was the demo's to clear (the reasoning, approval and structured sessions come with
+        # every run)
+        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-structured", "demo-think"]
 
 
 def test_a_fresh_run_keeps_a_log_that_holds_more_than_demo_sessions(tmp_path: Path) -> None:
@@ -118,7 +119,14 @@ def test_a_fresh_run_does_not_clear_a_log_another_process_has_open(tmp_path: Pat
     with SqliteEventLog(data, checkpoint_interval_s=0):  # e.g. a `foldline resume` still running
         assert_one_line_error(demo(data, sessions=1, steps=1), "StoreBusy", "open in another process")
     with SqliteEventLog(data, read_only=True) as log:
-        assert log.sessions() == ["demo-000", "demo-001", "demo-approval", "demo-responses", "demo-think"]
+        assert log.sessions() == [
+            "demo-000",
+            "demo-001",
+            "demo-approval",
+            "demo-responses",
+            "demo-structured",
+            "demo-think",
+        ]
 
 
 def test_two_demos_started_together_on_one_data_dir(tmp_path: Path) -> None:
@@ -143,7 +151,7 @@ def test_two_demos_started_together_on_one_data_dir(tmp_path: Path) -> None:
     report = json.loads(out)
     assert all(s["verified"] for s in report["sessions"])
     with SqliteEventLog(data, read_only=True) as log:
-        assert len(log.sessions()) == 7  # four, the two reasoning sessions and demo-approval
+        assert len(log.sessions()) == 8  # four, the two reasoning sessions, demo-approval and demo-structured
     assert (data / MARKER_NAME).exists()
 
 

@@ -95,7 +95,7 @@ def test_bad_system_files_and_models(tmp_path: Path, good: Path) -> None:
             assert_one_line_error(invoke(args[0], "--data-dir", good, *args[1:]), "ConfigError", "--model")
     with SqliteEventLog(good, read_only=True) as log:
         # nothing was written by any
-        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-think"]
+        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-structured", "demo-think"]
 
 
 def corrupt_dirs(root: Path, good: Path) -> dict[str, Path]:
@@ -173,7 +173,7 @@ def test_a_locked_database(tmp_path: Path, export: Path, good: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     with SqliteEventLog(good, read_only=True) as log:
-        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-think"]
+        assert log.sessions() == ["demo-000", "demo-approval", "demo-responses", "demo-structured", "demo-think"]
 
 
 def test_unreadable_inputs(tmp_path: Path, export: Path) -> None:

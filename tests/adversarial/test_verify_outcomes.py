@@ -54,8 +54,8 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
 def test_verified(demo_dir: Path) -> None:
     code, report = verify_json(demo_dir)
     assert (code, report["status"]) == (0, "verified")
-    # demo-000, -001, the reasoning two and demo-approval
-    assert [s["status"] for s in report["sessions"]] == ["verified"] * 5
+    # demo-000, -001, the reasoning two, demo-approval and demo-structured
+    assert [s["status"] for s in report["sessions"]] == ["verified"] * 6
 
 
 def test_a_mistyped_data_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
@@ -90,6 +90,7 @@ def test_a_session_without_dispatch_records_is_not_verifiable(tmp_path: Path, de
         "demo-001": "verified",
         "demo-approval": "verified",
         "demo-responses": "verified",
+        "demo-structured": "verified",
         "demo-think": "verified",
         "imported": "not-verifiable",
     }

@@ -287,7 +287,7 @@ class StepDispatcherContract(abc.ABC):
             handoff = self._pending(rig.folds, "p-1")
             prepared = await rig.port.prepare(handoff)
             assert (prepared.session_id, prepared.boundary) == ("p-1", handoff.boundary)
-            assert (prepared.serializer, prepared.serializer_version) == ("anthropic-messages", 4)  # the default
+            assert (prepared.serializer, prepared.serializer_version) == ("anthropic-messages", 5)  # the default
             assert rig.emulator.bodies == []
             again = await rig.port.prepare(handoff)  # a repeated prepare builds the same body
             assert (again.digest, again.bytes) == (prepared.digest, prepared.bytes)

@@ -209,7 +209,7 @@ def test_verify_proves_the_summarize_body_by_its_logged_digest() -> None:
     sent = {"sha256:" + hashlib.sha256(b).hexdigest() for b in provider.bodies}
     for e in summaries:
         assert isinstance(e.data, CompactionSummary)
-        assert (e.data.serializer, e.data.serializer_version) == ("anthropic-messages", 4)
+        assert (e.data.serializer, e.data.serializer_version) == ("anthropic-messages", 5)
         assert e.data.prompt_version == 1
         assert e.data.input_digest in sent
     target = summaries[0].seq

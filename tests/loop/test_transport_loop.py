@@ -115,7 +115,7 @@ def test_a_streamed_turn_equals_the_unstreamed_one_and_verifies(wire: str) -> No
     assert plain == streamed
     assert all(a.provider_request_id for a in of(logs[1], AssistantMessage))
     dispatches = of(logs[1], RequestDispatch)
-    streaming = {"anthropic": ("anthropic-messages", 4), "openai": ("openai-chat", 3)}[wire]  # the defaults
+    streaming = {"anthropic": ("anthropic-messages", 5), "openai": ("openai-chat", 4)}[wire]  # the defaults
     assert {(d.serializer, d.serializer_version) for d in dispatches} == {streaming}
 
 

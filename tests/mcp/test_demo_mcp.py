@@ -58,13 +58,8 @@ def test_the_demo_runs_demo_mcp_and_every_session_verifies(everything: Path, tmp
 def test_without_node_the_demo_says_so_in_one_line_and_skips_demo_mcp(tmp_path: Path) -> None:
     bin_dir = Path(sys.executable).parent
     result = _demo(tmp_path / "data", cli_env(PATH=f"{bin_dir}:/usr/sbin:/sbin", FOLDLINE_DEMO_MCP_SERVER=""))
-    assert [s["id"] for s in result["sessions"]] == [
-        "demo-000",
-        "demo-001",
-        "demo-think",
-        "demo-responses",
-        "demo-approval",
-    ]
+    ids = [s["id"] for s in result["sessions"]]
+    assert ids == ["demo-000", "demo-001", "demo-think", "demo-responses", "demo-approval", "demo-structured"]
     [line] = result["skipped"]
     assert line.startswith("demo-mcp skipped: Node.js (node) is not on PATH")
     assert "\n" not in line

@@ -139,7 +139,15 @@ def test_embedded_demo_metrics_equal_the_log(tmp_path: Path) -> None:
         events = {sid: stores.log.read(sid) for sid in stores.log.sessions()}
     finally:
         stores.close()
-    assert sorted(events) == ["demo-000", "demo-001", "demo-002", "demo-approval", "demo-responses", "demo-think"]
+    assert sorted(events) == [
+        "demo-000",
+        "demo-001",
+        "demo-002",
+        "demo-approval",
+        "demo-responses",
+        "demo-structured",
+        "demo-think",
+    ]
     # demo-approval: a step that ran a tool, then one whose answer waits for an approval
     check_against_log(samples, events, steps=6, other_steps={"demo-approval": 2})
     # the transport's families, beside the loop's: every request went through the process's one sender

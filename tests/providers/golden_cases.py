@@ -43,6 +43,19 @@ REFUSED: dict[tuple[str, int], frozenset[str]] = {
     ("openai-responses", 3): frozenset({"tools_and_config"}),
     ("reasoning-chat", 1): frozenset({"streaming"}),
 }
+#: The cases that ask for structured output: every version before the structured-output ones (§9.10) refuses them.
+STRUCTURED_CASES = frozenset({"structured_output", "structured_plain"})
+#: The first version of each serializer that writes an output schema.
+STRUCTURED_SINCE: dict[str, int] = {
+    "anthropic-messages": 5,
+    "openai-chat": 4,
+    "openai-responses": 4,
+    "reasoning-chat": 4,
+}
+for _name, _version in [(n, v) for n, top in STRUCTURED_SINCE.items() for v in range(1, top)]:
+    REFUSED[(_name, _version)] = REFUSED.get((_name, _version), frozenset()) | STRUCTURED_CASES
+REFUSED[("anthropic-messages", 5)] = frozenset({"minimal"})
+REFUSED[("openai-responses", 4)] = frozenset({"tools_and_config"})
 #: Each version that adds streaming, and the version it extends: without ``stream`` they write the same bytes.
 STREAMING_VERSIONS: dict[tuple[str, int], int] = {
     ("anthropic-messages", 3): 2,
@@ -58,6 +71,10 @@ ORDERED_VERSIONS: dict[tuple[str, int], int] = {
     ("openai-chat", 3): 2,
     ("openai-responses", 3): 2,
 }
+#: Each version that adds structured output, and the version it extends: on every other case the bytes are equal.
+STRUCTURED_VERSIONS: dict[tuple[str, int], int] = {
+    (name, version): version - 1 for name, version in STRUCTURED_SINCE.items()
+}
 #: The provider documentation each case of a version follows where the version departs from the one before:
 #: its fixture directory's README.md names the page beside the fixture (a test holds them to it).
 DEEPSEEK_REFERENCE = "https://api-docs.deepseek.com/api/create-chat-completion"
@@ -72,6 +89,49 @@ DOCUMENTED: dict[tuple[str, int], dict[str, str]] = {
         "several_texts": DEEPSEEK_REFERENCE,
         "thinking_effort": DEEPSEEK_THINKING,
     },
+    ("anthropic-messages", 5): {
+        "structured_output": "https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
+        "structured_plain": "https://docs.claude.com/en/docs/build-with-claude/structured-outputs",
+    },
+    ("openai-chat", 4): {
+        "structured_output": "https://platform.openai.com/docs/api-reference/chat/create",
+        "structured_plain": "https://platform.openai.com/docs/guides/structured-outputs",
+    },
+    ("openai-responses", 4): {
+        "structured_output": "https://platform.openai.com/docs/api-reference/responses/create",
+        "structured_plain": "https://platform.openai.com/docs/guides/structured-outputs",
+    },
+    ("reasoning-chat", 4): {
+        "structured_output": "https://api-docs.deepseek.com/guides/json_mode",
+        "structured_plain": "https://api-docs.deepseek.com/guides/json_mode",
+    },
+}
+
+#: An output schema as pydantic writes a model declared ``city, temperature, conditions`` (properties in declaration
+#: order, a nested model in ``$defs``), with ``additionalProperties: false`` on each object (loop/output.py).
+WEATHER = {
+    "$defs": {
+        "Wind": {
+            "additionalProperties": False,
+            "properties": {
+                "speed": {"title": "Speed", "type": "number"},
+                "bearing": {"title": "Bearing", "type": "integer"},
+            },
+            "required": ["speed", "bearing"],
+            "title": "Wind",
+            "type": "object",
+        }
+    },
+    "properties": {
+        "city": {"title": "City", "type": "string"},
+        "temperature": {"title": "Temperature", "type": "integer"},
+        "conditions": {"enum": ["sunny", "rain", "snow"], "title": "Conditions", "type": "string"},
+        "wind": {"$ref": "#/$defs/Wind"},
+    },
+    "required": ["city", "temperature", "conditions", "wind"],
+    "title": "Weather",
+    "type": "object",
+    "additionalProperties": False,
 }
 
 #: A reasoning session as each provider returns it: thinking with signatures and redacted thinking
@@ -237,6 +297,24 @@ def cases(store: AttachmentStore) -> dict[str, GenerateOptions]:
         # An effort and no reasoning in the history (reasoning-chat v3: the thinking switch sent explicitly).
         "thinking_effort": request(
             [user("Think it through.")], system=None, tools=None, max_tokens=2048, reasoning_effort="medium"
+        ),
+        # Structured output (§9.10) beside a system prompt, tools and an effort: each API's native field, the schema
+        # in its author's key order (Anthropic: output_config.format beside output_config.effort).
+        "structured_output": request(
+            [user("Weather in Lyon, as JSON.")],
+            max_tokens=512,
+            reasoning_effort="low",
+            output_schema=WEATHER,
+            output_name="Weather",
+        ),
+        # Structured output alone: no system prompt, no tools (reasoning-chat v4: the instruction is the system text).
+        "structured_plain": request(
+            [user("Weather in Oslo.")],
+            system=None,
+            tools=None,
+            max_tokens=256,
+            output_schema=WEATHER,
+            output_name="Weather",
         ),
         # A tool round trip whose logged config asks for a streamed answer.
         "streaming": request(

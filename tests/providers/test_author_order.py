@@ -40,10 +40,10 @@ DECLARED = ["zeta", "alpha", "mid"]
 
 #: wire format → (the provider its config names, the serializer version its adapter sends with)
 WIRES: dict[WireFormat, tuple[str, tuple[str, int]]] = {
-    "anthropic": ("anthropic", ("anthropic-messages", 4)),
-    "openai": ("openai", ("openai-chat", 3)),
-    "openai-responses": ("openai", ("openai-responses", 3)),
-    "deepseek": ("deepseek", ("reasoning-chat", 3)),
+    "anthropic": ("anthropic", ("anthropic-messages", 5)),
+    "openai": ("openai", ("openai-chat", 4)),
+    "openai-responses": ("openai", ("openai-responses", 4)),
+    "deepseek": ("deepseek", ("reasoning-chat", 4)),
 }
 
 

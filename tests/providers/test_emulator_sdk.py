@@ -14,12 +14,16 @@ from __future__ import annotations
 import base64
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx2
 import openai
+import orjson
+import pydantic
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from foldline.providers.emulator import Emulator, EmulatorServer, Fault, FaultPlan, ToolLoopScript
 
@@ -535,3 +539,59 @@ def test_deepseek_refuses_images_and_breaks_off_with_its_errors(serve: Serve, st
         gpt_turn(client, stream, model="deepseek-chat", messages=[{"role": "user", "content": "Hi."}])
     assert gpt_turn(client, stream, model="deepseek-chat", messages=[{"role": "user", "content": "Hi."}]).choices
     judge(recorder)
+
+
+# ---------------------------------------------------------------------------- structured output
+
+
+class _Wind(pydantic.BaseModel):
+    speed: float
+    bearing: int
+
+
+class _Weather(pydantic.BaseModel):
+    city: str
+    temperature: int
+    conditions: Literal["sunny", "rain", "snow"]
+    wind: _Wind
+
+
+def test_structured_output_through_each_sdks_parse_helper(serve: Serve) -> None:
+    """The SDKs' own structured-output helpers (``messages.parse(output_format=...)``, ``chat.completions.parse``,
+    ``responses.parse``) send their native field to the emulator and validate its answer into the model."""
+    server, recorder = serve()
+    asked: list[MessageParam] = [{"role": "user", "content": "Weather in Lyon?"}]
+    parsed = claude(server, recorder).messages.parse(
+        model="claude-haiku-4-5", max_tokens=512, messages=asked, output_format=_Weather
+    )
+    assert isinstance(parsed.parsed_output, _Weather)
+    question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather in Lyon?"}]
+    chat = gpt(server, recorder).chat.completions.parse(model="gpt-4.1", messages=question, response_format=_Weather)
+    assert isinstance(chat.choices[0].message.parsed, _Weather)
+    response = gpt(server, recorder).responses.parse(model="gpt-4.1", input="Weather in Lyon?", text_format=_Weather)
+    assert isinstance(response.output_parsed, _Weather)
+    deepseek = gpt(server, recorder, deepseek=True).chat.completions.create(
+        model="deepseek-chat",
+        messages=[
+            {"role": "system", "content": "Answer in JSON with the keys city and temperature."},
+            {"role": "user", "content": "Weather in Lyon?"},
+        ],
+        response_format={"type": "json_object"},
+    )
+    assert isinstance(orjson.loads(deepseek.choices[0].message.content or ""), dict)
+    judge(recorder)
+
+
+def test_the_emulator_refuses_malformed_structured_output_fields(serve: Serve) -> None:
+    server, recorder = serve()
+    asked: list[MessageParam] = [{"role": "user", "content": "Weather?"}]
+    wrong: Any = {"format": {"type": "json", "schema": {"type": "object"}}}  # a type the API does not know
+    with pytest.raises(anthropic.BadRequestError, match="json_schema"):
+        claude(server, recorder).messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=asked, output_config=wrong
+        )
+    question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather?"}]
+    with pytest.raises(openai.BadRequestError, match="json"):  # JSON mode without the word in the prompt
+        gpt(server, recorder, deepseek=True).chat.completions.create(
+            model="deepseek-chat", messages=question, response_format={"type": "json_object"}
+        )

@@ -13,7 +13,16 @@ from foldline.core.codec import canonical_json
 from foldline.errors import ProviderError
 from foldline.providers import SERIALIZERS
 
-from .golden_cases import DOCUMENTED, GOLDEN_DIR, ORDERED_VERSIONS, REFUSED, STREAMING_VERSIONS, cases
+from .golden_cases import (
+    DOCUMENTED,
+    GOLDEN_DIR,
+    ORDERED_VERSIONS,
+    REFUSED,
+    STREAMING_VERSIONS,
+    STRUCTURED_CASES,
+    STRUCTURED_VERSIONS,
+    cases,
+)
 
 UPDATE = os.environ.get("FOLDLINE_UPDATE_GOLDEN") == "1"
 CASE_NAMES = sorted(cases(MemoryAttachmentStore()))
@@ -101,3 +110,49 @@ def test_each_documented_fixture_names_its_provider_documentation_beside_it() ->
             lines = [line for line in readme.splitlines() if f"`{case}.json`" in line]
             assert lines, f"{name}/v{version}/README.md has no line for {case}.json"
             assert url in lines[0], f"{name}/v{version}/README.md names no {url} beside {case}.json"
+
+
+def test_a_structured_output_version_changes_nothing_without_an_output_schema() -> None:
+    """docs/FORMAT.md §9.10: a structured-output version writes the bytes of the version it extends for every request
+    without an output schema, so a log written before it verifies the same; every earlier version refuses one."""
+    for (name, version), base in STRUCTURED_VERSIONS.items():
+        compared = 0
+        for case in CASE_NAMES:
+            if case in STRUCTURED_CASES:
+                assert case in REFUSED.get((name, base), ()), (name, base, case)
+                continue
+            if case in REFUSED.get((name, base), ()):
+                continue
+            assert _path(name, base, case).read_bytes() == _path(name, version, case).read_bytes(), (name, case)
+            compared += 1
+        assert compared >= 8, name
+
+
+def test_every_structured_output_version_sends_its_native_field_in_the_declared_order() -> None:
+    """Each API's own field, the schema's properties in declaration order (not sorted)."""
+    declared = ["city", "temperature", "conditions", "wind"]
+    for name, version in STRUCTURED_VERSIONS:
+        body = orjson.loads(_path(name, version, "structured_output").read_bytes())
+        match name:
+            case "anthropic-messages":
+                fmt = body["output_config"]["format"]
+                assert fmt["type"] == "json_schema"
+                assert body["output_config"]["effort"] == "low"
+                schema = fmt["schema"]
+            case "openai-chat":
+                fmt = body["response_format"]
+                assert fmt["type"] == "json_schema"
+                assert fmt["json_schema"]["name"] == "Weather"
+                assert fmt["json_schema"]["strict"] is True
+                schema = fmt["json_schema"]["schema"]
+            case "openai-responses":
+                fmt = body["text"]["format"]
+                assert (fmt["type"], fmt["name"], fmt["strict"]) == ("json_schema", "Weather", True)
+                schema = fmt["schema"]
+            case _:
+                assert body["response_format"] == {"type": "json_object"}
+                system = body["messages"][0]["content"]
+                assert system.startswith("You are a careful agent.\n\nAnswer with one JSON object")
+                schema = orjson.loads(system[system.index("{") :])
+        assert list(schema["properties"]) == declared, name
+        assert list(schema["$defs"]["Wind"]["properties"]) == ["speed", "bearing"], name

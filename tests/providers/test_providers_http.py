@@ -252,9 +252,9 @@ def test_the_openai_adapters_send_the_organization_and_their_own_default_seriali
     chat = OpenAIProvider(_capture(OPENAI_ANSWER, seen), KEY, "https://example.test", organization="org-1")
     responses = OpenAIResponsesProvider(_capture(OPENAI_ANSWER, seen), KEY, organization="org-1")
     deepseek = ReasoningChatProvider(_capture(OPENAI_ANSWER, seen), KEY)
-    assert (chat.serializer.name, chat.serializer.version) == ("openai-chat", 3)
-    assert (responses.serializer.name, responses.serializer.version) == ("openai-responses", 3)
-    assert (deepseek.serializer.name, deepseek.serializer.version) == ("reasoning-chat", 3)
+    assert (chat.serializer.name, chat.serializer.version) == ("openai-chat", 4)
+    assert (responses.serializer.name, responses.serializer.version) == ("openai-responses", 4)
+    assert (deepseek.serializer.name, deepseek.serializer.version) == ("reasoning-chat", 4)
     _send(chat, b"{}")
     sent = seen[0]
     assert sent.headers["openai-organization"] == "org-1"

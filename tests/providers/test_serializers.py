@@ -114,6 +114,38 @@ def test_strict_validation_rejects_broken_openai_bodies(name: str) -> None:
         strict_validate(openai_request_type(), _mutate(good, BROKEN_OPENAI[name]))
 
 
+BROKEN_STRUCTURED: dict[tuple[str, int], dict[str, Any]] = {
+    ("anthropic-messages", 5): {
+        "format type": lambda d: d["output_config"]["format"].update(type="json"),
+        "format without schema": lambda d: d["output_config"]["format"].pop("schema"),
+        "the old beta field": lambda d: d.update(output_format=d["output_config"].pop("format")),
+    },
+    ("openai-chat", 4): {
+        "json_schema without name": lambda d: d["response_format"]["json_schema"].pop("name"),
+        "format type": lambda d: d["response_format"].update(type="schema"),
+        "strict as text": lambda d: d["response_format"]["json_schema"].update(strict="yes"),
+    },
+    ("openai-responses", 4): {
+        "format without name": lambda d: d["text"]["format"].pop("name"),
+        "the Chat field": lambda d: d.update(response_format=d.pop("text")),
+    },
+    ("reasoning-chat", 4): {
+        "format type": lambda d: d["response_format"].update(type="yaml"),
+    },
+}
+
+
+@pytest.mark.parametrize(("key", "name"), [(k, n) for k, broken in BROKEN_STRUCTURED.items() for n in broken], ids=str)
+def test_strict_validation_rejects_broken_structured_output_fields(key: tuple[str, int], name: str) -> None:
+    """The SDK types hold the native structured-output fields: each body validates, a broken one does not."""
+    store = MemoryAttachmentStore()
+    serializer = SERIALIZERS[key]
+    good = serializer.serialize(cases(store)["structured_output"], store)
+    sdk_validate(serializer, good)
+    with pytest.raises(NotAValidRequest):
+        sdk_validate(serializer, _mutate(good, BROKEN_STRUCTURED[key][name]))
+
+
 # ---------------------------------------------------------------------------- loop-like conversations
 
 text_st = st.text(st.characters(codec="utf-8"), min_size=1, max_size=24)

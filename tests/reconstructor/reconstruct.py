@@ -89,8 +89,11 @@ def mark_ordered(event: dict[str, Any]) -> dict[str, Any]:
     """§1.9 / §3.4: each tool's ``inputSchema`` in a ``request/header`` is an ordered value (``json.loads`` keeps the
     document order of the text)."""
     if event["type"] == "request/header":
-        for tool in event["data"]["header"].get("tools", []):
+        header = event["data"]["header"]
+        for tool in header.get("tools", []):
             tool["inputSchema"] = Ordered(tool["inputSchema"])
+        if "outputSchema" in header["config"]:
+            header["config"]["outputSchema"] = Ordered(header["config"]["outputSchema"])
     return event
 
 
@@ -556,8 +559,62 @@ def streaming(base: Serialize, fields: dict[str, Any]) -> Serialize:
     return serialize
 
 
+# ---------------------------------------------------------------------------- §9.10 structured output
+
+
+def no_output(base: Serialize) -> Serialize:
+    """A version before structured output: a config with an output schema is refused."""
+
+    def serialize(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+        if "outputSchema" in header["config"]:
+            raise Refused("this version predates structured output")
+        return base(header, messages, objects)
+
+    return serialize
+
+
+def output_schema(config: dict[str, Any]) -> Any:
+    """The logged schema in its document order; the empty object is sent as §9.0's empty tool schema."""
+    return Ordered(config["outputSchema"]) if config["outputSchema"] else {"properties": {}, "type": "object"}
+
+
+def structured(base: Serialize, kind: str) -> Serialize:
+    """The version ``base`` extends, plus the output schema in the API's field (§9.10) when one is logged."""
+
+    def serialize(header: dict[str, Any], messages: list[dict[str, Any]], objects: Objects) -> Json:
+        config = header["config"]
+        if "outputSchema" not in config:
+            return base(header, messages, objects)
+        plain = {**header, "config": {k: v for k, v in config.items() if k not in ("outputSchema", "outputName")}}
+        name, schema_value = config["outputName"], output_schema(config)
+        if kind == "json_object":
+            instruction = f"Answer with one JSON object that matches this JSON Schema ({name}):\n" + canonical(
+                schema_value
+            )
+            plain["system"] = f"{header['system']}\n\n{instruction}" if "system" in header else instruction
+        body = base(plain, messages, objects)
+        assert isinstance(body, dict)
+        if kind == "output_config":
+            body["output_config"] = {
+                **body.get("output_config", {}),
+                "format": {"schema": schema_value, "type": "json_schema"},
+            }
+        elif kind == "response_format":
+            body["response_format"] = {
+                "json_schema": {"name": name, "schema": schema_value, "strict": True},
+                "type": "json_schema",
+            }
+        elif kind == "text":
+            body["text"] = {"format": {"name": name, "schema": schema_value, "strict": True, "type": "json_schema"}}
+        else:
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    return serialize
+
+
 USAGE_CHUNK = {"stream": True, "stream_options": {"include_usage": True}}
-SERIALIZERS: dict[tuple[str, int], Serialize] = {
+BEFORE_OUTPUT: dict[tuple[str, int], Serialize] = {
     ("anthropic-messages", 1): no_stream(lambda h, m, o: anthropic(1, h, m, o)),
     ("anthropic-messages", 2): no_stream(lambda h, m, o: anthropic(2, h, m, o)),
     ("anthropic-messages", 3): streaming(lambda h, m, o: anthropic(2, h, m, o), {"stream": True}),
@@ -572,6 +629,14 @@ SERIALIZERS: dict[tuple[str, int], Serialize] = {
     ("openai-responses", 2): streaming(responses, {"stream": True}),
     ("openai-responses", 3): streaming(lambda h, m, o: responses(h, m, o, 3), {"stream": True}),
 }
+STRUCTURED = {
+    ("anthropic-messages", 5): (("anthropic-messages", 4), "output_config"),
+    ("openai-chat", 4): (("openai-chat", 3), "response_format"),
+    ("openai-responses", 4): (("openai-responses", 3), "text"),
+    ("reasoning-chat", 4): (("reasoning-chat", 3), "json_object"),
+}
+SERIALIZERS: dict[tuple[str, int], Serialize] = {key: no_output(s) for key, s in BEFORE_OUTPUT.items()}
+SERIALIZERS.update({key: structured(BEFORE_OUTPUT[base], kind) for key, (base, kind) in STRUCTURED.items()})
 
 # ---------------------------------------------------------------------------- §9.6 the summarize body
 
@@ -682,6 +747,11 @@ class Opener:
             for i, tool in enumerate(header.get("tools", [])):
                 text(tool, "description", f"header.tools[{i}].")
                 tool["inputSchema"] = json.loads(plain(tool["inputSchema"]["sealed"], f"header.tools[{i}].inputSchema"))
+            config = header["config"]
+            if "outputSchema" in config:
+                config["outputSchema"] = json.loads(
+                    plain(config["outputSchema"]["sealed"], "header.config.outputSchema")
+                )
         return event
 
 

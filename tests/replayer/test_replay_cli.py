@@ -73,6 +73,7 @@ def test_the_demo_sessions_replay_identically_without_a_change(data: Path, dispa
             "demo-003",
             "demo-approval",
             "demo-responses",
+            "demo-structured",
             "demo-think",
         ]
     )
@@ -182,14 +183,14 @@ def test_junit_and_text_reports(data: Path, tmp_path: Path) -> None:
     assert "status: diverged (exit 1)" in res.stdout
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("7", "7", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("8", "8", "0")
     failures = [c.find("failure") for c in suite.iter("testcase")]
     assert all(f is not None and "system" in (f.get("message") or "") for f in failures)
     res = runner.invoke(app, ["replay", "--all", "--junit", str(junit), "--data-dir", str(data)])
     assert res.exit_code == 0, res.output
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures")) == ("7", "0")
+    assert (suite.get("tests"), suite.get("failures")) == ("8", "0")
 
 
 def test_export_files_replay_with_their_attachments(data: Path, tmp_path: Path) -> None:

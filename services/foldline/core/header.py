@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -13,6 +14,7 @@ from .records import Content, Nat, OrderedJson, Pos, Record
 
 __all__ = [
     "CACHE_TTLS",
+    "OUTPUT_NAME_PATTERN",
     "REASONING_EFFORTS",
     "CallConfig",
     "EpochHeader",
@@ -30,6 +32,8 @@ REASONING_EFFORTS: frozenset[str] = frozenset({"off", "minimal", "low", "medium"
 #: Logged prompt-cache lifetimes: Anthropic's ``5m`` | ``1h`` and OpenAI's extended ``24h`` retention.
 CACHE_TTLS: Mapping[str, float] = MappingProxyType({"5m": 300.0, "1h": 3600.0, "24h": 86400.0})
 MIN_THINKING_BUDGET = 1024
+#: What an output schema's name may be (the OpenAI APIs' rule for a response format's name).
+OUTPUT_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 #: ``rule`` of the values a canonical header never holds (an empty system prompt, tool list or stop list).
@@ -37,7 +41,14 @@ _CANONICAL = {"rule": "header-canonical"}
 
 
 class CallConfig(Record, frozen=True):
-    """The call configuration of a conversation: provider, model, sampling scalars and whether answers stream."""
+    """The call configuration of a conversation: provider, model, sampling scalars, whether answers stream and the
+    shape the final answer must have.
+
+    ``output_schema`` (with ``output_name``) asks for structured output: the answer's text is one JSON value that
+    matches this JSON Schema, sent with each provider's native feature by the serializer versions that have one
+    (docs/FORMAT.md §9.10; earlier versions refuse it). Like a tool's input schema it keeps its author's key order
+    (an ordered JSON object, §1.9) and is model-visible content (sealed when encryption is on).
+    """
 
     provider: str
     model: str
@@ -50,10 +61,31 @@ class CallConfig(Record, frozen=True):
     thinking_budget: Nat | None = None
     # answer as server-sent events; logged, so the request's digest covers it
     stream: Annotated[bool, msgspec.Meta(extra={**_CANONICAL, "true_only": True, "avro": {"nullable": True}})] = False
+    # the JSON Schema the answer must match, and its name (both or neither): structured output
+    output_schema: (
+        Annotated[
+            OrderedJson,
+            msgspec.Meta(
+                description="The answer's JSON schema object, in its author's key order.", extra={"content": True}
+            ),
+        ]
+        | None
+    ) = None
+    output_name: str | None = None
 
     def __post_init__(self) -> None:
         if not self.provider or not self.model:
             raise ValueError("config.provider and config.model must be non-empty")
+        if (self.output_schema is None) != (self.output_name is None):
+            raise ValueError("config.outputSchema and config.outputName go together: give both or neither")
+        if self.output_name is not None and not OUTPUT_NAME_PATTERN.fullmatch(self.output_name):
+            raise ValueError(f"config.outputName must be 1 to 64 letters, digits, '_' or '-', got {self.output_name!r}")
+        if self.output_schema is not None and not isinstance(self.output_schema, OrderedObject):
+            try:
+                schema = freeze_ordered(self.output_schema)
+            except TypeError as exc:
+                raise TypeError(f"config.outputSchema must be a JSON object ({exc})") from None
+            msgspec.structs.force_setattr(self, "output_schema", schema)
         if self.temperature is not None and not (0.0 <= self.temperature <= 2.0):
             raise ValueError(f"config.temperature must be within [0, 2], got {self.temperature!r}")
         if self.max_tokens is not None and self.max_tokens <= 0:

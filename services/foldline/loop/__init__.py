@@ -7,6 +7,7 @@ from .approvals import decide
 from .hooks import Enter, PreStepContext, Reject
 from .inbox import Inbox, InboxItem, inject
 from .mcp import MCPServer
+from .output import OUTPUT_RETRY_SOURCE, OutputType
 from .pressure import PressurePolicy
 from .stream import (
     AttemptDiscarded,
@@ -26,6 +27,7 @@ from .subagents import run_subagent
 from .tools import ImageData, ToolOutput, Toolset
 
 __all__ = [
+    "OUTPUT_RETRY_SOURCE",
     "Agent",
     "AgentOptions",
     "AttemptDiscarded",
@@ -34,6 +36,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "MCPServer",
+    "OutputType",
     "PreStepContext",
     "PressurePolicy",
     "ReasoningDelta",

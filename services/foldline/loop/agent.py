@@ -54,7 +54,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -98,6 +98,7 @@ from ..errors import (
     FencedError,
     FoldlineError,
     NoOpenTurn,
+    OutputInvalid,
     RetriesExhausted,
     TurnOpen,
 )
@@ -122,6 +123,7 @@ from .calls import CURRENT_CALL, ToolCallContext
 from .hooks import Enter, PreStepContext, PreStepHook, Reject, RequestHook
 from .inbox import Inbox, InboxItem, new_entry_id
 from .options import CONTEXT_OVERFLOW_FIX, AgentOptions, StepRecord, TurnResult, wall_clock_ms
+from .output import OUTPUT_RETRY_SOURCE, OutputCheck, OutputType
 from .pressure import relieve_pressure
 from .recovery import recovery_events
 from .stream import (
@@ -338,20 +340,25 @@ class Agent:
         source: str = "user",
         *,
         buffer: int = DEFAULT_STREAM_BUFFER,
+        output: OutputType[Any] | None = None,
     ) -> TurnStream:
         """Run one turn as :meth:`run_turn` does, read as typed events while it runs (loop/stream.py):
         ``async for event in agent.stream("...")``. The log is the same as :meth:`run_turn`'s; ``buffer`` events
         wait for a slow reader before pieces of the answer are merged. Leaving the loop early cancels the turn
         (``async with agent.stream(...) as events`` returns once that is logged)."""
         events = EventBuffer(buffer)
-        return TurnStream(self._streamed_turn(text, source, events), events)
+        return TurnStream(self._streamed_turn(text, source, events, output), events)
 
     async def _streamed_turn(
-        self, text: str | Sequence[ContentBlock] | None, source: str, events: EventBuffer
+        self,
+        text: str | Sequence[ContentBlock] | None,
+        source: str,
+        events: EventBuffer,
+        output: OutputType[Any] | None = None,
     ) -> TurnResult:
         self._events = events
         try:
-            return await self.run_turn(text, source)
+            return await self.run_turn(text, source, output=output)
         finally:
             self._events = None
 
@@ -365,14 +372,26 @@ class Agent:
         :meth:`continue_turn` goes on with it (:meth:`run_turn` refuses until then)."""
         return self._open_at is not None
 
-    async def run_turn(self, text: str | Sequence[ContentBlock] | None = None, source: str = "user") -> TurnResult:
+    async def run_turn(
+        self,
+        text: str | Sequence[ContentBlock] | None = None,
+        source: str = "user",
+        *,
+        output: OutputType[Any] | None = None,
+    ) -> TurnResult:
         """Run one turn: steps until the model stops calling tools (or the step limit), or until it pauses on
         approvals (``reason`` ``paused``: decide them, then :meth:`continue_turn`). ``text`` is the turn's prompt,
         entered at its first step after the inbox's messages.
 
         A provider that still fails once the retries run out ends the turn ``error``: the result's ``failure``
         holds the :class:`~foldline.errors.RetriesExhausted` (nothing is raised). Other provider and tool
-        failures still raise, after the turn was closed in the log."""
+        failures still raise, after the turn was closed in the log.
+
+        ``output`` (else ``AgentOptions.output``) asks for structured output (loop/output.py): its schema goes into
+        the logged call config, the final answer is validated and returned as :attr:`TurnResult.output`; a wrong
+        answer is sent back to the model up to ``output.retries`` times, then
+        :class:`~foldline.errors.OutputInvalid` is raised (after the turn was closed in the log). A turn continued
+        with :meth:`continue_turn` (after a pause or a crash) asks for the agent's ``AgentOptions.output``."""
         if self._open_at is not None:
             raise TurnOpen(
                 self.session_id,
@@ -380,6 +399,13 @@ class Agent:
                 f"session {self.session_id!r} has an open turn (paused on approvals, or continued after a crash); "
                 "continue it first (Agent.continue_turn, or `foldline resume`)",
             )
+        self._output = output if output is not None else self.options.output
+        try:
+            return await self._run_turn(text, source)
+        finally:
+            self._output = None
+
+    async def _run_turn(self, text: str | Sequence[ContentBlock] | None, source: str) -> TurnResult:
         if text is not None:
             self.inbox.prompt(InboxItem((TextBlock(text),) if isinstance(text, str) else tuple(text), source))
         turn = self.turn
@@ -401,7 +427,11 @@ class Agent:
             raise NoOpenTurn(f"session {self.session_id!r} has no open turn to continue")
         self._turn_start_seq = state.start_seq
         step = state.step
-        return await self._run(state.turn, state.steps, state.start_seq, step)
+        self._output = self.options.output
+        try:
+            return await self._run(state.turn, state.steps, state.start_seq, step)
+        finally:
+            self._output = None
 
     async def _run(self, turn: int, step: int, start: int, resume: OpenStep | None = None) -> TurnResult:
         """The steps of a turn from ``step`` on (after the open step ``resume``, when continuing one), then its end."""
@@ -410,6 +440,9 @@ class Agent:
         detail: str | None = None
         final_text = ""
         self._open_at = start
+        wanted = self._output
+        value: Any = None
+        retries = 0
         try:
             while True:
                 if resume is not None:
@@ -440,7 +473,17 @@ class Agent:
                     reason, detail = "context-overflow", CONTEXT_OVERFLOW_FIX
                     break
                 if stop != "pause_turn" and not any(isinstance(b, ToolCallBlock) for b in response.content):
-                    break
+                    if wanted is None:
+                        break
+                    try:
+                        value = wanted.validate(final_text)
+                        break
+                    except OutputCheck as exc:
+                        if retries >= wanted.retries:
+                            await self._append(TurnEnd(turn, "completed"))
+                            raise OutputInvalid(turn, final_text, exc.errors, retries + 1) from None
+                        retries += 1
+                        self.inject(wanted.retry_text(exc.errors), OUTPUT_RETRY_SOURCE)
                 if step >= self.options.max_steps_per_turn:
                     reason = "interrupted"
                     break
@@ -462,6 +505,9 @@ class Agent:
             await self._close_turn(turn, step, "error")
             self._open_at = None
             return self._finished(TurnResult(turn, "error", tuple(records), final_text, str(exc), exc))
+        except OutputInvalid:
+            self._open_at = None  # the turn is closed in the log
+            raise
         except Exception:
             await self._close_turn(turn, step, "error")
             self._open_at = None
@@ -472,7 +518,7 @@ class Agent:
         self._open_at = None
         if reason == "refusal":
             self._refused = (start, self.session.next_seq - 1)
-        return self._finished(TurnResult(turn, reason, tuple(records), final_text, detail))
+        return self._finished(TurnResult(turn, reason, tuple(records), final_text, detail, output=value))
 
     def _finished(self, result: TurnResult) -> TurnResult:
         self._emit(TurnFinished(result))
@@ -869,6 +915,13 @@ class Agent:
         # config was given a new value since this instance last took it (it takes effect: a change snapshot)
         taken = self._first_request or assigned != self._seeded_with
         seed = assigned if taken or folded is None else folded.config
+        # the output schema is the turn's output type's, else the options' config's (a turn without one drops it)
+        wanted = self._output
+        schema, name = (
+            (wanted.schema, wanted.name) if wanted is not None else (assigned.output_schema, assigned.output_name)
+        )
+        if seed.output_schema != schema or seed.output_name != name:
+            seed = seed.with_overrides(output_schema=schema, output_name=name)
         for hook in self._request_hooks:
             seed = hook(seed)
             if not isinstance(seed, CallConfig):
@@ -889,6 +942,7 @@ class Agent:
     # -------------------------------------------------------------- log writes
 
     _step_open = False
+    _output: OutputType[Any] | None = None  # the output type of the turn that runs
     _events: EventBuffer | None = None  # the caller's event stream while a turn runs under stream()
     _turn_start_seq = 0
     _step_began = 0.0

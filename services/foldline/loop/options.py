@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ..core.content import Usage
 from ..core.events import RecoveryPolicy, TurnEndReason
@@ -15,6 +15,7 @@ from ..errors import ConfigError, FoldlineError
 from ..ports.step_dispatch import StepDispatcher
 from ..providers.retry import RetryingSender
 from ..replay.invariant import DEFAULT_FRESH_GROWTH, DEFAULT_FULL_CHECK_EVERY
+from .output import OutputType
 from .pressure import PressurePolicy
 from .tool_runner import ToolRunSettings
 from .tools import MAX_TOOL_RESULT_BYTES, Toolset
@@ -91,6 +92,8 @@ class AgentOptions:
     # the erasure scope the session's content belongs to (docs/ERASURE.md): `foldline erase --subject ID` erases
     # every session opened with it; bound when the session's content key is made (its first sealed event)
     subject: str | None = None
+    # the type every turn's final answer must have (structured output, loop/output.py); a turn may ask for its own
+    output: OutputType[Any] | None = None
 
     def tool_run_settings(self) -> ToolRunSettings:
         """What the tool runner allows this step's calls (read at each step)."""
@@ -142,6 +145,9 @@ class TurnResult:
     def paused(self) -> bool:
         """The turn waits for approval decisions; decide them (any process), then ``continue_turn``."""
         return self.reason == "paused"
+
+    #: the final answer validated against the turn's output type (structured output); None without one
+    output: Any = field(default=None, compare=False)
 
 
 def wall_clock_ms() -> int:

@@ -1,8 +1,9 @@
-"""Anthropic Messages adapter: the ``anthropic-messages`` serializers (v1 to v4) and :class:`AnthropicProvider`.
+"""Anthropic Messages adapter: the ``anthropic-messages`` serializers (v1 to v5) and :class:`AnthropicProvider`.
 
 docs/FORMAT.md §9 specifies each byte for byte; v2 is v1 plus reasoning pass-back, thinking and effort and the
-logged cache TTL (:class:`AnthropicMessagesV2Serializer`), v3 adds streaming, and v4 (the provider's default) sends
-the tool schemas and the tool-call inputs in their author's key order (:class:`AnthropicMessagesV4Serializer`).
+logged cache TTL (:class:`AnthropicMessagesV2Serializer`), v3 adds streaming, v4 sends the tool schemas and the
+tool-call inputs in their author's key order (:class:`AnthropicMessagesV4Serializer`), and v5 (the provider's
+default) adds structured output (:class:`AnthropicMessagesV5Serializer`).
 
 Wire mapping of serializer v1 (``POST /v1/messages``; canonical JSON, so object keys are sorted — the
 prompt order the API caches on is tools → system → messages whatever the key order):
@@ -84,6 +85,7 @@ __all__ = [
     "ANTHROPIC_MESSAGES_V2",
     "ANTHROPIC_MESSAGES_V3",
     "ANTHROPIC_MESSAGES_V4",
+    "ANTHROPIC_MESSAGES_V5",
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
     "MESSAGES_PATH",
@@ -91,6 +93,7 @@ __all__ = [
     "AnthropicMessagesV2Serializer",
     "AnthropicMessagesV3Serializer",
     "AnthropicMessagesV4Serializer",
+    "AnthropicMessagesV5Serializer",
     "AnthropicProvider",
     "parse_response",
 ]
@@ -366,11 +369,25 @@ class AnthropicMessagesV4Serializer(AnthropicMessagesV3Serializer):
     ordered_schemas: ClassVar[bool] = True
 
 
+class AnthropicMessagesV5Serializer(AnthropicMessagesV4Serializer):
+    """``anthropic-messages`` v5: v4, plus structured output (§9.10): a logged ``outputSchema`` is sent as
+    ``output_config.format`` ``{"schema": <the schema, in its author's key order>, "type": "json_schema"}``, beside
+    ``output_config.effort`` when an effort is logged (the Messages API's structured outputs; it takes no name)."""
+
+    version: int = 5
+    structured_output: ClassVar[bool] = True
+
+    def output_fields(self, out: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+        fmt = {"schema": tool_schema(schema, ordered=True), "type": "json_schema"}
+        out["output_config"] = {**out.get("output_config", {}), "format": fmt}
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 ANTHROPIC_MESSAGES_V1: Final = AnthropicMessagesSerializer()
 ANTHROPIC_MESSAGES_V2: Final = AnthropicMessagesV2Serializer()
 ANTHROPIC_MESSAGES_V3: Final = AnthropicMessagesV3Serializer()  # v2 + streaming
-ANTHROPIC_MESSAGES_V4: Final = AnthropicMessagesV4Serializer()  # v3 + author key order: what the adapter sends with
+ANTHROPIC_MESSAGES_V4: Final = AnthropicMessagesV4Serializer()  # v3 + author key order
+ANTHROPIC_MESSAGES_V5: Final = AnthropicMessagesV5Serializer()  # v4 + structured output: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -425,12 +442,13 @@ class AnthropicProvider(JsonHttpProvider, name=PROVIDER, path=MESSAGES_PATH):
         base_url: str = "https://api.anthropic.com",
         *,
         anthropic_version: str = ANTHROPIC_VERSION,
-        serializer: AnthropicMessagesSerializer | None = None,  # default: ANTHROPIC_MESSAGES_V4 (v3 + author key order)
+        serializer: AnthropicMessagesSerializer
+        | None = None,  # default: ANTHROPIC_MESSAGES_V5 (v4 + structured output)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this API: the provider name its CallConfig gives
     ) -> None:
-        self.serializer = serializer or ANTHROPIC_MESSAGES_V4
+        self.serializer = serializer or ANTHROPIC_MESSAGES_V5
         headers = {"anthropic-version": anthropic_version}
         if api_key:
             headers["x-api-key"] = api_key

@@ -13,6 +13,10 @@ a version without them predates streaming and refuses such a request (docs/FORMA
 
 Key order is too: a version with :attr:`JsonBodySerializer.ordered_schemas` sends each tool's input schema in its
 author's order; every earlier version sorts it like the rest of the body (docs/FORMAT.md §9.8).
+
+And structured output: a version with :attr:`JsonBodySerializer.structured_output` writes the logged
+``config.outputSchema`` with its API's native field (:meth:`JsonBodySerializer.output_fields`); a version without
+it predates structured output and refuses such a request (docs/FORMAT.md §9.10).
 """
 
 from __future__ import annotations
@@ -42,10 +46,16 @@ class JsonBodySerializer(abc.ABC):
     stream_fields: ClassVar[Mapping[str, Any] | None] = None
     #: Whether tool schemas go out in their author's key order (False: sorted, the versions before §9.8).
     ordered_schemas: ClassVar[bool] = False
+    #: Whether this version writes ``config.outputSchema`` (False: it predates structured output and refuses it).
+    structured_output: ClassVar[bool] = False
 
     @abc.abstractmethod
     def top_level(self, request: GenerateOptions) -> dict[str, Any]:
         """Every top-level key of the body except ``messages``."""
+
+    def output_fields(self, out: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+        """Write the output schema into the top-level keys ``out`` (a version with :attr:`structured_output`)."""
+        raise NotImplementedError  # pragma: no cover - every version that sets structured_output overrides it
 
     def lead_messages(self, request: GenerateOptions) -> list[dict[str, Any]]:
         """Wire messages that precede the session's messages (none unless the API puts the system prompt there)."""
@@ -71,6 +81,15 @@ class JsonBodySerializer(abc.ABC):
                     "streams; send with the adapter's default serializer, which can"
                 )
             out.update(self.stream_fields)
+        config = request.config
+        if config.output_schema is not None:
+            if not self.structured_output:
+                raise ProviderError(
+                    f"serializer {self.name}/v{self.version} predates structured output and cannot write a body "
+                    "with an output schema; send with the adapter's default serializer, which can"
+                )
+            assert config.output_name is not None  # the config holds both or neither
+            self.output_fields(out, config.output_name, config.output_schema)
         return out
 
     def body(self, request: GenerateOptions, attachments: AttachmentStore | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions adapter: the ``openai-chat`` serializers (v1 to v3) and :class:`OpenAIProvider`.
+"""OpenAI Chat Completions adapter: the ``openai-chat`` serializers (v1 to v4) and :class:`OpenAIProvider`.
 
 v2 adds streaming (docs/FORMAT.md §9.7); v3, the provider's default, sends each tool's ``parameters`` in its
 author's key order (§9.8). The mapping below is v1's, which both keep.
@@ -67,9 +67,12 @@ __all__ = [
     "OPENAI_CHAT_V1",
     "OPENAI_CHAT_V2",
     "OPENAI_CHAT_V3",
+    "OPENAI_CHAT_V4",
+    "json_schema_format",
     "OpenAIChatSerializer",
     "OpenAIChatV2Serializer",
     "OpenAIChatV3Serializer",
+    "OpenAIChatV4Serializer",
     "OpenAIProvider",
     "chat_usage",
     "openai_effort",
@@ -287,10 +290,28 @@ class OpenAIChatV3Serializer(OpenAIChatV2Serializer):
     ordered_schemas: ClassVar[bool] = True
 
 
+class OpenAIChatV4Serializer(OpenAIChatV3Serializer):
+    """``openai-chat`` v4: v3, plus structured output (§9.10): a logged ``outputSchema`` is sent as
+    ``response_format`` ``{"json_schema": {"name": outputName, "schema": <the schema, in its author's key order>,
+    "strict": true}, "type": "json_schema"}``."""
+
+    version: int = 4
+    structured_output: ClassVar[bool] = True
+
+    def output_fields(self, out: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+        out["response_format"] = {"json_schema": json_schema_format(name, schema), "type": "json_schema"}
+
+
+def json_schema_format(name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI APIs' strict JSON-schema format: name, the schema in its author's key order, ``strict: true``."""
+    return {"name": name, "schema": tool_schema(schema, ordered=True), "strict": True}
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 OPENAI_CHAT_V1: Final = OpenAIChatSerializer()
 OPENAI_CHAT_V2: Final = OpenAIChatV2Serializer()  # v1 + streaming
-OPENAI_CHAT_V3: Final = OpenAIChatV3Serializer()  # v2 + author key order: what the adapter sends with
+OPENAI_CHAT_V3: Final = OpenAIChatV3Serializer()  # v2 + author key order
+OPENAI_CHAT_V4: Final = OpenAIChatV4Serializer()  # v3 + structured output: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -368,7 +389,7 @@ class OpenAIProvider(OpenAIHttpProvider[OpenAIChatSerializer], name=PROVIDER, pa
     """
 
     def default_serializer(self) -> OpenAIChatSerializer:
-        return OPENAI_CHAT_V3  # v3: v1, streaming and ordered schemas
+        return OPENAI_CHAT_V4  # v4: v1, streaming, ordered schemas and structured output
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

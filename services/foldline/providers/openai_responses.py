@@ -1,4 +1,4 @@
-"""OpenAI Responses adapter: the ``openai-responses`` serializers (v1 to v3) and :class:`OpenAIResponsesProvider`.
+"""OpenAI Responses adapter: the ``openai-responses`` serializers (v1 to v4) and :class:`OpenAIResponsesProvider`.
 
 v2 adds streaming (docs/FORMAT.md §9.7); v3, the provider's default, sends each tool's ``parameters`` in its
 author's key order (§9.8). The mapping below is v1's, which both keep.
@@ -55,18 +55,20 @@ from ._openai_http import OpenAIHttpProvider
 from .base import ProviderResponse
 from .encoding import image_base64, misplaced_block, tool_results, tool_schema
 from .json_body import JsonBodySerializer
-from .openai import openai_effort
+from .openai import json_schema_format, openai_effort
 from .streaming import OpenAIResponsesStream, StreamAssembler
 
 __all__ = [
     "OPENAI_RESPONSES_V1",
     "OPENAI_RESPONSES_V2",
     "OPENAI_RESPONSES_V3",
+    "OPENAI_RESPONSES_V4",
     "RESPONSES_PATH",
     "OpenAIResponsesProvider",
     "OpenAIResponsesSerializer",
     "OpenAIResponsesV2Serializer",
     "OpenAIResponsesV3Serializer",
+    "OpenAIResponsesV4Serializer",
     "parse_response",
 ]
 
@@ -240,10 +242,23 @@ class OpenAIResponsesV3Serializer(OpenAIResponsesV2Serializer):
     ordered_schemas: ClassVar[bool] = True
 
 
+class OpenAIResponsesV4Serializer(OpenAIResponsesV3Serializer):
+    """``openai-responses`` v4: v3, plus structured output (§9.10): a logged ``outputSchema`` is sent as ``text``
+    ``{"format": {"name": outputName, "schema": <the schema, in its author's key order>, "strict": true,
+    "type": "json_schema"}}``."""
+
+    version: int = 4
+    structured_output: ClassVar[bool] = True
+
+    def output_fields(self, out: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+        out["text"] = {"format": {**json_schema_format(name, schema), "type": "json_schema"}}
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 OPENAI_RESPONSES_V1: Final = OpenAIResponsesSerializer()
 OPENAI_RESPONSES_V2: Final = OpenAIResponsesV2Serializer()  # v1 + streaming
-OPENAI_RESPONSES_V3: Final = OpenAIResponsesV3Serializer()  # v2 + author key order: what the adapter sends with
+OPENAI_RESPONSES_V3: Final = OpenAIResponsesV3Serializer()  # v2 + author key order
+OPENAI_RESPONSES_V4: Final = OpenAIResponsesV4Serializer()  # v3 + structured output: what the adapter sends with
 
 
 # ---------------------------------------------------------------------- responses
@@ -320,7 +335,7 @@ class OpenAIResponsesProvider(OpenAIHttpProvider[OpenAIResponsesSerializer], nam
     :class:`~foldline.providers.streaming.OpenAIResponsesStream`."""
 
     def default_serializer(self) -> OpenAIResponsesSerializer:
-        return OPENAI_RESPONSES_V3  # v3: v1, streaming and ordered schemas
+        return OPENAI_RESPONSES_V4  # v4: v1, streaming, ordered schemas and structured output
 
     def parse(self, payload: dict[str, Any]) -> ProviderResponse:
         return parse_response(payload)

@@ -1,5 +1,5 @@
 """Chat Completions with ``reasoning_content`` (DeepSeek; vLLM and SGLang serve the same shape): the
-``reasoning-chat`` serializers (v1 to v3) and :class:`ReasoningChatProvider`.
+``reasoning-chat`` serializers (v1 to v4) and :class:`ReasoningChatProvider`.
 
 v2 adds streaming (docs/FORMAT.md §9.7). v3, the provider's default, follows DeepSeek's documented request schema
 where v1 departs from it (§9.9): tool schemas in their author's key order; every text-only content is one string
@@ -31,8 +31,11 @@ from typing import Any, ClassVar, Final
 
 import httpx
 
+from ..core.codec import canonical_json
+from ..core.request import GenerateOptions
 from ._openai_http import bearer_headers
 from .base import ProviderResponse
+from .encoding import tool_schema
 from .http import JsonHttpProvider
 from .openai import OpenAIChatSerializer, parse_response
 from .settings import TransportSettings
@@ -43,11 +46,13 @@ __all__ = [
     "REASONING_CHAT_V1",
     "REASONING_CHAT_V2",
     "REASONING_CHAT_V3",
+    "REASONING_CHAT_V4",
     "TEXT_SEPARATOR",
     "ReasoningChatProvider",
     "ReasoningChatSerializer",
     "ReasoningChatV2Serializer",
     "ReasoningChatV3Serializer",
+    "ReasoningChatV4Serializer",
 ]
 
 PROVIDER: Final = "deepseek"
@@ -102,12 +107,42 @@ class ReasoningChatV3Serializer(ReasoningChatV2Serializer):
         return {"reasoning_effort": effort, "thinking": {"type": "enabled"}}
 
 
+#: What ``reasoning-chat`` v4 tells the model of a logged output schema (DeepSeek's JSON mode takes no schema, and
+#: asks for the word "json" and the wanted shape in the prompt): this line, then the schema's compact JSON.
+OUTPUT_INSTRUCTION: Final = "Answer with one JSON object that matches this JSON Schema ({name}):\n"
+
+
+class ReasoningChatV4Serializer(ReasoningChatV3Serializer):
+    """``reasoning-chat`` v4: v3, plus structured output in DeepSeek's JSON mode (§9.10).
+
+    A logged ``outputSchema`` is sent as ``response_format: {"type": "json_object"}`` (the API's only structured
+    mode: valid JSON, no schema), and the schema is told to the model in the system message: its text is the
+    logged system prompt, :data:`TEXT_SEPARATOR`, then :data:`OUTPUT_INSTRUCTION` with ``outputName`` followed by
+    the schema's JSON (compact, in its author's key order) — or that instruction alone when no system prompt is
+    logged.
+    """
+
+    version: int = 4
+    structured_output: ClassVar[bool] = True
+
+    def output_fields(self, out: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+        out["response_format"] = {"type": "json_object"}
+
+    def lead_messages(self, request: GenerateOptions) -> list[dict[str, Any]]:
+        config = request.config
+        if config.output_schema is None or config.output_name is None:
+            return super().lead_messages(request)
+        schema = canonical_json(tool_schema(config.output_schema, ordered=True)).decode("utf-8")
+        instruction = OUTPUT_INSTRUCTION.format(name=config.output_name) + schema
+        text = f"{request.system}{TEXT_SEPARATOR}{instruction}" if request.system else instruction
+        return [{"content": text, "role": "system"}]
+
+
 # Every version stays replayable (foldline.providers.registry registers them); the adapter sends with the last.
 REASONING_CHAT_V1: Final = ReasoningChatSerializer()
 REASONING_CHAT_V2: Final = ReasoningChatV2Serializer()  # v1 + streaming
-REASONING_CHAT_V3: Final = (
-    ReasoningChatV3Serializer()
-)  # v2 in DeepSeek's documented schema: what the adapter sends with
+REASONING_CHAT_V3: Final = ReasoningChatV3Serializer()  # v2 in DeepSeek's documented schema
+REASONING_CHAT_V4: Final = ReasoningChatV4Serializer()  # v3 + JSON mode: what the adapter sends with
 
 
 class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT_PATH):
@@ -126,12 +161,12 @@ class ReasoningChatProvider(JsonHttpProvider, name=PROVIDER, path=REASONING_CHAT
         api_key: str | None = None,
         base_url: str = "https://api.deepseek.com",
         *,
-        serializer: ReasoningChatSerializer | None = None,  # default: v3 (DeepSeek's schema, streaming)
+        serializer: ReasoningChatSerializer | None = None,  # default: v4 (DeepSeek's schema, streaming, JSON mode)
         timeout: float | httpx.Timeout | None = None,
         settings: TransportSettings | None = None,
         name: str | None = None,  # another server of this dialect: the provider name its CallConfig gives
     ) -> None:
-        self.serializer = serializer or REASONING_CHAT_V3
+        self.serializer = serializer or REASONING_CHAT_V4
         headers = bearer_headers(api_key)
         super().__init__(transport, api_key, base_url, headers=headers, timeout=timeout, settings=settings, name=name)
 

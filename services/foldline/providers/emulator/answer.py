@@ -15,6 +15,7 @@ from typing import Literal, TypeAlias
 from .checks import RequestRejected
 from .prompt import Prompt
 from .script import ReasoningPart, Script, TextPart, ToolCallPart
+from .structured import answer_text
 from .tokens import BYTES_PER_TOKEN, output_tokens
 
 __all__ = ["Answer", "AnswerPart", "StopReason", "answer"]
@@ -59,6 +60,8 @@ def answer(script: Script, prompt: Prompt) -> Answer:
         if hits:
             at, stop_sequence = min(hits)
             text, calls, stop_reason = text[:at], (), "stop_sequence"
+    if prompt.output is not None and text is not None and not calls and reply.stop is None:
+        text = answer_text(prompt.output, text, bytes.fromhex(conversation.prompt_digest))
     thought: list[AnswerPart] = [ReasoningPart(reply.reasoning)] if reply.reasoning and prompt.thinking else []
     parts: list[AnswerPart] = [*thought, *([TextPart(text)] if text else [])]
     parts.extend(ToolCallPart("", c.name, dict(c.arguments)) for c in calls)

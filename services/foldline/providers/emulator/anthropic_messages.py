@@ -27,6 +27,7 @@ from .checks import RequestRejected
 from .prompt import Prompt, Resume
 from .script import ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .sealing import sign_thinking, valid_redacted, valid_signature
+from .structured import anthropic_format
 from .wire_api import WireApi
 
 __all__ = ["PATH", "AnthropicMessages", "parse_anthropic"]
@@ -342,6 +343,7 @@ def parse_anthropic(body: Any, policy: AnthropicCachePolicy, key: bytes = b"", r
     _add_tools(prompt, req.get("tools", []), policy)
     _add_system(prompt, req.get("system"), policy)
     _add_messages(prompt, checks.message_list(req), policy, key, resume)
+    prompt.output = anthropic_format(req)
     if prompt.thinking:
         if resume is None:
             _final_turn_starts_with_thinking(req["messages"])

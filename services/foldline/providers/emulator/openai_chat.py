@@ -28,6 +28,7 @@ from .cache import CacheUsage, OpenAICachePolicy, PrefixCache
 from .checks import RequestRejected
 from .prompt import Prompt, Resume
 from .script import Api, ImagePart, Part, ReasoningPart, TextPart, ToolCallPart, ToolDef, ToolResultPart
+from .structured import chat_format, deepseek_format
 from .tokens import output_tokens
 from .wire_api import WireApi
 
@@ -253,6 +254,12 @@ def parse_openai(body: Any, *, reasoning: bool = False, resume: Resume | None = 
         prompt.mark(frozenset(pending))
     if pending:
         raise RequestRejected(400, f"messages: tool calls without responses: {sorted(pending)}")
+    if reasoning:
+        said = ("system", "user")  # a resumed prompt holds its leading system text among its turns
+        texts = [p.text for t in prompt.turns if t.role in said for p in t.parts if isinstance(p, TextPart)]
+        prompt.output = deepseek_format(req, texts)
+    else:
+        prompt.output = chat_format(req)
     return prompt
 
 

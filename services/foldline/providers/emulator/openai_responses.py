@@ -29,6 +29,7 @@ from .openai_chat import openai_error, openai_status_error
 from .prompt import Prompt, Resume
 from .script import Api, ImagePart, Part, ReasoningPart, Role, TextPart, ToolCallPart, ToolDef, ToolResultPart
 from .sealing import open_reasoning, seal_reasoning
+from .structured import responses_format
 from .tokens import output_tokens
 from .wire_api import WireApi
 
@@ -189,6 +190,7 @@ def parse_responses(body: Any, key: bytes = b"") -> Prompt:
     if not prompt.turns or prompt.turns[-1].role == "system":
         raise RequestRejected(400, "input: at least one input item is required")
     prompt.echo = _echo(req, effort)
+    prompt.output = responses_format(req)
     return prompt
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from .checks import RequestRejected
 from .script import Api, Conversation, Part, Role, ToolDef, Turn
+from .structured import OutputFormat
 from .tokens import Block, block, chain_seed, mark_role, part_block, tool_block
 
 __all__ = ["Chain", "Mark", "Prompt", "Resume"]
@@ -78,6 +79,8 @@ class Prompt:
     thinking: bool = False
     #: request settings the API repeats in its answer (the Responses API echoes instructions, tools, sampling…)
     echo: dict[str, Any] = field(default_factory=dict)
+    #: the shape the request asks the answer to have (structured output; None: free text)
+    output: OutputFormat | None = None
     lead: int = -1  # blocks before the first message (-1: no message added yet)
     lead_system: int = 0  # system texts before the first message
     marks: list[Mark] = field(default_factory=list)  # one per message (a resumed prefix's included)
