@@ -52,12 +52,16 @@ def test_sessions_table_and_json(runner: CliRunner, data: Path) -> None:
             "events": len(alpha),
             "lastEventTime": alpha[-1].time,
             "lastEventAt": "2023-11-14T22:13:20.022Z",
+            "parent": None,  # no lineage: neither a fork nor a sub-agent
+            "children": [],
         },
         {
             "id": "beta",
             "events": len(beta),
             "lastEventTime": beta[-1].time,
             "lastEventAt": "2023-11-14T22:13:20.006Z",
+            "parent": None,  # no lineage: neither a fork nor a sub-agent
+            "children": [],
         },
     ]
 

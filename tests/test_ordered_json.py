@@ -16,6 +16,7 @@ import pytest
 
 from foldline.adapters.avro import AvroCodec, decoding, writer_schemas
 from foldline.core import codec
+from foldline.core.content import Usage
 from foldline.core.diff import diff_headers
 from foldline.core.events import Envelope, RequestHeader
 from foldline.core.frozen import FrozenDict, OrderedObject, freeze_json, freeze_ordered
@@ -204,7 +205,7 @@ def test_any_record_field_declared_ordered_gets_the_same_codecs() -> None:
         b'"fallback":{"type":"object","properties":{}},', b""
     )
     assert holds_ordered_json(Output)
-    assert not holds_ordered_json(CallConfig)
+    assert not holds_ordered_json(Usage)
     assert field_signatures(Output) == ["Output.name: string", "Output.schema: object", "Output.fallback: object?"]
     assert [f.node.ordered for f in record_spec(Output).fields if f.name != "name"] == [True, True]  # type: ignore[union-attr]
     with pytest.raises(FormatError, match=r"output\.schema must be an object"):

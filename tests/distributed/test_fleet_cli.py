@@ -76,9 +76,14 @@ def test_fleet_names_the_missing_dispatchers(distributed_env: dict[str, str], tm
         "FOLDLINE_DISPATCH_HANDOVER_TIMEOUT": "2",
     }
     args = ["fleet", "--sessions", "2", "--steps", "1", "--stream", f"test:nobody:{tmp_path.name}", "--json"]
-    done = subprocess.run(
-        [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
-    )
+    # a run that hangs prints every thread's stack (then exits) well before the test gives up on it
+    cli = f"import faulthandler; faulthandler.dump_traceback_later(240, exit=True); {_CLI}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", cli, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired as exc:  # pragma: no cover - the stacks say where it hung
+        pytest.fail(f"foldline fleet did not end: {exc.stderr!r}")
     assert done.returncode == 1, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert len(report["failed"]) == 2
