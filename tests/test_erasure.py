@@ -164,13 +164,23 @@ def test_content_logged_before_encryption_is_sealed_in_place_and_leaves_no_plain
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "off")
     code, _, err = run("import", str(tmp_path / "old-1.jsonl"), data_dir=data)
     assert code == 0, err
+    code, out, err = run("inject", "old-1", f"Pending, in the clear: {CANARY}.", "--json", data_dir=data)
+    assert code == 0, err
+    entry = json.loads(out)["entry"]
+    db = sqlite3.connect(data / "log.sqlite3")
+    [(body,)] = db.execute("SELECT body FROM inbox WHERE session_id = 'old-1'").fetchall()
+    db.close()
+    assert CANARY.encode() in bytes(body)  # an inbox entry put with encryption off: in the clear
     assert CANARY.encode() in (data / "log.sqlite3").read_bytes()  # logged in the clear
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "on")
     code, out, err = run("erase", "old-1", "--json", data_dir=data)
     assert code == 0, err
     assert json.loads(out)["sealedInPlace"] > 0
-    # secure_delete, a truncated WAL and VACUUM: not in the file, its free pages or its journal
+    report = json.loads(out)
+    # secure_delete, a truncated WAL and VACUUM: not in the file, its free pages or its journal (the events sealed
+    # in place, the inbox row deleted)
     assert scan(data, CANARY.encode()) == []
+    assert report["inboxRemoved"] == [f"old-1/{entry}"]
     code, out, _ = run("verify", "old-1", data_dir=data)
     assert code == 5
 
