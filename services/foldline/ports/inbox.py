@@ -88,7 +88,8 @@ class InboxStore(abc.ABC):
 
 class SealedInbox(InboxStore):
     """``store`` with its entries' content sealed by the log's sealer as they are put and opened as they are
-    read (``sealer()``: the sealer now; ``None`` leaves entries as they are and refuses sealed ones when read)."""
+    read. ``sealer(reading)`` is the sealer to use now (for reading, a log without one may offer the keys beside
+    it); ``None`` puts entries as they are and refuses to read sealed ones (ConfigError)."""
 
     def __init__(self, store: InboxStore, sealer: Callable[[bool], Sealer | None]) -> None:
         self.inner = store
