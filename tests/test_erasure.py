@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
-from foldline.core.events import SessionErased
+from foldline.core.events import InboxClaim, SessionErased
 from foldline.core.header import CallConfig
-from foldline.errors import ContentErased
-from foldline.loop import Agent, AgentOptions, Toolset
+from foldline.errors import ContentErased, KeyMissing
+from foldline.loop import Agent, AgentOptions, Toolset, inject
 from foldline.providers.emulated import emulated_provider
 
 from .erasure_helpers import canary_session, put_request_bodies, scan
@@ -49,6 +49,29 @@ def world(tmp_path: Path) -> Path:
         assert len(put_request_bodies(stores, "secret-1")) >= 2
     finally:
         stores.close()
+    # the inbox: one message injected and claimed by a step (now a sealed user/message), one still pending
+    code, out, err = run("inject", "secret-1", f"Remember {CANARY} too.", "--json", data_dir=data)
+    assert code == 0, err
+    claimed = json.loads(out)["entry"]
+    code, _, err = run("resume", "secret-1", "--steps", "1", data_dir=data)
+    assert code == 0, err
+    code, out, err = run("inject", "secret-1", f"Still waiting: {CANARY}.", "--json", data_dir=data)
+    assert code == 0, err
+    pending = json.loads(out)["entry"]
+    stores = open_stores(Config(data_dir=data))
+    try:
+        claims = [e.data for e in stores.log.read("secret-1") if isinstance(e.data, InboxClaim)]
+        assert [c.entries for c in claims] == [(claimed,)]
+        [entry] = stores.log.inbox().entries("secret-1")  # opened as the writer reads it
+        assert (entry.id, entry.sealed) == (pending, None)
+        assert CANARY in entry.item.content[0].text  # type: ignore[union-attr]
+    finally:
+        stores.close()
+    db = sqlite3.connect(data / "log.sqlite3")
+    [(body,)] = db.execute("SELECT body FROM inbox WHERE session_id = 'secret-1'").fetchall()
+    db.close()
+    assert b'"sealed":{' in bytes(body)
+    assert CANARY.encode() not in bytes(body)  # stored sealed
     code, _, err = run("export", "secret-1", "--out", str(tmp_path / "before.jsonl"), data_dir=data)
     assert code == 0, err
     assert CANARY.encode() in (tmp_path / "before.jsonl").read_bytes()  # an export holds the content, opened
@@ -70,6 +93,15 @@ def test_the_canary_is_nowhere_after_an_erasure_and_everything_else_still_verifi
     assert report["exportsRemoved"] == [str((data.parent / "before.jsonl").resolve())]
     assert len(report["objectsRemoved"]) >= 3  # the image and the archived request bodies
     assert not (data.parent / "before.jsonl").exists()
+    [pending] = report["inboxRemoved"]  # the entry still pending; the claimed one was removed when it was taken
+    assert pending.startswith("secret-1/")
+    stores = open_stores(Config(data_dir=data))
+    try:
+        assert stores.log.inbox().stored("secret-1") == []
+        with pytest.raises(ContentErased):  # nothing more enters the inbox of an erased session
+            inject(stores.log, "secret-1", "too late")
+    finally:
+        stores.close()
     # the SQLite files (free pages and journals included), the key store, the attachments: no canary anywhere
     assert scan(data, CANARY.encode()) == []
     # the structure stays, the content says erased
@@ -107,6 +139,8 @@ def test_the_canary_is_nowhere_after_an_erasure_and_everything_else_still_verifi
     code, out, _ = run("erasures", "--json", data_dir=data)
     [record] = json.loads(out)["erasures"]
     assert record["state"] == "done"
+    assert record["inbox"] == [pending]  # planned before anything was destroyed
+    assert record["report"]["inboxRemoved"] == [pending]
     assert record["by"] == "dpo@example"
     assert record["reason"] == "asked by the user"
     stores = open_stores(Config(data_dir=data), read_only=True)
@@ -130,13 +164,23 @@ def test_content_logged_before_encryption_is_sealed_in_place_and_leaves_no_plain
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "off")
     code, _, err = run("import", str(tmp_path / "old-1.jsonl"), data_dir=data)
     assert code == 0, err
+    code, out, err = run("inject", "old-1", f"Pending, in the clear: {CANARY}.", "--json", data_dir=data)
+    assert code == 0, err
+    entry = json.loads(out)["entry"]
+    db = sqlite3.connect(data / "log.sqlite3")
+    [(body,)] = db.execute("SELECT body FROM inbox WHERE session_id = 'old-1'").fetchall()
+    db.close()
+    assert CANARY.encode() in bytes(body)  # an inbox entry put with encryption off: in the clear
     assert CANARY.encode() in (data / "log.sqlite3").read_bytes()  # logged in the clear
     monkeypatch.setenv("FOLDLINE_ENCRYPTION", "on")
     code, out, err = run("erase", "old-1", "--json", data_dir=data)
     assert code == 0, err
     assert json.loads(out)["sealedInPlace"] > 0
-    # secure_delete, a truncated WAL and VACUUM: not in the file, its free pages or its journal
+    report = json.loads(out)
+    # secure_delete, a truncated WAL and VACUUM: not in the file, its free pages or its journal (the events sealed
+    # in place, the inbox row deleted)
     assert scan(data, CANARY.encode()) == []
+    assert report["inboxRemoved"] == [f"old-1/{entry}"]
     code, out, _ = run("verify", "old-1", data_dir=data)
     assert code == 5
 
@@ -155,6 +199,12 @@ def test_a_lost_key_is_a_loud_error_never_taken_for_an_erasure(world: Path) -> N
     code, _, err = run("erase", "secret-1", data_dir=world)
     assert code == 2
     assert "KeyMissing" in err
+    stores = open_stores(Config(data_dir=world))
+    try:  # the pending inbox entry is sealed with the lost key: KeyMissing too, never an empty inbox
+        with pytest.raises(KeyMissing):
+            stores.log.inbox().entries("secret-1")
+    finally:
+        stores.close()
 
 
 def test_erasing_what_does_not_exist_is_a_typed_error(world: Path) -> None:

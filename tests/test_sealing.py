@@ -46,6 +46,7 @@ from foldline.core.events import (
 )
 from foldline.core.frozen import OrderedObject
 from foldline.core.header import CallConfig, ToolSpec, make_header
+from foldline.core.inbox import InboxDecision, InboxEntry, InboxMessage, encode_entry
 from foldline.core.limits import MAX_EVENT_BYTES, check_stored_size
 from foldline.core.projection import Session, fold_messages
 from foldline.core.sealing import (
@@ -359,3 +360,42 @@ def test_an_ordered_input_schema_is_sealed_and_opened_in_its_document_order() ->
         b'{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}}'
     )
     assert encode_event(opened) == encode_event(plain[0])
+
+
+def test_inbox_entries_are_stored_sealed_opened_when_taken_and_refused_once_erased(tmp_path: Path) -> None:
+    keys = SqliteKeyStore(tmp_path / "keys.sqlite3")
+    sealer = ContentSealer(keys)
+    log = SqliteEventLog(tmp_path / "log.sqlite3", sealer=sealer)
+    inbox = log.inbox()
+    message = InboxEntry("m1", 1, InboxMessage((TextBlock(f"say {CANARY}"),), "inject"))
+    decision = InboxEntry("d1", 2, InboxDecision("call-1", "allow", f"ok {CANARY}", f'{{"q":"{CANARY}"}}', "ops"))
+    bare = InboxEntry("d2", 3, InboxDecision("call-2", "allow"))
+    for entry in (message, decision, bare):
+        assert inbox.put("s1", entry)
+    assert inbox.entries("s1") == [message, decision, bare]  # opened as the writer reads them
+    stored = inbox.stored("s1")
+    assert [e.sealed is not None for e in stored] == [True, True, False]  # a bare allow holds no content
+    assert isinstance(stored[1].item, InboxDecision)
+    assert (stored[1].item.call_id, stored[1].item.verdict) == ("call-1", "allow")  # the structure stays
+    assert all(CANARY.encode() not in encode_entry(e) for e in stored)
+    # a token is bound to its entry: moved to another entry, it does not open
+    moved = msgspec.structs.replace(stored[0], id="m2")
+    with pytest.raises(ContentCorrupt):
+        sealer.open_entries("s1", [moved])
+    # a lost key is KeyMissing, never an empty inbox
+    with pytest.raises(KeyMissing, match="lost"):
+        _sealer(MemoryKeyStore()).open_entries("s1", stored)
+    # erased: nothing is taken from the inbox or put into it
+    keys.destroy("s1", "erasure-1", 5)
+    sealer.forget("s1")
+    with pytest.raises(ContentErased):
+        inbox.entries("s1")
+    with pytest.raises(ContentErased):
+        inbox.put("s1", InboxEntry("m3", 4, InboxMessage((TextBlock("late"),))))
+    with pytest.raises(ContentErased):  # encryption off: still refused
+        ContentSealer(keys, seal_new=False).seal_entry("s1", message)
+    assert inbox.purge("s1") == ["m1", "d1", "d2"]
+    assert inbox.stored("s1") == []
+    log.scrub()
+    log.close()
+    keys.close()

@@ -13,8 +13,9 @@ interrupted anywhere (a ``kill -9``) completes when it is run again:
    store as ``pending``.
 3. **Per session:** the writer lease is taken (a loop still running is fenced at once and stops with
    :class:`~foldline.errors.ContentErased`); a ``session/erased`` event is appended (ignorable, no content);
-   the data key is destroyed (a tombstone stays: readers then see *erased*, never a lost key); the fold is
-   replaced by the erased tombstone.
+   the data key is destroyed (a tombstone stays: readers then see *erased*, never a lost key); the session's
+   inbox entries are removed (claimed or not: a later put is refused); the fold is replaced by the erased
+   tombstone.
 4. **Purge:** each planned object no session that is not erased references is removed from the attachment
    store; export files foldline wrote of the sessions (and that still hold them) are removed; Redis is asked
    to rewrite its persistence files; the embedded files are left with no copy of a rewritten row or a key.
@@ -89,6 +90,7 @@ class ErasureOutcome:
     objects_kept: list[str] = field(default_factory=list)  # still referenced by a session that is not erased
     exports_removed: list[str] = field(default_factory=list)
     exports_elsewhere: list[str] = field(default_factory=list)  # noted on another host: not reachable from here
+    inbox_removed: list[str] = field(default_factory=list)  # inbox entries removed, ``<session id>/<entry id>``
     persistence: list[str] = field(default_factory=list)  # what Redis was asked to rewrite
 
     def to_json(self) -> dict[str, Any]:
@@ -111,6 +113,7 @@ class ErasureOutcome:
             "objectsKept": self.objects_kept,
             "exportsRemoved": self.exports_removed,
             "exportsElsewhere": self.exports_elsewhere,
+            "inboxRemoved": self.inbox_removed,
             "persistence": self.persistence,
         }
 
@@ -258,12 +261,21 @@ def erase_sessions(
     rewrite = getattr(folds, "rewrite_persistence", None)
     if callable(rewrite):
         outcome.persistence = list(rewrite())
-    if outcome.sealed_in_place:
-        log.scrub()
+    # always: rows rewritten in place, and the inbox rows of the sessions — pending ones just removed, claimed
+    # ones deleted earlier — leave no copy in the embedded file's free pages or journal (a no-op on Kafka)
+    log.scrub()
     compact = getattr(keys, "vacuum", None)
     if callable(compact):
         compact()
-    kept = ("sealedInPlace", "keysDestroyed", "foldsErased", "objectsRemoved", "objectsKept", "exportsRemoved")
+    kept = (
+        "sealedInPlace",
+        "keysDestroyed",
+        "foldsErased",
+        "objectsRemoved",
+        "objectsKept",
+        "exportsRemoved",
+        "inboxRemoved",
+    )
     summary = outcome.to_json()
     record = dataclasses.replace(
         record,
@@ -292,8 +304,10 @@ def _plan(
     their keys still open them). Refuses content that cannot be erased before anything changed."""
     log = stores.log
     objects: set[str] = set()
+    inbox: list[str] = []
     for i, sid in enumerate(sessions):
         tell("reading", i, len(sessions))
+        inbox += [f"{sid}/{e.id}" for e in log.inbox().stored(sid)]
         key = keys.get(sid)
         stored = log.read_stored(sid)
         unsealed = [e.seq for e in stored if e.sealed is None and has_content(type(e.data))]
@@ -326,6 +340,7 @@ def _plan(
         reason=reason,
         requested_ms=requested_ms,
         objects=tuple(sorted(objects)),
+        inbox=tuple(inbox),
     )
 
 
@@ -354,6 +369,8 @@ def _erase_one(
         out.keys_destroyed += 1
     if stores.sealer is not None:
         stores.sealer.forget(sid)
+    # after the key: an entry put from now on is refused (ContentErased), so none is left behind
+    out.inbox_removed += [f"{sid}/{x}" for x in log.inbox().purge(sid)]
     if stores.folds is not None:
         stores.folds.erase(sid)
         out.folds_erased += 1

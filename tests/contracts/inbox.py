@@ -106,6 +106,21 @@ class InboxStoreContract(abc.ABC):
         finally:
             other.close()
 
+    def test_purge_removes_every_entry_of_the_session_only(self, store: InboxStore, sid: str) -> None:
+        a, b, kept = message("a"), message("b"), message("kept")
+        store.put(sid, a)
+        store.put(sid, b)
+        store.put(sid + "-other", kept)
+        assert store.purge(sid) == [a.id, b.id]
+        assert store.entries(sid) == []
+        assert store.purge(sid) == []  # again: nothing left
+        assert texts(store.entries(sid + "-other")) == ["kept"]
+        other = self.peer(store)
+        try:
+            assert self._fresh_entries(other, sid) == []
+        finally:
+            other.close()
+
     def test_sessions_do_not_share_entries(self, store: InboxStore, sid: str) -> None:
         store.put(sid, message("mine"))
         store.put(sid + "-other", message("theirs"))

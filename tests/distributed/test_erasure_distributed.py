@@ -1,10 +1,12 @@
 """Erasure on the distributed backend, against the real local Kafka, Redis and S3 (deploy/local).
 
-A session full of a canary is imported (its events sealed into Kafka), folded by a real projector process into
-Redis, archived into S3 segments, its image and archived request bodies put in S3, and exported; then it is
-erased. Afterwards the canary is in none of: the raw records of every topic (Kafka keeps them until retention —
-they hold only ciphertext under a destroyed key), any S3 object of the attachment, archive or key buckets, any
-Redis key or value, an export made after the erasure. Every other session still verifies.
+A session full of a canary is imported (its events sealed into Kafka), given two inbox messages holding it (one
+claimed by a step, one still pending in ``<topic>.inbox``), folded by a real projector process into Redis,
+archived into S3 segments, its image and archived request bodies put in S3, and exported; then it is erased.
+Afterwards the canary is in none of: the raw records of every topic, the inbox's included (Kafka keeps them
+until retention or compaction — they hold only ciphertext under a destroyed key), any S3 object of the
+attachment, archive or key buckets, any Redis key or value, an export made after the erasure; the pending inbox
+entry has its tombstone. Every other session still verifies.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from foldline.archiver.factory import open_archive, open_archiver
 from foldline.cli.main import app
 from foldline.config import Config, open_stores
 from foldline.config.factories import fold_store, kafka_log
+from foldline.core.events import InboxClaim
 from foldline.ports.fold_store import ERASED
 
 from ..erasure_helpers import canary_session, inflated, put_request_bodies
@@ -81,6 +84,37 @@ def kafka_holds(bootstrap: str, topics: list[str], needle: bytes) -> tuple[int, 
     finally:
         consumer.close()
     return count, found
+
+
+def inbox_keys(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
+    """The last value of each key of ``topic`` (``None``: a tombstone), read from its start."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"inbox-scan-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    last: dict[bytes, bytes | None] = {}
+    try:
+        meta = consumer.list_topics(timeout=10)
+        parts = [TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions]
+        remaining = {tp.partition for tp in parts if consumer.get_watermark_offsets(tp, timeout=10)[1] > 0}
+        consumer.assign(parts)
+        deadline = time.monotonic() + 60
+        while remaining and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=1.0):
+                error = msg.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, error
+                    remaining.discard(msg.partition() or 0)
+                    continue
+                last[msg.key() or b""] = msg.value()
+        assert not remaining, f"the scan did not reach the end of {topic} partitions {sorted(remaining)}"
+    finally:
+        consumer.close()
+    return last
 
 
 def s3_holds(endpoint: str, buckets: list[str], needle: bytes) -> tuple[int, list[str]]:
@@ -184,6 +218,22 @@ def test_the_canary_is_nowhere_after_an_erasure_on_kafka_redis_and_s3(
             bundle = images if sid == "secret-1" else tmp_path / "other-1.jsonl.attachments"
             code, _, err = cli("import", str(tmp_path / f"{sid}.jsonl"), "--attachments", str(bundle))
             assert code == 0, err
+        # the inbox (<topic>.inbox): one message injected and claimed by a step, one still pending at the erasure
+        code, out, err = cli("inject", "secret-1", f"Remember {CANARY} too.", "--json")
+        assert code == 0, err
+        claimed = json.loads(out)["entry"]
+        code, _, err = cli("resume", "secret-1", "--steps", "1")
+        assert code == 0, err
+        code, out, err = cli("inject", "secret-1", f"Still waiting: {CANARY}.", "--json")
+        assert code == 0, err
+        pending = json.loads(out)["entry"]
+        stores = open_stores(config)
+        try:
+            claims = [e.data for e in stores.log.read("secret-1") if isinstance(e.data, InboxClaim)]
+            assert [c.entries for c in claims] == [(claimed,)]
+            assert [e.id for e in stores.log.inbox().entries("secret-1")] == [pending]
+        finally:
+            stores.close()
         stores = open_stores(config)
         try:
             bodies = put_request_bodies(stores, "secret-1")  # as a dispatcher that archives requests does
@@ -203,10 +253,11 @@ def test_the_canary_is_nowhere_after_an_erasure_on_kafka_redis_and_s3(
         # before: the content is in the fold (Redis is a cache of plaintext folds) and in S3 (image, bodies),
         # never in a Kafka record or an archive segment (sealed)
         needle = CANARY.encode()
-        topics = [config.kafka.topic, config.kafka.topic + ".index", config.kafka.topic + ".dlq"]
+        inbox_topic = config.kafka.topic + ".inbox"
+        topics = [config.kafka.topic, config.kafka.topic + ".index", config.kafka.topic + ".dlq", inbox_topic]
         records, in_kafka = kafka_holds(env["bootstrap"], topics, needle)
         assert records > 0
-        assert in_kafka == []
+        assert in_kafka == []  # the inbox's records are sealed too
         assert redis_holds(env["redis"], needle)[1] != []
         buckets = [env["FOLDLINE_S3_BUCKET"], env["FOLDLINE_ARCHIVE_BUCKET"], env["FOLDLINE_KEYS_BUCKET"]]
         before = s3_holds(env["s3"], buckets, needle)[1]
@@ -217,6 +268,7 @@ def test_the_canary_is_nowhere_after_an_erasure_on_kafka_redis_and_s3(
         assert code == 0, err
         report = json.loads(out)
         assert report["foldsErased"] == 1
+        assert report["inboxRemoved"] == [f"secret-1/{pending}"]
         assert set(bodies) <= set(report["objectsRemoved"])
         time.sleep(2.5)  # past the key cache time: the projector can no longer open the session
 
@@ -232,6 +284,14 @@ def test_the_canary_is_nowhere_after_an_erasure_on_kafka_redis_and_s3(
         code, _, err = cli("export", "secret-1", "--out", str(tmp_path / "after.jsonl"))
         assert code == 0, err
         assert needle not in (tmp_path / "after.jsonl").read_bytes()
+        # the inbox: a tombstone for the pending entry (compaction drops the record later), nothing left to take
+        keys = inbox_keys(env["bootstrap"], inbox_topic)
+        assert keys[b"secret-1\xff" + pending.encode()] is None
+        stores = open_stores(config)
+        try:
+            assert stores.log.inbox().stored("secret-1") == []
+        finally:
+            stores.close()
         # the fold is the erased tombstone, and stays one
         folds = fold_store(config)
         try:

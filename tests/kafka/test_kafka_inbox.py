@@ -9,7 +9,7 @@ import pytest
 from foldline.adapters.kafka import KafkaEventLog
 from foldline.adapters.kafka.inbox import KafkaInboxStore
 from foldline.core.inbox import InboxEntry
-from foldline.ports.inbox import InboxStore
+from foldline.ports.inbox import InboxStore, SealedInbox
 from tests.contracts.inbox import InboxStoreContract, message, texts
 from tests.kafka.conftest import MakeLog
 
@@ -25,7 +25,9 @@ class TestKafkaInboxStore(InboxStoreContract):
 
     def _store(self) -> KafkaInboxStore:
         log: KafkaEventLog = self._make()
-        store = log.inbox()
+        sealed = log.inbox()  # the adapter, behind the log's sealing of entries
+        assert isinstance(sealed, SealedInbox)
+        store = sealed.inner
         assert isinstance(store, KafkaInboxStore)
         store._refresh_s = REFRESH_S
         return store
@@ -43,7 +45,7 @@ class TestKafkaInboxStore(InboxStoreContract):
 
 def test_an_entry_put_by_another_instance_joins_within_the_refresh_interval(make_log: MakeLog) -> None:
     a, b = make_log().inbox(), make_log().inbox()
-    assert isinstance(a, KafkaInboxStore)
+    assert isinstance(a, SealedInbox)
     sid = f"inbox-refresh-{time.monotonic_ns()}"
     assert a.entries(sid) == []
     b.put(sid, message("late"))

@@ -17,7 +17,7 @@ from ..core.validation import check_session_id
 from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError
 from ..ports.event_log import EventLog, RulesCache, WriterLease, opened
-from ..ports.inbox import InboxStore
+from ..ports.inbox import InboxStore, SealedInbox
 from ..ports.key_store import Sealer
 from .memory_inbox import MemoryInboxStore
 
@@ -33,7 +33,7 @@ class MemoryEventLog(EventLog):
         self._epochs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._rules = RulesCache(lambda sid: self._read(sid, 0, None))
-        self._inbox = MemoryInboxStore()
+        self._inbox = SealedInbox(MemoryInboxStore(), lambda _reading: self.sealer)
 
     def append(
         self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None

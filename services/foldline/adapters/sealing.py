@@ -38,7 +38,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..core import codec
 from ..core.events import Envelope
-from ..core.sealing import has_content, open_event, seal_event
+from ..core.inbox import InboxEntry
+from ..core.sealing import has_content, open_entry, open_event, seal_entry, seal_event
 from ..errors import ConfigError, ContentErased, KeyMissing
 from ..ports.key_store import KEY_BYTES, KeyStore, SessionKey, subject_digest
 
@@ -291,6 +292,50 @@ class ContentSealer:
                 return decrypt_token(cipher, token, aad)
 
             out[i] = open_event(env, session_id, decrypt)
+        return out
+
+    def seal_entry(self, session_id: str, entry: InboxEntry) -> InboxEntry:
+        """``entry`` with its content sealed under the session's key (created on first use), for a session's
+        inbox; as it is when encryption is off. :class:`~foldline.errors.ContentErased` when the session was
+        erased, encryption on or off: nothing more may be entered into it."""
+        if not self.seal_new:
+            if self.erased(session_id):
+                raise ContentErased(session_id, "nothing can be entered into its inbox")
+            return entry
+        held = self._key(session_id, create=True)
+        assert held is not None
+        cipher = held.cipher
+        if cipher is None:
+            raise ContentErased(session_id, "nothing can be entered into its inbox")
+
+        def encrypt(plaintext: bytes, aad: bytes) -> str:
+            return encrypt_token(cipher, plaintext, aad)
+
+        return entry if entry.sealed is not None else seal_entry(entry, session_id, held.key.kid, encrypt)
+
+    def open_entries(self, session_id: str, entries: Iterable[InboxEntry]) -> list[InboxEntry]:
+        """Inbox ``entries`` with their content opened. A sealed entry of an erased session is
+        :class:`~foldline.errors.ContentErased` (an entry is only ever read to be taken into the log); a key
+        that is not there, or not the one the entry names, :class:`~foldline.errors.KeyMissing`."""
+        out = list(entries)
+        for i, entry in enumerate(out):
+            seal = entry.sealed
+            if seal is None:
+                continue
+            where = f"session {session_id!r} inbox entry {entry.id!r}"
+            held = self._key(session_id, create=False)
+            if held is None:
+                raise KeyMissing(seal.kid, where)
+            if held.key.kid != seal.kid:
+                raise KeyMissing(seal.kid, f"{where} (the store's key is {held.key.kid})")
+            cipher = held.cipher
+            if cipher is None:
+                raise ContentErased(session_id, f"its inbox entry {entry.id!r} cannot be taken")
+
+            def decrypt(token: str, aad: bytes, cipher: AESGCM = cipher) -> bytes | None:
+                return decrypt_token(cipher, token, aad)
+
+            out[i] = open_entry(entry, session_id, decrypt)
         return out
 
     def close(self) -> None:

@@ -122,6 +122,35 @@ class SqliteInboxStore(InboxStore):
             except sqlite3.Error as exc:
                 raise log._translated(exc, f"removing entries from the inbox of session {session_id!r}") from exc
 
+    def purge(self, session_id: str) -> list[str]:
+        """Delete every row of the session with ``secure_delete`` on (the freed cells are zeroed); the log's
+        ``scrub`` then leaves no copy in the write-ahead log or free pages."""
+        check_session_id(session_id)
+        log = self._log
+        log._writable(f"purging the inbox of session {session_id!r}")
+        with log._lock:
+            db = log._db
+            try:
+                db.execute("PRAGMA secure_delete=ON")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    rows = db.execute(
+                        "SELECT entry_id FROM inbox WHERE session_id=? ORDER BY rowid", (session_id,)
+                    ).fetchall()
+                    db.execute("DELETE FROM inbox WHERE session_id=?", (session_id,))
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []
+                raise log._translated(exc, f"purging the inbox of session {session_id!r}") from exc
+            except sqlite3.Error as exc:
+                raise log._translated(exc, f"purging the inbox of session {session_id!r}") from exc
+        return [str(r[0]) for r in rows]
+
     def sessions(self) -> list[str]:
         log = self._log
         with log._lock:

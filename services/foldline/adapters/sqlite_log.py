@@ -50,7 +50,7 @@ from ..core.validation import LogRules, check_session_id
 from ..core.wire import decode_event, encode_event, encoded_size
 from ..errors import ConflictError, FencedError, FormatError, StoreBusy, StoreUnavailable
 from ..ports.event_log import EncodedEvent, EventLog, RulesCache, WriterLease, opened
-from ..ports.inbox import InboxStore
+from ..ports.inbox import InboxStore, SealedInbox
 from ..ports.key_store import Sealer
 from .sqlite_inbox import INBOX_SCHEMA, SqliteInboxStore
 
@@ -131,7 +131,10 @@ class SqliteEventLog(EventLog):
         self._lock = threading.Lock()
         self._rules = RulesCache(self._read_all)
         self._checkpointer: _Checkpointer | None = None
-        self._inbox = SqliteInboxStore(self)
+        self._inbox = SealedInbox(
+            SqliteInboxStore(self),
+            lambda reading: self.sealer if self.sealer is not None or not reading else self._keys_beside(),
+        )
         if read_only:
             self._db = self._open_read_only(path, busy_timeout_s)
             return
@@ -387,7 +390,8 @@ class SqliteEventLog(EventLog):
         return WriterLease(session_id, int(epoch))
 
     def inbox(self) -> InboxStore:
-        """The ``inbox`` table of this database (:mod:`.sqlite_inbox`), on this log's connection."""
+        """The ``inbox`` table of this database (:mod:`.sqlite_inbox`), on this log's connection; entries sealed
+        and opened by this log's sealer (:class:`~foldline.ports.inbox.SealedInbox`)."""
         return self._inbox
 
     def close(self) -> None:

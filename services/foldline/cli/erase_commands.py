@@ -131,7 +131,7 @@ def erase(
         literal(
             f"  keys destroyed {outcome.keys_destroyed}, folds erased {outcome.folds_erased}, objects removed "
             f"{len(outcome.objects_removed)} (kept, still referenced elsewhere: {len(outcome.objects_kept)}), "
-            f"export files removed {len(outcome.exports_removed)}"
+            f"export files removed {len(outcome.exports_removed)}, inbox entries removed {len(outcome.inbox_removed)}"
         )
     )
     if outcome.sealed_in_place:

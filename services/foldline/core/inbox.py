@@ -7,6 +7,9 @@ canonical JSON of :class:`InboxEntry` (docs/FORMAT.md §6):
 
     {"id":"…","item":{"content":[…],"kind":"message","source":"inject"},"time":1767225600000}
     {"id":"…","item":{"callId":"…","kind":"decision","verdict":"allow",…},"time":1767225600000}
+
+With encryption on, the content of the item is sealed under the session's data key like an event's
+(``core/sealing.py``, :func:`~.sealing.seal_entry`) and the entry carries ``"sealed":{"kid":…,"v":1}``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from ..errors import FormatError
 from . import codec
 from .content import ContentBlock
-from .events import ApprovalVerdict
+from .events import ApprovalVerdict, Seal
 from .records import Id, Nat, Record, read_json, to_json
 
 __all__ = ["InboxDecision", "InboxEntry", "InboxItemRecord", "InboxMessage", "decode_entry", "encode_entry"]
@@ -43,11 +46,15 @@ InboxItemRecord = InboxMessage | InboxDecision
 
 
 class InboxEntry(Record, frozen=True):
-    """One entry of a session's inbox: its id (unique within the session), when it was put (epoch ms), and what."""
+    """One entry of a session's inbox: its id (unique within the session), when it was put (epoch ms), and what.
+
+    ``sealed`` says the item's content (a message's content fields, a decision's ``reason`` and ``arguments``)
+    is stored as tokens under the session's data key (:func:`~.sealing.seal_entry`, docs/FORMAT.md §6)."""
 
     id: Id
     time: Nat
     item: InboxItemRecord
+    sealed: Seal | None = None
 
 
 def encode_entry(entry: InboxEntry) -> bytes:

@@ -32,6 +32,7 @@ from ..errors import ContentCorrupt, ContentErased, FormatError
 from . import codec
 from .events import EVENT_TYPES, Envelope, Seal, UnknownEvent
 from .frozen import FrozenDict, freeze_json, freeze_ordered
+from .inbox import InboxDecision, InboxEntry
 from .records import ArrT, JsonT, RecT, StrT, TagT, record_spec
 
 __all__ = [
@@ -45,8 +46,11 @@ __all__ = [
     "content_paths",
     "erased_view",
     "has_content",
+    "entry_associated_data",
+    "open_entry",
     "open_event",
     "refuse_sealed",
+    "seal_entry",
     "seal_event",
 ]
 
@@ -57,6 +61,7 @@ SEALED_KEY = "sealed"
 #: What a command shows in place of content that was erased.
 ERASED = "[erased]"
 _AAD_TAG = "foldline-sealed"
+_INBOX_AAD_TAG = "foldline-sealed-inbox"
 
 Encrypt = Callable[[bytes, bytes], str]
 Decrypt = Callable[[str, bytes], bytes | None]
@@ -228,6 +233,87 @@ def open_event(env: Envelope, session_id: str, decrypt: Decrypt) -> Envelope:
             raise ContentCorrupt(f"{etype} field {path} (not {'UTF-8' if kind == 'str' else 'JSON'})", seq) from exc
 
     return Envelope(env.seq, env.time, _walk(env.data, "", visit), env.ignorable)
+
+
+# ------------------------------------------------------------------------------------------ inbox entries
+
+#: The fields of an inbox decision that are content: the approver's words and the arguments a call runs with.
+_DECISION_CONTENT = ("reason", "arguments")
+
+
+def entry_associated_data(session_id: str, kid: str, entry_id: str, path: str) -> bytes:
+    """What a sealed value of an inbox entry is bound to: the canonical JSON of
+    ``["foldline-sealed-inbox", 1, session id, key id, entry id, path]`` (``path``: ``item.content[0].text``,
+    ``item.reason``, ``item.arguments``). A token moved to another entry, field or session no longer opens, nor
+    does one moved into an event (another tag)."""
+    return codec.canonical_json([_INBOX_AAD_TAG, SEAL_VERSION, session_id, kid, entry_id, path])
+
+
+def _entry_walk(entry: InboxEntry, visit: _Visit) -> InboxEntry:
+    """``entry`` with each content value of its item replaced by ``visit(kind, value, path)``."""
+    item = entry.item
+    if isinstance(item, InboxDecision):
+        changes = {
+            name: visit("str", getattr(item, name), f"item.{name}")
+            for name in _DECISION_CONTENT
+            if getattr(item, name) is not None
+        }
+        new_item: Any = msgspec.structs.replace(item, **changes) if changes else item
+    else:
+        new_item = _walk(item, "item", visit)
+    return msgspec.structs.replace(entry, item=new_item) if new_item is not item else entry
+
+
+def seal_entry(entry: InboxEntry, session_id: str, kid: str, encrypt: Encrypt) -> InboxEntry:
+    """``entry`` with the content of its item sealed under the data key ``kid`` and marked ``sealed``;
+    ``entry`` itself when its item holds no content (a bare ``allow``)."""
+    if entry.sealed is not None:
+        raise ValueError(f"inbox entry {entry.id!r} is sealed already")
+    sealed = 0
+
+    def visit(kind: str, value: Any, path: str) -> Any:
+        nonlocal sealed
+        sealed += 1
+        aad = entry_associated_data(session_id, kid, entry.id, path)
+        if kind == "str":
+            return encrypt(value.encode("utf-8"), aad)
+        return FrozenDict({SEALED_KEY: encrypt(codec.canonical_json(value), aad)})
+
+    new = _entry_walk(entry, visit)
+    if not sealed:
+        return entry
+    return msgspec.structs.replace(new, sealed=Seal(kid, SEAL_VERSION))
+
+
+def open_entry(entry: InboxEntry, session_id: str, decrypt: Decrypt) -> InboxEntry:
+    """``entry`` with its content opened (``decrypt`` holds the key ``entry.sealed`` names); ``entry`` when it
+    is not sealed. :class:`~foldline.errors.ContentCorrupt` for a value that does not authenticate."""
+    seal = entry.sealed
+    if seal is None:
+        return entry
+    where = f"inbox entry {entry.id!r}"
+    if seal.v != SEAL_VERSION:
+        raise FormatError(
+            "sealed", f"{where} is sealed with format version {seal.v}; this foldline opens {SEAL_VERSION}"
+        )
+
+    def visit(kind: str, value: Any, path: str) -> Any:
+        token = value
+        if kind in {"json", "ojson"}:
+            token = value.get(SEALED_KEY) if len(value) == 1 else None
+            if not isinstance(token, str):
+                raise FormatError("sealed", f"{where} field {path} must be {{{SEALED_KEY!r}: token}} when sealed")
+        plain = decrypt(token, entry_associated_data(session_id, seal.kid, entry.id, path))
+        if plain is None:
+            raise ContentCorrupt(f"{where} field {path}")
+        try:
+            if kind == "str":
+                return plain.decode("utf-8")
+            return freeze_ordered(codec.loads(plain)) if kind == "ojson" else freeze_json(codec.loads(plain))
+        except ValueError as exc:
+            raise ContentCorrupt(f"{where} field {path} (not {'UTF-8' if kind == 'str' else 'JSON'})") from exc
+
+    return msgspec.structs.replace(_entry_walk(entry, visit), sealed=None)
 
 
 def content_paths(env: Envelope) -> list[str]:

@@ -16,16 +16,24 @@ Contract (``tests/contracts/inbox.py`` runs it against every adapter):
 * ``remove`` drops the named entries; an unknown id is ignored. ``entries`` never lists a removed entry.
 * Entries of one session never appear in another's; a session without entries lists none.
 * A store opened read-only refuses ``put`` and ``remove`` with :class:`~foldline.errors.StoreUnavailable`.
+* ``purge`` removes every entry of the session and returns their ids (an erasure: docs/ERASURE.md); the
+  embedded store leaves no byte of them in its file's pages.
+
+A log with a sealer hands out its store wrapped in :class:`SealedInbox`: entries are sealed under the session's
+data key as they are put and opened as they are read (docs/ERASURE.md); ``stored`` reads them as stored.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
 from ..core.inbox import InboxEntry
+from ..errors import ConfigError
+from .key_store import Sealer
 
-__all__ = ["InboxStore"]
+__all__ = ["InboxStore", "SealedInbox"]
 
 
 class InboxStore(abc.ABC):
@@ -52,6 +60,16 @@ class InboxStore(abc.ABC):
         """Sessions with at least one entry, sorted (default: none known — a store that cannot list says so)."""
         return []
 
+    def stored(self, session_id: str) -> list[InboxEntry]:
+        """The session's entries as stored (sealed content left sealed), in the order they were put."""
+        return self.entries(session_id)
+
+    def purge(self, session_id: str) -> list[str]:
+        """Remove every entry of the session (an erasure); the ids of those removed, in put order."""
+        ids = [e.id for e in self.stored(session_id)]
+        self.remove(session_id, ids)
+        return ids
+
     async def entries_async(self, session_id: str) -> list[InboxEntry]:
         """:meth:`entries`, awaitable (a store that waits on a server runs it off the event loop)."""
         return self.entries(session_id)
@@ -66,3 +84,72 @@ class InboxStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+
+class SealedInbox(InboxStore):
+    """``store`` with its entries' content sealed by the log's sealer as they are put and opened as they are
+    read. ``sealer(reading)`` is the sealer to use now (for reading, a log without one may offer the keys beside
+    it); ``None`` puts entries as they are and refuses to read sealed ones (ConfigError)."""
+
+    def __init__(self, store: InboxStore, sealer: Callable[[bool], Sealer | None]) -> None:
+        self.inner = store
+        self._sealer = sealer  # sealer(for_reading): the log's sealer, or for reading the keys beside the log
+
+    @property
+    def writable(self) -> bool:
+        return self.inner.writable
+
+    def _sealed(self, session_id: str, entry: InboxEntry) -> InboxEntry:
+        sealer = self._sealer(False)
+        return sealer.seal_entry(session_id, entry) if sealer is not None else entry
+
+    def _opened(self, session_id: str, entries: list[InboxEntry]) -> list[InboxEntry]:
+        if not any(e.sealed is not None for e in entries):
+            return entries
+        sealer = self._sealer(True)
+        if sealer is None:
+            raise ConfigError(
+                f"the inbox of session {session_id!r} holds sealed entries but the log was opened without its key "
+                "store; open it through foldline's configuration (open_stores)"
+            )
+        return sealer.open_entries(session_id, entries)
+
+    def put(self, session_id: str, entry: InboxEntry, *, unique: str | None = None) -> bool:
+        return self.inner.put(session_id, self._sealed(session_id, entry), unique=unique)
+
+    def entries(self, session_id: str) -> list[InboxEntry]:
+        return self._opened(session_id, self.inner.entries(session_id))
+
+    def remove(self, session_id: str, entry_ids: Sequence[str]) -> None:
+        self.inner.remove(session_id, entry_ids)
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
+
+    def stored(self, session_id: str) -> list[InboxEntry]:
+        return self.inner.stored(session_id)
+
+    def purge(self, session_id: str) -> list[str]:
+        return self.inner.purge(session_id)
+
+    # A store whose calls return at once (memory, the embedded file) keeps the port's defaults, which call the
+    # methods above; one that waits on a server (Kafka) runs its own awaitable forms off the event loop.
+
+    async def entries_async(self, session_id: str) -> list[InboxEntry]:
+        if type(self.inner).entries_async is InboxStore.entries_async:
+            return self.entries(session_id)
+        return self._opened(session_id, await self.inner.entries_async(session_id))
+
+    async def put_async(self, session_id: str, entry: InboxEntry, *, unique: str | None = None) -> bool:
+        if type(self.inner).put_async is InboxStore.put_async:
+            return self.put(session_id, entry, unique=unique)
+        return await asyncio.to_thread(self.put, session_id, entry, unique=unique)  # sealing may ask the key store
+
+    async def remove_async(self, session_id: str, entry_ids: Sequence[str]) -> None:
+        if type(self.inner).remove_async is InboxStore.remove_async:
+            self.remove(session_id, entry_ids)
+        else:
+            await self.inner.remove_async(session_id, entry_ids)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 
 from ..core import codec
 from ..core.events import Envelope
+from ..core.inbox import InboxEntry
 
 __all__ = [
     "KEY_BYTES",
@@ -112,6 +113,8 @@ class ErasureRecord:
 
     ``objects`` are the attachment store objects the erased sessions referenced (images, archived request bodies,
     whole tool outputs), noted before the keys were destroyed: an interrupted erasure goes on from this list.
+    ``inbox`` names the entries the sessions' inboxes held when it was planned (every entry of an erased session
+    is removed, these and any put since).
     ``report`` counts what was removed (filled in when it is done)."""
 
     erasure_id: str
@@ -125,6 +128,7 @@ class ErasureRecord:
     done_ms: int | None = None
     objects: tuple[str, ...] = ()
     report: dict[str, Any] = field(default_factory=dict)
+    inbox: tuple[str, ...] = ()  # the sessions' inbox entries when planned, ``<session id>/<entry id>`` (no content)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -138,6 +142,8 @@ class ErasureRecord:
             "objects": list(self.objects),
             "report": dict(self.report),
         }
+        if self.inbox:
+            out["inbox"] = list(self.inbox)
         if self.reason is not None:
             out["reason"] = self.reason
         if self.done_ms is not None:
@@ -158,6 +164,7 @@ class ErasureRecord:
             done_ms=value.get("doneMs"),
             objects=tuple(value.get("objects", ())),
             report=dict(value.get("report", {})),
+            inbox=tuple(value.get("inbox", ())),
         )
 
 
@@ -227,6 +234,16 @@ class Sealer(Protocol):
 
     def bind(self, session_id: str, subject: str) -> None:
         """Put the session in the subject's erasure scope (before its first sealed event)."""
+        ...
+
+    def seal_entry(self, session_id: str, entry: InboxEntry) -> InboxEntry:
+        """An inbox entry with its content sealed (as it is when ``seal_new`` is off); ContentErased when the
+        session's key was destroyed."""
+        ...
+
+    def open_entries(self, session_id: str, entries: Iterable[InboxEntry]) -> list[InboxEntry]:
+        """Inbox entries with their content opened; ContentErased for an erased session's sealed entry,
+        KeyMissing for a lost key."""
         ...
 
     def inherit(self, child_id: str, parent_id: str) -> None:

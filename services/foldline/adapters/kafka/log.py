@@ -62,7 +62,7 @@ from ...core.wire import encode_event
 from ...errors import ConfigError, ConflictError, FencedError, StoreUnavailable, ValidationError
 from ...ports.archive import ArchiveReader
 from ...ports.event_log import EventLog, WriterLease, opened
-from ...ports.inbox import InboxStore
+from ...ports.inbox import InboxStore, SealedInbox
 from ...ports.key_store import Sealer
 from ..avro import AvroCodec
 from .archive_tail import ArchiveAndTail
@@ -292,7 +292,7 @@ class KafkaEventLog(EventLog):
         self._follower: Follower | None = None
         self._executor = ThreadPoolExecutor(_BLOCKING_THREADS, thread_name_prefix="foldline-kafka")
         self._starting: dict[int, asyncio.Future[str]] = {}  # writers being started for asyncio callers
-        self._inbox: KafkaInboxStore | None = None
+        self._inbox: SealedInbox | None = None
 
     # -------------------------------------------------------------- EventLog
 
@@ -569,17 +569,20 @@ class KafkaEventLog(EventLog):
 
     def inbox(self) -> InboxStore:
         """The sessions' inboxes on ``<topic>.inbox`` (:mod:`.inbox`), opened on first use with this log's
-        clients and topic policy."""
+        clients and topic policy; entries sealed and opened by this log's sealer."""
         with self._ready_lock:
             if self._closed:
                 raise StoreUnavailable("this KafkaEventLog is closed")
             if self._inbox is None:
-                self._inbox = KafkaInboxStore(
-                    self._clients,
-                    topic=self.topic,
-                    partitions=self.partitions,
-                    policy=self.policy,
-                    create_topic=self._create_topics,
+                self._inbox = SealedInbox(
+                    KafkaInboxStore(
+                        self._clients,
+                        topic=self.topic,
+                        partitions=self.partitions,
+                        policy=self.policy,
+                        create_topic=self._create_topics,
+                    ),
+                    lambda _reading: self.sealer,
                 )
             return self._inbox
 
