@@ -13,6 +13,7 @@ import json
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,19 @@ class Phoenix:
             if not cursor:
                 return out
 
-    def wait_for(self, project: str, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-        """The project's spans once there are at least ``count`` (they arrive in batches), else a failure."""
+    def wait_for(
+        self,
+        project: str,
+        count: int,
+        timeout_s: float = 60.0,
+        until: Callable[[list[dict[str, Any]]], bool] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The project's spans once there are at least ``count`` (they arrive in batches) and ``until`` holds of
+        them; what there is at the deadline otherwise (the caller's assertions then say what is missing)."""
         deadline = time.monotonic() + timeout_s
         while True:
             found = self.spans(project)
-            if len(found) >= count or time.monotonic() > deadline:
+            if (len(found) >= count and (until is None or until(found))) or time.monotonic() > deadline:
                 return found
             time.sleep(0.5)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from foldline.adapters.sqlite_log import DB_NAME, SqliteEventLog
-from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall
+from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnStart
 from foldline.core.usage import normalize_usage
 from tests.distributed.conftest import distributed_env  # noqa: F401  (the fixture)
 
@@ -95,7 +95,13 @@ def test_the_demos_spans_arrive_with_the_token_counts_of_the_log(
     # one chat span per request the log dispatched (demo-approval's paused step was sent: its answer waits)
     steps = sum(isinstance(e.data, RequestDispatch) for evs in events.values() for e in evs)
     assert steps >= sum(len(s["steps"]) for s in out["sessions"])
-    spans = phoenix.wait_for(project, steps)
+    turns = sum(isinstance(e.data, TurnStart) for evs in events.values() for e in evs)
+
+    def complete(found: list[dict[str, Any]]) -> bool:  # every chat span and every turn's span has arrived
+        kinds = Counter(s["name"].split(" ")[0] for s in found)
+        return kinds["chat"] >= steps and kinds["invoke_agent"] >= turns
+
+    spans = phoenix.wait_for(project, steps, until=complete)
     names = Counter(s["name"].split(" ")[0] for s in spans)
     assert names["chat"] == steps
     assert names["invoke_agent"] >= len(sessions)
