@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from foldline.adapters.sqlite_log import DB_NAME, SqliteEventLog
-from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnStart
+from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, ToolCall, TurnEnd, TurnStart
 from foldline.core.usage import normalize_usage
 from tests.distributed.conftest import distributed_env  # noqa: F401  (the fixture)
 
@@ -45,6 +45,11 @@ def _otel(project: str, **more: str) -> dict[str, str]:
 
 
 def _check_against_the_log(events_by_session: dict[str, list[Envelope]], spans: list[dict[str, Any]]) -> None:
+    paused = {
+        sid
+        for sid, events in events_by_session.items()
+        if sum(isinstance(e.data, TurnStart) for e in events) > sum(isinstance(e.data, TurnEnd) for e in events)
+    }
     chats = {
         (s["attributes"]["gen_ai.conversation.id"], s["attributes"]["foldline.response.seq"]): s
         for s in spans
@@ -69,7 +74,7 @@ def _check_against_the_log(events_by_session: dict[str, list[Envelope]], spans: 
                 assert a["gen_ai.response.id"] == e.data.provider_message_id
                 assert a["foldline.seq"] == dispatch.seq
                 assert a["foldline.request.digest"] == dispatch.data.digest
-                assert span["parent_id"] in turns
+                assert span["parent_id"] in turns or sid in paused
                 answered += 1
                 dispatch = None
     assert answered == len(chats)
@@ -95,7 +100,9 @@ def test_the_demos_spans_arrive_with_the_token_counts_of_the_log(
     # one chat span per request the log dispatched (demo-approval's paused step was sent: its answer waits)
     steps = sum(isinstance(e.data, RequestDispatch) for evs in events.values() for e in evs)
     assert steps >= sum(len(s["steps"]) for s in out["sessions"])
-    turns = sum(isinstance(e.data, TurnStart) for evs in events.values() for e in evs)
+    # a turn's span ends with the turn: demo-approval's turn is still open (paused on an approval), so its span is not
+    # exported yet and its chat spans have no parent to be found
+    turns = sum(isinstance(e.data, TurnEnd) for evs in events.values() for e in evs)
 
     def complete(found: list[dict[str, Any]]) -> bool:  # every chat span and every turn's span has arrived
         kinds = Counter(s["name"].split(" ")[0] for s in found)
