@@ -65,7 +65,6 @@ def _turns(index: int) -> list[list[Envelope]]:
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # kill -9 at scale: its timing limits assume the machine to itself
 def test_kill_9_of_the_archiver_while_it_merges_loses_nothing_and_leaves_nothing_unnamed(bucket: str) -> None:
     rng = random.Random(40)
     endpoint = env_or_fail("FOLDLINE_S3_ENDPOINT")
