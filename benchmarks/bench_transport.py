@@ -105,7 +105,7 @@ def _fleet(data_dir: Path, settings: TransportSettings) -> dict[str, Any]:
         log = SqliteEventLog(data_dir)
         sender = RetryingSender(settings)
         provider = AnthropicProvider(None, None, url, settings=settings)
-        lowest = [settings.concurrency_initial]
+        lowest = [settings.initial_limit]
 
         async def one(i: int) -> str:
             agent = Agent(

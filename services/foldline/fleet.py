@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .config import Config, Stores
 from .core.content import TextBlock
@@ -35,6 +36,9 @@ from .loop.agent import StepRecord
 from .ports.step_dispatch import StepDispatcher
 from .providers.retry import RetryingSender
 from .replay.verify import VerifyReport, verify_events
+
+if TYPE_CHECKING:
+    from .adapters.kafka.writer import WriterTimes
 
 __all__ = ["PHASES", "FleetResult", "SessionOutcome", "percentile", "run_fleet"]
 
@@ -67,6 +71,8 @@ class FleetResult:
     run_s: float  # running every step
     verify_s: float
     gc_s: float = 0.0  # of run_s, in the garbage collector
+    ramp_s: float = 0.0  # the sessions' first steps spread over this long
+    log_times: dict[str, float | int] | None = None  # the run's appends: where the group writers spent the time
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -111,6 +117,8 @@ class FleetResult:
             "steps_per_s": round(self.steps / self.run_s, 1) if self.run_s else None,
             "verify_s": round(self.verify_s, 4),
             "gc_s": round(self.gc_s, 4),
+            "ramp_s": self.ramp_s,
+            "log_times": self.log_times,
             "verified": self.verified,
             "checked": self.checked,
             "ok": self.ok,
@@ -151,11 +159,15 @@ async def run_fleet(
     sessions: int,
     steps: int,
     prefix: str | None = None,
+    ramp_s: float = 0.0,
     on_phase: Callable[[str, int], None] | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> FleetResult:
     """Open ``sessions`` new sessions named ``<prefix>-NNNNN``, run ``steps`` steps in each concurrently
     through ``dispatcher``, then verify them all from ``stores.log``.
+
+    ``ramp_s``: session ``i`` starts its first step ``i / sessions * ramp_s`` seconds into the run, as a
+    fleet's sessions arrive over time (0: all in the same instant, the first step a burst of ``sessions``).
 
     ``on_phase(name, total)`` is called as each phase (``open``, ``run``, ``verify``) begins; ``on_step``
     after each step. The caller owns ``stores`` and ``dispatcher``.
@@ -169,6 +181,8 @@ async def run_fleet(
         )
     if sessions < 1 or steps < 1:
         raise ConfigError("foldline fleet needs at least one session and one step")
+    if ramp_s < 0:
+        raise ConfigError(f"foldline fleet: --ramp must be 0 or more seconds (got {ramp_s:g})")
     run = prefix or f"fleet-{uuid.uuid4().hex[:8]}"
     outcomes = [SessionOutcome(f"{run}-{i:05d}") for i in range(sessions)]
     # One provider (it names the provider and serializes; the dispatchers do the sending) and one toolset
@@ -201,9 +215,11 @@ async def run_fleet(
     agents = await asyncio.gather(*(open_one(o) for o in outcomes))
     open_s = time.monotonic() - began
 
-    async def run_one(outcome: SessionOutcome, agent: Agent | None) -> None:
+    async def run_one(i: int, outcome: SessionOutcome, agent: Agent | None) -> None:
         if agent is None:
             return
+        if ramp_s:
+            await asyncio.sleep(ramp_s * i / sessions)
         try:
             await _run_one(outcome, agent, steps, tick)
         except Exception as exc:
@@ -219,11 +235,13 @@ async def run_fleet(
     thresholds = gc.get_threshold()
     gc.set_threshold(50_000, 50, 100)  # a young collection per 50,000 allocations, not 700
     pauses = _GcPauses()
+    times_before = _writer_times(stores)
     began = time.monotonic()
     try:
-        await asyncio.gather(*(run_one(o, a) for o, a in zip(outcomes, agents, strict=True)))
+        await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
     finally:
         run_s = time.monotonic() - began
+        times_after = _writer_times(stores)
         await provider.aclose()
         pauses.close()
         gc.set_threshold(*thresholds)
@@ -242,7 +260,18 @@ async def run_fleet(
         except Exception as exc:  # reported per session, like a failed run
             outcome.error = outcome.error or f"verify: {_error_line(exc)}"
     verify_s = time.monotonic() - began
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds)
+    log_times = None
+    if times_before is not None and times_after is not None:
+        times_after.subtract(times_before)
+        log_times = times_after.to_json()
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times)
+
+
+def _writer_times(stores: Stores) -> WriterTimes | None:
+    """Where the Kafka log's group writers spent their appends' time so far (None for another log)."""
+    from .adapters.kafka import KafkaEventLog  # the distributed backend's log (its extra is installed)
+
+    return stores.log.writer_times() if isinstance(stores.log, KafkaEventLog) else None
 
 
 class _GcPauses:

@@ -30,7 +30,8 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
         with worker_processes(config, stores, projectors=1, dispatchers=1) as workers:
             assert workers.stream is not None
             env = {**os.environ, **config.to_env(), "FOLDLINE_BACKEND": "distributed"}
-            args = ["fleet", "--sessions", "6", "--steps", "4", "--prefix", "fl", "--stream", workers.stream, "--json"]
+            args = ["fleet", "--sessions", "6", "--steps", "4", "--prefix", "fl", "--stream", workers.stream]
+            args += ["--ramp", "0.5", "--json"]  # the sessions' first steps spread over half a second
             done = subprocess.run(
                 [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
             )
@@ -52,6 +53,12 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
                 "overhead",
             } <= set(parts)
             assert parts["total"]["p50"] >= parts["send"]["p50"] > 0
+            assert report["ramp_s"] == 0.5
+            times = report["log_times"]  # where the run's appends spent their time, from the group writers
+            assert times["appends"] >= 24 * 2  # at least the opening and request/dispatch of every step
+            assert times["groups"] >= 1
+            assert min(times["queued_ms"], times["acked_ms"], times["committed_ms"]) >= 0
+            assert times["acked_ms"] > 0
         for i in range(6):  # the log itself says so, read back by another process
             events = stores.log.read(f"fl-{i:05d}")
             assert sum(isinstance(e.data, RequestDispatch) for e in events) == 4

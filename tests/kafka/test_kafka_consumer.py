@@ -119,3 +119,44 @@ def test_rule_state_stays_bounded_and_evicted_sessions_re_anchor_from_the_log(
     assert not [i for i in items if isinstance(i, DeadLetter)]
     for sid in sessions:
         assert [i.event for i in items if isinstance(i, ConsumedEvent) and i.session_id == sid] == events
+
+
+def test_a_lone_record_is_handed_over_as_it_arrives_and_a_backlog_in_one_batch(kafka_bootstrap: str) -> None:
+    """``consume_ready`` waits for the first record only: a record that comes alone is returned at once, not
+    after the timeout (librdkafka's ``consume(n, timeout)`` holds it until it has ``n``); records already
+    fetched come together."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    from foldline.adapters.kafka.clients import consume_ready
+
+    topic = f"test.consume-ready.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
+    try:
+        consumer.subscribe([topic])
+        assert consume_ready(consumer, 500, 1.0) == []  # nothing yet: the whole (short) timeout, then none
+        producer.produce(topic, b"alone")
+        producer.flush(10)
+        began = time.monotonic()
+        got = consume_ready(consumer, 500, 60.0)  # with consume(500, 60) this would wait the minute
+        assert [m.value() for m in got] == [b"alone"]
+        assert time.monotonic() - began < 30  # it did not wait for the batch to fill
+        for i in range(20):
+            producer.produce(topic, f"r{i}".encode())
+        producer.flush(10)
+        seen: list[bytes | None] = []
+        while len(seen) < 20:
+            batch = consume_ready(consumer, 500, 10.0)
+            assert batch, "the backlog was not delivered"
+            seen += [m.value() for m in batch]
+        assert seen == [f"r{i}".encode() for i in range(20)]
+    finally:
+        consumer.close()
+        for future in admin.delete_topics([topic]).values():
+            future.result(timeout=30)

@@ -383,6 +383,35 @@ def test_handing_a_session_back_and_forth_fences_only_that_session(make_log: Mak
     assert fresh.read(t) == events[:4]
 
 
+def test_a_take_over_fences_both_producers_of_the_group_writer(make_log: MakeLog) -> None:
+    """A group writer commits through two producers that take turns; the index entry names its writer id,
+    and a take-over by another instance fences both, so neither can commit anything afterwards — not even
+    the one whose transaction did not write the entry."""
+    s = _sid()
+    events = simple_log()
+    a, b = make_log(), make_log()
+    lease = a.acquire(s)
+    for head in range(0, 4):  # appends alternate between the two producers
+        assert a.append(s, head, events[head : head + 1], lease=lease) == head + 1
+    writer = a._writer_for(partition_for(s, a.partitions))
+    first, second = writer._producer, writer._alternate
+    assert first is not None
+    assert second is not None
+    assert kafka_writer.producer_ids(writer.writer_id or "") == (writer.writer_id, f"{writer.writer_id}/alt")
+    assert b.append(s, 4, events[4:5], lease=lease) == 5  # b takes the session over
+
+    def stale_commit(producer: Any) -> None:
+        producer.begin_transaction()
+        producer.produce(a.topic, value=b"stale", key=s, partition=partition_for(s, a.partitions))
+        producer.commit_transaction(10)
+
+    for producer in (first, second):
+        with pytest.raises(KafkaException):  # fenced: the transaction fails, nothing of it is visible
+            stale_commit(producer)
+    assert a.append(s, 5, events[5:6], lease=lease) == 6  # a takes it back (on the session's own producer)
+    assert make_log().read(s) == events[:6]
+
+
 def test_refused_batches_in_a_busy_group_send_nothing_and_spare_the_others(make_log: MakeLog) -> None:
     """The group writer encodes and checks every queued append; one it refuses (a seq gap, an event over
     the size limit) fails alone with its typed error, while the appends committed beside it land whole."""

@@ -370,3 +370,14 @@ def test_faults_parse_from_their_short_form_and_rates_are_deterministic() -> Non
     assert 0.045 < limited < 0.055
     assert 0.007 < overloaded < 0.013
     assert FaultPlan(by_index={7: Fault("reset-before")}, rates=plan.rates).fault_for(7) == Fault("reset-before")
+
+
+def test_the_provider_limit_starts_at_its_ceiling_unless_told_otherwise() -> None:
+    """A fleet's sessions do not wait for a slow start: by default the limit starts at ``concurrency_max`` and
+    only a provider's overload answers bring it down (docs/TRANSPORT.md)."""
+    assert TransportSettings().initial_limit == TransportSettings().concurrency_max == 1024
+    assert RetryingSender(TransportSettings()).limiter("anthropic").limit == 1024
+    assert RetryingSender(TransportSettings(concurrency_max=200)).limiter("anthropic").limit == 200
+    assert RetryingSender(TransportSettings(concurrency_initial=64)).limiter("anthropic").limit == 64
+    with pytest.raises(ValueError, match="concurrency_min <= concurrency_initial"):
+        TransportSettings(concurrency_initial=2000)

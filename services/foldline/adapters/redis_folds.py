@@ -13,6 +13,11 @@ the ``{...}`` hash tag keeps a session's keys in one cluster slot):
   (:class:`RedisPartitionMarks`, the other port kept here): ``done`` once the folds of everything the group
   consumed there are in this Redis. A Redis that lost its data lost these too, and projectors re-read the
   partitions whose mark is gone (docs/PROJECTOR.md).
+* ``<prefix>applied`` — a pub/sub channel, not a key: after each batch of applies (and each whole-fold
+  replace) the store publishes the batch's session ids, as a JSON list, in the same pipelined round trip.
+  A dispatcher waiting for folds subscribes to it (:class:`RedisAppliedNotices`) and looks at a fold when
+  its session is named, instead of polling every few milliseconds; a notice is a hint (pub/sub delivers at
+  most once), so the waiter still reads the fold and looks again after a bounded pause without one.
 * ``<prefix>{<session>}:journal`` — only with ``journal=True``: one entry per change, ``a:<from>:<to>``
   for a delta that applied events ``from..to`` and ``p:<seq>`` for a whole-fold replace. Tests read it
   to prove that no event was applied twice or skipped; production leaves it off.
@@ -32,20 +37,27 @@ session's script is still its own atomic unit). Redis errors reach callers as
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..core.fold import FoldDelta, FoldState
 from ..errors import ConfigError, StoreUnavailable
-from ..ports.fold_store import ERASED, ApplyResult, ApplyStatus, FoldStore, FoldTail
+from ..ports.fold_store import ERASED, AppliedNotices, ApplyResult, ApplyStatus, FoldStore, FoldTail
 from ..ports.partition_marks import PartitionMarks
 
-__all__ = ["RedisFoldStore", "RedisPartitionMarks"]
+__all__ = ["RedisAppliedNotices", "RedisFoldStore", "RedisPartitionMarks"]
+_LOG = logging.getLogger("foldline.folds")
+_NOTICES = itertools.count(1)  # numbers the subscriptions of this process (their Redis client names)
 _CHUNK = 4000  # Lua's unpack() is bounded by the C stack (8000 in Redis): push at most this many at once
 
 _PUSH = """
@@ -182,6 +194,7 @@ class RedisFoldStore(FoldStore):
         connect_timeout_s: float,
         max_connections: int,
         journal: bool = False,
+        notify: bool = True,
         client: redis.Redis | None = None,
     ) -> None:
         if not prefix:
@@ -189,6 +202,8 @@ class RedisFoldStore(FoldStore):
         self.url = _without_password(url)  # as it appears in messages
         self.prefix = prefix
         self.journal = journal
+        self.notify = notify  # publish the sessions of each apply on ``channel`` (tests turn it off)
+        self.channel = prefix + "applied"
         self._redis: redis.Redis = client or _client(url, socket_timeout_s, connect_timeout_s, max_connections)
         self._apply: Script = self._redis.register_script(_APPLY)
         self._put: Script = self._redis.register_script(_PUT)
@@ -225,8 +240,10 @@ class RedisFoldStore(FoldStore):
             ]
             args.extend(m for _, m in delta.messages)
             self._apply(keys=list(self.keys_of(session_id)), args=args, client=pipe)
+        if self.notify:  # after the scripts, on the same connection: a subscriber that hears it finds them applied
+            pipe.publish(self.channel, orjson.dumps(sorted({sid for sid, _ in deltas})))
         replies = self._execute(pipe, f"applying {len(deltas)} fold delta(s)")
-        return [_result(reply) for reply in replies]
+        return [_result(reply) for reply in replies[: len(deltas)]]
 
     def raise_epoch(self, session_id: str, epoch: int) -> None:
         self.raise_epochs({session_id: epoch})
@@ -251,11 +268,12 @@ class RedisFoldStore(FoldStore):
             1 if self.journal else 0,
             *state.messages,
         ]
-        reply = self._call(
-            lambda: self._put(keys=list(self.keys_of(state.session_id)), args=args),
-            f"replacing the fold of {state.session_id!r}",
-        )
-        return _result(reply)
+        pipe = self._redis.pipeline(transaction=False)
+        self._put(keys=list(self.keys_of(state.session_id)), args=args, client=pipe)
+        if self.notify:
+            pipe.publish(self.channel, orjson.dumps([state.session_id]))
+        replies = self._execute(pipe, f"replacing the fold of {state.session_id!r}")
+        return _result(replies[0])
 
     def get(self, session_id: str) -> FoldState | None:
         meta_key, msgs_key, _ = self.keys_of(session_id)
@@ -384,6 +402,10 @@ class RedisFoldStore(FoldStore):
         except RedisError as exc:
             raise _unavailable(self.url, "listing folds", exc) from exc
 
+    def notices(self) -> RedisAppliedNotices:
+        """A subscription to ``channel`` (its own connection and thread, started by ``start``)."""
+        return RedisAppliedNotices(self._redis, self.channel, self.url)
+
     def ping(self) -> bool:
         try:
             return bool(self._redis.ping())
@@ -397,6 +419,76 @@ class RedisFoldStore(FoldStore):
 
     def _call(self, fn: Any, what: str) -> Any:
         return _translated(self.url, fn, what)
+
+
+class RedisAppliedNotices(AppliedNotices):
+    """The fold store's ``<prefix>applied`` channel, read by one thread on a connection of its own.
+
+    Each message (a JSON list of session ids) is handed to ``on_applied``; ``on_applied(None)`` after every
+    (re)subscription, since messages published while the subscription was down are lost. A Redis that does
+    not answer is tried again every ``retry_s``, until :meth:`close`."""
+
+    def __init__(self, client: redis.Redis, channel: str, url: str, *, retry_s: float = 0.5) -> None:
+        # a connection of its own, named, so that it shows as this subscription in Redis's CLIENT LIST
+        self.client_name = f"foldline-fold-notices-{os.getpid()}-{next(_NOTICES):d}"
+        pool = client.connection_pool
+        self._redis = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=2,
+                **{**pool.connection_kwargs, "client_name": self.client_name},
+            )
+        )
+        self.channel = channel
+        self.url = url
+        self.retry_s = retry_s
+        self.received = 0  # messages delivered (tests, metrics)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, on_applied: Callable[[Sequence[str] | None], None]) -> None:
+        if self._thread is not None:
+            raise RuntimeError("these notices were started already")
+        self._thread = threading.Thread(target=self._run, args=(on_applied,), name="foldline-fold-notices", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._redis.close()
+
+    def _run(self, on_applied: Callable[[Sequence[str] | None], None]) -> None:
+        pubsub: Any = None
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.channel)
+                    on_applied(None)  # anything published before this moment was not heard
+                message = pubsub.get_message(timeout=0.5)
+                if message is None or message.get("type") != "message":
+                    continue
+                try:
+                    sessions = orjson.loads(message["data"])
+                except orjson.JSONDecodeError:
+                    _LOG.warning("ignoring a malformed fold notice on %s: %r", self.channel, message["data"][:200])
+                    continue
+                if isinstance(sessions, list):
+                    self.received += 1
+                    on_applied([s for s in sessions if isinstance(s, str)])
+            except RedisError as exc:
+                _LOG.info("fold notices from %s interrupted (%s); subscribing again", self.url, exc)
+                _close_pubsub(pubsub)
+                pubsub = None
+                self._stop.wait(self.retry_s)
+        _close_pubsub(pubsub)
+
+
+def _close_pubsub(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(RedisError):
+            pubsub.close()
 
 
 # KEYS: the marks hash. ARGV: partition, mark, expected mark. Sets the mark only while it is the expected one.

@@ -33,6 +33,14 @@ def fleet(
     prefix: Annotated[
         str | None, typer.Option("--prefix", help="Session ids are PREFIX-NNNNN (default: fleet-<random>).")
     ] = None,
+    ramp: Annotated[
+        float,
+        typer.Option(
+            "--ramp",
+            min=0.0,
+            help="Seconds over which the sessions start their first step, evenly spread (0: all at once).",
+        ),
+    ] = 0.0,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -75,6 +83,7 @@ def fleet(
                     sessions=sessions,
                     steps=steps,
                     prefix=prefix,
+                    ramp_s=ramp,
                     on_phase=on_phase,
                     on_step=on_step,
                 )

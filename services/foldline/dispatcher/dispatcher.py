@@ -7,8 +7,9 @@ writer, so a dispatcher writes nothing to the log and needs no Kafka client at a
 **prepare** —
 
 1. wait (bounded) until the fold store has applied the last event before the boundary
-   (:class:`FoldWatcher`: one poll of every waiting session per round); a fold already *past* the
-   boundary means the step is stale (:class:`~foldline.errors.ConflictError`, nothing built);
+   (:class:`FoldWatcher`: the fold is read when the store's notice names its session, with a bounded
+   fallback round for a lost notice); a fold already *past* the boundary means the step is stale
+   (:class:`~foldline.errors.ConflictError`, nothing built);
 2. build the request from the fold — its folded header and derived message bytes, never a loop's memory —
    with :func:`~foldline.replay.step.request_at`, as every path does; a session's later steps read and
    decode only the fold's messages past what its previous step held (:class:`_View`);
@@ -39,7 +40,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -60,7 +61,7 @@ from ..errors import (
 )
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
-from ..ports.fold_store import FoldStore, FoldTail
+from ..ports.fold_store import AppliedNotices, FoldStore, FoldTail
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff
 from ..providers.base import Body, Provider, Serializer
 from ..providers.framing import IncrementalBody
@@ -99,24 +100,56 @@ class _Wait:
     loop: asyncio.AbstractEventLoop
     applied: int = -1
     cause: str = ""
+    looked: bool = False  # checked at least once since it was added
 
 
 class FoldWatcher:
-    """Waits for many sessions' folds at once, on one thread: each round asks the applied seq of every
-    waiting session in one round trip (:meth:`FoldStore.applied_seqs`), then reads the folds that got
-    there in one more (:meth:`FoldStore.tails`). Rounds are ``poll_s`` apart while folds keep arriving,
-    backing off to ``max_poll_s`` while nothing does. A fold store that fails (Redis restarting) is retried
-    every round until each waiter's own deadline; the timeout then names the cause."""
+    """Waits for many sessions' folds at once, on one thread. A round asks the applied seq of the sessions it
+    looks at in one round trip (:meth:`FoldStore.applied_seqs`), then reads the folds that got there in one
+    more (:meth:`FoldStore.tails`).
 
-    def __init__(self, folds: FoldStore, *, poll_s: float = 0.002, max_poll_s: float = 0.02) -> None:
+    **Pushed** (a store with :meth:`FoldStore.notices`, e.g. Redis pub/sub; the default): a new wait is looked
+    at once, then again whenever a notice names its session — a fold is read the moment its projector applied
+    it, with no poll in between. Notices are a hint that may be lost, so every ``fallback_s`` (and at once
+    after the subscription was re-established) a round looks at every wait: a lost notice delays a step by at
+    most ``fallback_s``, never fails it. **Polled** (a store without notices, or ``notify=False``): rounds
+    ``poll_s`` apart while folds keep arriving, backing off to ``max_poll_s`` while nothing does.
+
+    A fold store that fails (Redis restarting) is retried every round until each waiter's own deadline; the
+    timeout then names the cause."""
+
+    def __init__(
+        self,
+        folds: FoldStore,
+        *,
+        poll_s: float = 0.002,
+        max_poll_s: float = 0.02,
+        fallback_s: float = 0.1,
+        notify: bool = True,
+    ) -> None:
         self._folds = folds
         self._poll_s = poll_s
         self._max_poll_s = max_poll_s
+        self.fallback_s = fallback_s
         self._cond = threading.Condition()
         self._waits: list[_Wait] = []
+        self._waiting: dict[str, int] = {}  # session -> waits of it (which notices matter)
+        self._named: set[str] = set()  # waited sessions named by a notice since the last look
+        self._missed = False  # notices may have been lost: look at every wait
         self._closed = False
+        self.settled_on_notice = 0  # waits settled by a round a notice or a new wait started
+        self.settled_on_pause = 0  # waits settled by a round after a pause (fallback or poll)
+        self.rounds = 0  # rounds done
+        self._notices: AppliedNotices | None = folds.notices() if notify else None
         self._thread = threading.Thread(target=self._run, name="foldline-fold-watcher", daemon=True)
         self._thread.start()
+        if self._notices is not None:
+            self._notices.start(self._on_applied)
+
+    @property
+    def pushed(self) -> bool:
+        """Whether notices from the store drive the rounds (else they are polled)."""
+        return self._notices is not None
 
     async def wait(self, session_id: str, seq: int, timeout_s: float, *, generation: int, known: int) -> FoldTail:
         """The session's fold (past the ``known`` messages of ``generation``) once it has applied ``seq``."""
@@ -126,14 +159,29 @@ class FoldWatcher:
             if self._closed:
                 raise StoreUnavailable("the dispatcher's fold watcher is closed")
             self._waits.append(_Wait(session_id, seq, generation, known, time.monotonic() + timeout_s, future, loop))
+            self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
             self._cond.notify()
         return await future
 
     def close(self) -> None:
+        if self._notices is not None:
+            self._notices.close()
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=5)
+
+    def _on_applied(self, sessions: Sequence[str] | None) -> None:
+        """A notice (the notices' thread): look at the named sessions' waits now."""
+        with self._cond:
+            if sessions is None:
+                self._missed = True
+                self._cond.notify()
+                return
+            named = [sid for sid in sessions if sid in self._waiting]
+            if named:
+                self._named.update(named)
+                self._cond.notify()
 
     def _run(self) -> None:
         try:
@@ -144,34 +192,63 @@ class FoldWatcher:
                 for w in self._waits:
                     w.loop.call_soon_threadsafe(_fail, w.future, StoreUnavailable(f"the fold watcher failed: {exc!r}"))
                 self._waits = []
+                self._waiting = {}
             raise
 
     def _serve(self) -> None:
         pauses = Backoff(self._poll_s, self._max_poll_s).pauses()
+        due = 0.0  # the next round that looks at every wait
         while True:
             with self._cond:
-                while not self._waits and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    for w in self._waits:
-                        w.loop.call_soon_threadsafe(_fail, w.future, StoreUnavailable("the fold watcher closed"))
-                    return
-                waits = list(self._waits)
+                while True:
+                    while not self._waits and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        for w in self._waits:
+                            w.loop.call_soon_threadsafe(_fail, w.future, StoreUnavailable("the fold watcher closed"))
+                        return
+                    now = time.monotonic()
+                    full = now >= due or self._missed
+                    if full:
+                        waits = list(self._waits)
+                        break
+                    waits = [w for w in self._waits if not w.looked or w.session_id in self._named]
+                    if waits:
+                        break
+                    self._cond.wait(due - now)
+                self._named.clear()
+                self._missed = False
+                for w in waits:
+                    w.looked = True
             done = self._round(waits)
             now = time.monotonic()
+            self.rounds += 1
             with self._cond:
-                self._waits = [w for w in self._waits if w not in done]
                 for w in self._waits:
-                    if now >= w.deadline:
+                    if w not in done and now >= w.deadline:
                         done.add(w)
                         w.loop.call_soon_threadsafe(_fail, w.future, _timeout(w))
-                self._waits = [w for w in self._waits if w not in done]
-            if done:
-                pauses.reset()  # folds are arriving: look again soon
-            time.sleep(pauses.next())
+                if done:
+                    self._waits = [w for w in self._waits if w not in done]
+                    for w in done:
+                        left = self._waiting.pop(w.session_id, 1) - 1
+                        if left:
+                            self._waiting[w.session_id] = left
+            if self._notices is not None:
+                if full:
+                    due = now + self.fallback_s
+                if full:
+                    self.settled_on_pause += len(done)
+                else:
+                    self.settled_on_notice += len(done)
+            else:
+                if done:
+                    pauses.reset()  # folds are arriving: look again soon
+                due = now + pauses.next()
+                self.settled_on_pause += len(done)
 
     def _round(self, waits: list[_Wait]) -> set[_Wait]:
-        """One round: the waits it settled."""
+        """One round over ``waits``: the waits it settled."""
         settled: set[_Wait] = set()
         try:
             applied = self._folds.applied_seqs(sorted({w.session_id for w in waits}))

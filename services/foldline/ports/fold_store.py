@@ -32,6 +32,10 @@ Contract (``tests/contracts/fold_store.py`` runs it against every adapter):
   applied seq and epoch :data:`ERASED`: every later ``apply`` of the session is ``duplicate`` and every ``put``
   ``fenced``, so a projector still holding the session's key (for up to its cache time) cannot fold its
   content back in. ``get`` returns the tombstone (``applied_seq == ERASED``).
+* ``notices()`` (optional) is a subscription to the sessions whose folds changed: an adapter that can push
+  them (Redis pub/sub) answers an :class:`AppliedNotices`; ``None`` (the default) means none are sent and a
+  waiter polls. Notices are a hint, never the truth: one may be lost (a dropped subscription, a restart), so a
+  waiter still looks at the fold itself, and looks again after a bounded pause when no notice came.
 
 What is not a fold store lives elsewhere: the projectors' partition marks, kept beside the folds, are their
 own port (:mod:`foldline.ports.partition_marks`); waiting until a fold reaches a seq is the dispatcher's
@@ -42,13 +46,13 @@ for one).
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from ..core.fold import FoldDelta, FoldState
 
-__all__ = ["ERASED", "ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
+__all__ = ["ERASED", "AppliedNotices", "ApplyResult", "ApplyStatus", "FoldStore", "FoldTail"]
 
 #: The applied seq and epoch of an erased session's fold (2^53: exact in a Lua number, beyond any real seq).
 ERASED = 1 << 53
@@ -90,6 +94,22 @@ class FoldTail:
             offset,
             state.messages[offset:],
         )
+
+
+class AppliedNotices(abc.ABC):
+    """A subscription to the sessions whose folds a store changed (:meth:`FoldStore.notices`).
+
+    ``start(on_applied)`` calls ``on_applied(session_ids)`` from a thread of the subscription for each notice,
+    and ``on_applied(None)`` whenever notices may have been missed (the subscription was (re)established):
+    the subscriber then looks at every fold it waits for. Delivery is at most once."""
+
+    @abc.abstractmethod
+    def start(self, on_applied: Callable[[Sequence[str] | None], None]) -> None:
+        """Begin delivering notices to ``on_applied``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop delivering (bounded: returns within a few seconds)."""
 
 
 class FoldStore(abc.ABC):
@@ -144,6 +164,10 @@ class FoldStore(abc.ABC):
     @abc.abstractmethod
     def erase(self, session_id: str) -> None:
         """Replace the session's fold by the erased tombstone (see the module contract)."""
+
+    def notices(self) -> AppliedNotices | None:
+        """A new subscription to the sessions whose folds change, or None when this store sends none."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""

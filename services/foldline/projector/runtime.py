@@ -84,7 +84,9 @@ class WorkerSettings:
 
     config: Config
     journal: bool = False  # keep the fold store's change journal (audits, crash tests)
-    poll_timeout_s: float = 0.01
+    # a poll returns with its first record (consume_ready), so this bounds only an idle poll: how often an
+    # idle projector wakes (its marks, lag and stop checks)
+    poll_timeout_s: float = 0.1
 
     @property
     def bootstrap(self) -> str:

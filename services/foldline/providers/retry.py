@@ -157,7 +157,7 @@ class RetryingSender:
                     observer.concurrency(provider, limit, in_flight)
 
             limiter = self._limiters[provider] = AdaptiveLimiter(
-                s.concurrency_initial, s.concurrency_min, s.concurrency_max, on_change=report
+                s.initial_limit, s.concurrency_min, s.concurrency_max, on_change=report
             )
         return limiter
 

@@ -27,9 +27,12 @@ too small for a fleet and far too short for a model answer):
   numbers), each wait multiplied by a jitter in ``[1 - jitter, 1]`` (0.25, as the SDKs do), a provider's
   ``retry-after`` honoured up to ``max_retry_after_s`` 120 s (a longer one is not retried), and no attempt
   started after ``retry_deadline_s`` 900 s from the first.
-* Concurrency per provider (see :mod:`foldline.providers.limiter`): starts at ``concurrency_initial`` 64 and
-  doubles per window of successes until the first 429/529, which halves it (never below ``concurrency_min``);
-  from then it grows back by one per window of successes, up to ``concurrency_max``.
+* Concurrency per provider (see :mod:`foldline.providers.limiter`): starts at ``concurrency_initial`` — unset,
+  the ceiling ``concurrency_max`` (1,024) — and grows per success while in slow start, until the first
+  429/529, which halves it (never below ``concurrency_min``); from then it grows back by one per window of
+  successes, up to ``concurrency_max``. Starting at the ceiling: a provider says when a process asks too much
+  (one 429 burst halves the limit once), while a start below the fleet's size made the sessions behind a
+  model of seconds wait one answer time per doubling (docs/TRANSPORT.md).
 * ``max_answer_bytes`` 64 MiB: an answer (streamed or not) larger than this is refused with a typed error.
 * ``log_chunks`` off: when on, every server-sent event of a streamed answer is appended to the session log
   as an ``assistant/chunk`` event.
@@ -70,7 +73,7 @@ class TransportSettings:
     jitter: float = 0.25
     max_retry_after_s: float = 120.0
     retry_deadline_s: float = 900.0
-    concurrency_initial: int = 64
+    concurrency_initial: int | None = None  # None: start at concurrency_max
     concurrency_min: int = 1
     concurrency_max: int = 1024
     max_answer_bytes: int = 64 * 1024 * 1024
@@ -97,10 +100,15 @@ class TransportSettings:
             raise ValueError(f"TransportSettings.jitter must be within [0, 1), got {self.jitter!r}")
         if not 0 < self.initial_backoff_s <= self.max_backoff_s:
             raise ValueError("TransportSettings needs 0 < initial_backoff_s <= max_backoff_s")
-        if not self.concurrency_min <= self.concurrency_initial <= self.concurrency_max:
+        if not self.concurrency_min <= self.initial_limit <= self.concurrency_max:
             raise ValueError("TransportSettings needs concurrency_min <= concurrency_initial <= concurrency_max")
         if self.max_keepalive_connections > self.max_connections:
             raise ValueError("TransportSettings.max_keepalive_connections cannot exceed max_connections")
+
+    @property
+    def initial_limit(self) -> int:
+        """The limit a provider's concurrency starts at: ``concurrency_initial``, or the ceiling when unset."""
+        return self.concurrency_max if self.concurrency_initial is None else self.concurrency_initial
 
     @property
     def backoff(self) -> Backoff:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from ...errors import ConfigError, StoreUnavailable
@@ -29,6 +29,7 @@ __all__ = [
     "RDKAFKA_LOG",
     "LibrdkafkaLog",
     "client_settings",
+    "consume_ready",
     "flush",
     "kafka_error",
 ]
@@ -87,6 +88,20 @@ def kafka_error(exc: KafkaException) -> KafkaError | None:
     """The ``KafkaError`` a ``KafkaException`` carries, if any."""
     arg = exc.args[0] if exc.args else None
     return arg if isinstance(arg, KafkaError) else None
+
+
+def consume_ready(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_records`` records: waits (at most ``timeout_s``) for the first only, then takes what the
+    consumer already fetched without waiting.
+
+    ``Consumer.consume(n, timeout)`` waits until it has ``n`` records or the timeout passed, so a tailing
+    consumer that asks for a batch waited the whole timeout for every record that came alone — a record
+    committed while nothing else arrived sat in the client for up to the timeout before its caller saw it.
+    Batches still form: the second call takes every record that arrived while the caller worked."""
+    first = consumer.consume(1, timeout=timeout_s)
+    if not first or max_records <= 1:
+        return first
+    return first + consumer.consume(max_records - 1, timeout=0)
 
 
 def flush(producer: Producer, timeout: float) -> int:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from ...errors import StoreUnavailable
 from ...ports.event_log import EventLog
 from ..avro import AvroCodec
-from .clients import client_settings
+from .clients import client_settings, consume_ready
 from .dead_letters import DeadLetterWriter, RecordChecker
 from .records import CONSUMER_FETCH_SIZES, ConsumedItem, dlq_topic
 
@@ -128,7 +128,7 @@ class SessionEventConsumer:
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedItem]:
         """The next records as typed items; dead letters are durably in the DLQ topic when this returns."""
         try:
-            messages = self._consumer.consume(max_records, timeout=timeout_s)
+            messages = consume_ready(self._consumer, max_records, timeout_s)
         except KafkaException as exc:
             raise StoreUnavailable(f"consuming {self.topic} failed: {exc}") from exc
         records = []

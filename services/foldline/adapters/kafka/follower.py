@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ...core.events import Envelope
 from ...errors import FoldlineError
-from .clients import KafkaClients
+from .clients import KafkaClients, consume_ready
 from .records import HEADER_KIND, KIND_EVENT, header
 
 __all__ = ["Follower"]
@@ -142,7 +142,7 @@ class Follower:
         consumer = self._consumer
         try:
             while not self._stop.is_set():
-                batch = consumer.consume(2000, timeout=0.05)
+                batch = consume_ready(consumer, 2000, 0.05)
                 kept: list[tuple[str, int, Envelope]] = []
                 for msg in batch:
                     if msg.error() is not None:

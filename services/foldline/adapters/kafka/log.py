@@ -84,7 +84,17 @@ from .records import (
 )
 from .retention import TopicCheck, TopicPolicy
 from .topics import ensure_topics
-from .writer import AppendRequest, Committer, GroupWriter, Retry, SessionWriter, WriterContext, WriterIds
+from .writer import (
+    AppendRequest,
+    Committer,
+    GroupWriter,
+    Retry,
+    SessionWriter,
+    WriterContext,
+    WriterIds,
+    WriterTimes,
+    producer_ids,
+)
 
 __all__ = ["KafkaEventLog"]
 
@@ -576,6 +586,13 @@ class KafkaEventLog(EventLog):
                 )
             return self._inbox
 
+    def writer_times(self) -> WriterTimes:
+        """Where this instance's group writers' appends spent their time so far (summed over the writers)."""
+        total = WriterTimes()
+        for writer in list(self._writers):
+            total.add(writer.times)
+        return total
+
     def close(self) -> None:
         with self._ready_lock:
             if self._closed:
@@ -735,7 +752,8 @@ class KafkaEventLog(EventLog):
             previous = state.owner
             if previous not in (None, writer_id, session_txid) and previous not in self._ids.dead:
                 assert previous is not None
-                clients.fence(previous, deadline)
+                for txid in producer_ids(previous):  # a group writer commits through two producers
+                    clients.fence(txid, deadline)
                 self._ids.dead.add(previous)
                 state = self._load_state(session_id, deadline)
             if not new_epoch:

@@ -1,7 +1,7 @@
 """Committing appends: the group writer (many sessions per transaction) and a session's own writer.
 
-The log hands each append to a :class:`Committer`: either this instance's :class:`GroupWriter` — a
-transactional producer and the thread that commits queued appends in groups — or, for a session taken
+The log hands each append to a :class:`Committer`: either this instance's :class:`GroupWriter` — two
+transactional producers taking turns and the thread that commits queued appends in groups — or, for a session taken
 over from another instance, that session's :class:`SessionWriter` (``<topic>:<session>``), which
 commits one append per transaction in the caller's thread. Both send a group the same way: the events,
 partition by partition, then (once their offsets are known) one index entry per session, in one
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from ...backoff import Backoff
 from ...core.events import Envelope
 from ...core.validation import LogRules
 from ...errors import StoreUnavailable
@@ -38,6 +39,9 @@ __all__ = [
     "SessionWriter",
     "WriterContext",
     "WriterIds",
+    "WriterTimes",
+    "alternate_id",
+    "producer_ids",
 ]
 
 _LOG = logging.getLogger("foldline.kafka")
@@ -110,6 +114,7 @@ class AppendRequest:
         "events",
         "offsets",
         "part",
+        "queued_at",
         "refused",
         "rules",
         "session_id",
@@ -144,6 +149,7 @@ class AppendRequest:
         self.error: BaseException | None = None
         self.refused = False
         self.done = _Done()
+        self.queued_at = 0.0  # when the writer took it (perf_counter)
 
     def prepare(self, encode: Callable[[Sequence[Envelope], Sequence[Envelope]], list[bytes]]) -> bool:
         """Encode the events and check them against the session's rules (which then count them).
@@ -174,6 +180,51 @@ class Committer(Protocol):
         """Stop using the producer ``writer_id``: fenced by a take-over, or its last outcome unknown."""
 
     def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class WriterTimes:
+    """Where a group writer's appends spent their time, summed over appends (divide by ``appends`` for the
+    mean per append): ``queued`` from ``send`` to its group's start (waiting for the previous group's commit,
+    and being prepared), ``acked`` from the group's start to every record acknowledged and the index entries
+    produced, ``committed`` in ``commit_transaction``, ``woken`` from the commit's end to the waiting append
+    being told (the writer thread finishing what it was doing)."""
+
+    groups: int = 0
+    appends: int = 0
+    queued_s: float = 0.0
+    acked_s: float = 0.0
+    committed_s: float = 0.0
+    woken_s: float = 0.0
+
+    def add(self, other: WriterTimes) -> None:
+        self.groups += other.groups
+        self.appends += other.appends
+        self.queued_s += other.queued_s
+        self.acked_s += other.acked_s
+        self.committed_s += other.committed_s
+        self.woken_s += other.woken_s
+
+    def subtract(self, other: WriterTimes) -> None:
+        self.groups -= other.groups
+        self.appends -= other.appends
+        self.queued_s -= other.queued_s
+        self.acked_s -= other.acked_s
+        self.committed_s -= other.committed_s
+        self.woken_s -= other.woken_s
+
+    def to_json(self) -> dict[str, float | int]:
+        """Counts, and each part's mean per append in milliseconds."""
+        n = max(self.appends, 1)
+        return {
+            "groups": self.groups,
+            "appends": self.appends,
+            "appends_per_group": round(self.appends / max(self.groups, 1), 2),
+            "queued_ms": round(1000 * self.queued_s / n, 3),
+            "acked_ms": round(1000 * self.acked_s / n, 3),
+            "committed_ms": round(1000 * self.committed_s / n, 3),
+            "woken_ms": round(1000 * self.woken_s / n, 3),
+        }
 
 
 class _Reports:
@@ -404,28 +455,39 @@ class _TransactionalWriter:
 
 
 class GroupWriter(_TransactionalWriter):
-    """This instance's transactional producer and the thread that commits queued appends in groups.
+    """This instance's transactional producers and the thread that commits queued appends in groups.
 
-    The writer thread prepares (encodes and checks) the appends queued since its last turn while the
-    broker commits the previous group on a second thread, then waits for that outcome and sends the
-    prepared group. Appending threads only queue and wait, so the interpreter lock has two users
-    while a group is under way (many appending threads contending for it slow every delivery report).
+    The writer thread prepares (encodes and checks) the appends queued since its last turn, sends them as
+    one group — events, their acknowledgements, the index entries — and hands the group's
+    ``commit_transaction`` to a committing thread. It has **two** producers and alternates between them:
+    the next group is sent on the other producer while the broker commits the previous one, so an append
+    that arrives during a commit does not wait for it, and a producer never begins a transaction while the
+    coordinator still completes its previous one (which the broker answers ``CONCURRENT_TRANSACTIONS``,
+    and librdkafka retries only after a fixed 20 ms). Appending threads only queue and wait, so the
+    interpreter lock has few users while a group is under way (many appending threads contending for it
+    slow every delivery report).
 
-    ``writer_id`` (the producer's ``transactional.id``) changes whenever the producer is replaced: after
-    it was fenced, or after a commit whose outcome is unknown. Requests carry the id they were checked
-    under; a request for an older id fails with :class:`Retry` and is taken over again by its caller.
+    Both producers commit under one **writer id**, ``writer_id`` (the first producer's ``transactional.id``;
+    the second's is :func:`alternate_id` of it): index entries name it, and fencing it fences both
+    (:func:`producer_ids`). It changes whenever the producers are replaced: after one was fenced, or after a
+    commit whose outcome is unknown. Requests carry the id they were checked under; a request for an older
+    id fails with :class:`Retry` and is taken over again by its caller. The events of two groups never
+    interleave in a partition: a group is sent only once the previous one's events were acknowledged.
     """
 
     def __init__(self, context: WriterContext, number: int) -> None:
         super().__init__(context, None, None)
         self.number = number
+        self._alternate: Producer | None = None  # the second producer (``alternate_id(writer_id)``)
+        self._next = 0  # which producer the next group goes on (0: ``_producer``, 1: ``_alternate``)
         self._cond = threading.Condition()
         self._queue: deque[AppendRequest] = deque()
         self._to_fence: list[str] = []  # replaced ids whose last transaction may still be open
         self._closed = False
         self._prepared: deque[AppendRequest] = deque()  # the writer thread's: checked and encoded, for the next group
         self._prepared_events = 0
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"foldline-kafka-commit-{number}-{context.topic}")
+        self.times = WriterTimes()
+        self._committer = ThreadPoolExecutor(2, thread_name_prefix=f"foldline-kafka-commit-{number}-{context.topic}")
         self._thread = threading.Thread(
             target=self._run, name=f"foldline-kafka-writer-{number}-{context.topic}", daemon=True
         )
@@ -439,7 +501,7 @@ class GroupWriter(_TransactionalWriter):
         return writer_id if writer_id is not None and self._producer is not None else None
 
     def current(self, deadline: float) -> str:
-        """The live writer id, initializing a producer (and fencing replaced ones first) when needed."""
+        """The live writer id, initializing the producers (and fencing replaced ones first) when needed."""
         writer_id = self.writer_id
         if writer_id is not None and self._producer is not None:
             return writer_id
@@ -448,21 +510,27 @@ class GroupWriter(_TransactionalWriter):
             if self._producer is not None and self.writer_id is not None:
                 return self.writer_id
             for old in list(self._to_fence):
-                ctx.clients.fence(old, deadline)
+                for txid in producer_ids(old):
+                    ctx.clients.fence(txid, deadline)
                 self._to_fence.remove(old)
                 ctx.ids.dead.add(old)
             writer_id = f"{ctx.topic}/writer/{self.number}/{uuid.uuid4().hex}"
-            producer = ctx.clients.transactional_producer(writer_id, GROUP_PRODUCER)
+            producers: list[Producer] = []
             try:
-                producer.init_transactions(ctx.clients.remaining(deadline))
+                for txid in producer_ids(writer_id):
+                    producers.append(ctx.clients.transactional_producer(txid, GROUP_PRODUCER))
+                    _init(producers[-1], ctx.clients, deadline)
             except KafkaException as exc:
-                discard(producer, f"writer {writer_id}")
+                for producer in producers:
+                    discard(producer, f"writer {writer_id}")
                 raise ctx.clients.unavailable("initializing the transactional writer", exc) from exc
-            self._producer, self.writer_id = producer, writer_id
+            self._producer, self._alternate = producers
+            self.writer_id = writer_id
             ctx.ids.mine.add(writer_id)
             return writer_id
 
     def send(self, request: AppendRequest) -> None:
+        request.queued_at = time.perf_counter()
         with self._cond:
             if self._closed:
                 raise StoreUnavailable("this KafkaEventLog is closed")
@@ -476,50 +544,68 @@ class GroupWriter(_TransactionalWriter):
         self._thread.join()
         self._committer.shutdown()
         with self._init_lock:
-            producer, self._producer = self._producer, None
-        discard(producer, f"writer {self.writer_id}")
+            producers, self._producer, self._alternate = (self._producer, self._alternate), None, None
+        for producer in producers:
+            discard(producer, f"writer {self.writer_id}")
 
     def replace(self, writer_id: str, *, fenced: bool) -> None:
         with self._init_lock:
             if self.writer_id != writer_id:
                 return
-            producer, self._producer, self.writer_id = self._producer, None, None
+            producers = (self._producer, self._alternate)
+            self._producer, self._alternate, self.writer_id = None, None, None
             if fenced:
                 self._context.ids.dead.add(writer_id)
             else:
                 self._to_fence.append(writer_id)
-        discard(producer, f"writer {writer_id}")
+        for producer in producers:
+            discard(producer, f"writer {writer_id}")
 
     # -- the writer thread
 
     def _run(self) -> None:
-        committing: tuple[Future[None], list[AppendRequest], str] | None = None
+        committing: deque[_Commit] = deque()  # at most one per producer, oldest first
         while True:
             group: list[AppendRequest] = []
             try:
                 with self._cond:
-                    while not self._queue and not self._prepared and not self._closed and committing is None:
+                    # wake for: a commit to settle, or appends to send while a producer is free
+                    while (
+                        not self._closed
+                        and not (committing and committing[0].future.done())
+                        and not ((self._queue or self._prepared) and len(committing) < 2)
+                    ):
                         self._cond.wait()
                 while self._prepare_one():
                     pass
-                if committing is not None:
-                    settling, committing = committing, None
-                    self._settle(*settling)
+                while committing and (committing[0].future.done() or self._closed):
+                    committing.popleft().future.result()  # settled on its thread; a fault of it raises here
                 events = 0
-                while self._prepared and (not group or events + len(self._prepared[0].values) <= _GROUP_MAX_EVENTS):
+                while (
+                    len(committing) < 2
+                    and self._prepared
+                    and (not group or events + len(self._prepared[0].values) <= _GROUP_MAX_EVENTS)
+                ):
                     group.append(self._prepared.popleft())
                     events += len(group[-1].values)
                 self._prepared_events -= events
                 if group:
-                    committing = self._start(group)
-                elif self._closed:
+                    started = self._start(group)
+                    if started is not None:
+                        started.future.add_done_callback(self._wake)
+                        committing.append(started)
+                elif self._closed and not committing:
                     with self._cond:
                         if not self._queue:
                             return  # closed, and nothing is queued or under way
             except Exception as exc:  # a fault of the writer itself: fail what it holds, never leave appends hanging
-                held = [*group, *self._prepared, *(committing[1] if committing is not None else [])]
-                committing = None
+                held = [*group, *self._prepared, *(r for c in committing for r in c.requests)]
+                committing.clear()
                 self._fault(exc, held)
+
+    def _wake(self, _future: object) -> None:
+        with self._cond:
+            self._cond.notify()
 
     def _fault(self, exc: Exception, requests: list[AppendRequest]) -> None:
         _LOG.error("the Kafka writer failed (%r); failing the %d appends it held", exc, len(requests))
@@ -549,9 +635,13 @@ class GroupWriter(_TransactionalWriter):
             request.done.set()
         return True
 
-    def _start(self, batch: list[AppendRequest]) -> tuple[Future[None], list[AppendRequest], str] | None:
-        """Send a prepared group and hand its commit to the committing thread (None: settled already)."""
-        producer, writer_id = self._producer, self.writer_id
+    def _start(self, batch: list[AppendRequest]) -> _Commit | None:
+        """Send a prepared group on the next producer and hand its commit to a committing thread (None:
+        settled already). The caller has settled that producer's previous group."""
+        started = time.perf_counter()
+        with self._init_lock:
+            writer_id = self.writer_id
+            producer = self._producer if self._next == 0 else self._alternate
         live = [r for r in batch if producer is not None and r.writer == writer_id]
         for r in batch:
             if r not in live:
@@ -559,21 +649,39 @@ class GroupWriter(_TransactionalWriter):
                 r.done.set()
         if not live or producer is None or writer_id is None:
             return None
+        self._next = 1 - self._next
         try:
             deadline = self._send(producer, writer_id, live)
         except BaseException as exc:
             self._failed(writer_id, live, exc)
             return None
-        return self._committer.submit(self._end, producer, writer_id, deadline), live, writer_id
+        acked = time.perf_counter()
+        with self._cond:
+            times = self.times
+            times.groups += 1
+            times.appends += len(live)
+            times.queued_s += sum(started - r.queued_at for r in live)
+            times.acked_s += (acked - started) * len(live)
+        future = self._committer.submit(self._commit_group, producer, writer_id, deadline, acked, live)
+        return _Commit(future, live, writer_id)
 
-    def _settle(self, commit: Future[None], requests: list[AppendRequest], writer_id: str) -> None:
+    def _commit_group(
+        self, producer: Producer, writer_id: str, deadline: float, began: float, requests: list[AppendRequest]
+    ) -> None:
+        """The group's commit, on a committing thread, and its appends told the outcome there at once (the
+        writer thread may be waiting for another group's acknowledgements meanwhile)."""
         try:
-            commit.result()
+            self._end(producer, writer_id, deadline)
         except BaseException as exc:
             self._failed(writer_id, requests, exc)
             return
+        ended = time.perf_counter()
         for r in requests:
             r.done.set()
+        woken = time.perf_counter()
+        with self._cond:
+            self.times.committed_s += (ended - began) * len(requests)
+            self.times.woken_s += (woken - ended) * len(requests)
 
     def _failed(self, writer_id: str, requests: list[AppendRequest], exc: BaseException) -> None:
         """Every waiting append learns the outcome."""
@@ -582,6 +690,45 @@ class GroupWriter(_TransactionalWriter):
         for r in requests:
             r.error = _copy_error(exc)
             r.done.set()
+
+
+def _init(producer: Producer, clients: KafkaClients, deadline: float) -> None:
+    """``init_transactions``, tried again while the broker answers that it may succeed later (a coordinator
+    still loading its partition of the transaction log, as on a fresh broker), until ``deadline``."""
+    pauses = Backoff(0.05, 0.5).pauses()
+    while True:
+        try:
+            producer.init_transactions(clients.remaining(deadline))
+            return
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            pause = pauses.next()
+            if err is None or not err.retriable() or time.monotonic() + pause >= deadline:
+                raise
+            time.sleep(pause)
+
+
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """A group whose commit runs on a committing thread."""
+
+    future: Future[None]
+    requests: list[AppendRequest]
+    writer_id: str
+
+
+def alternate_id(writer_id: str) -> str:
+    """The ``transactional.id`` of a group writer's second producer."""
+    return writer_id + "/alt"
+
+
+def producer_ids(owner: str) -> tuple[str, ...]:
+    """The transactional ids that commit as ``owner``: a group writer's two producers, else ``owner`` alone.
+
+    Fencing an owner fences each of them (a take-over, a replaced writer)."""
+    if "/writer/" in owner and not owner.endswith("/alt"):
+        return owner, alternate_id(owner)
+    return (owner,)
 
 
 # ---------------------------------------------------------------- a session's own writer
