@@ -697,3 +697,23 @@ def test_an_async_append_whose_outcome_never_arrives_is_reported_unknown_and_the
     monkeypatch.undo()
     assert asyncio.run(log.append_async(sid, 2, events[2:4])) == 4
     assert make_log().read(sid) == events[:4]
+
+
+def test_a_partition_the_client_does_not_know_is_asked_again_until_the_deadline_then_named(
+    make_log: MakeLog, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """While a broker restarts, librdkafka answers a watermark query with ``_UNKNOWN_PARTITION`` (it has no fresh
+    metadata for the partition): that is asked again, not failed at once — the chaos run that stops Kafka for ten
+    seconds depends on it. A partition that stays unknown fails at the deadline with the code named."""
+    from foldline.adapters.kafka.reader import Watermarks
+
+    make_log().check_topics()
+    marks = Watermarks(KafkaClients(kafka_bootstrap, timeout_s=10.0))
+    try:
+        assert marks.high(kafka_topic, 0) >= 0  # a partition that exists answers at once
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="_UNKNOWN_PARTITION"):
+            marks.high(kafka_topic, 999, deadline=time.monotonic() + 1.5)
+        assert time.monotonic() - began >= 1.0, "an unknown partition was not asked again until the deadline"
+    finally:
+        marks.close()

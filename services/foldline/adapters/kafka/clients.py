@@ -35,8 +35,19 @@ __all__ = [
 ]
 
 LOG = logging.getLogger("foldline.kafka")
+# a broker stopped or restarting: librdkafka reports a partition it has no fresh metadata for as unknown
+# (``_UNKNOWN_PARTITION``) and a lost connection as ``_TRANSPORT``/``_ALL_BROKERS_DOWN`` until it reconnects;
+# callers retry these until their deadline, whose error then names the code
 TRANSIENT_CODES = frozenset(
-    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+    }
 )
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 # the group writer batches (linger) and keeps many records in flight; take-over and fencing producers
