@@ -73,6 +73,9 @@ class FleetResult:
     gc_s: float = 0.0  # of run_s, in the garbage collector
     ramp_s: float = 0.0  # the sessions' first steps spread over this long
     log_times: dict[str, float | int] | None = None  # the run's appends: where the group writers spent the time
+    #: this process's CPU seconds in each phase (open, run, verify): the figures a step costs are open + run;
+    #: verify reads every session back and rebuilds every request, a check no fleet runs on its own path
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -119,6 +122,7 @@ class FleetResult:
             "gc_s": round(self.gc_s, 4),
             "ramp_s": self.ramp_s,
             "log_times": self.log_times,
+            "cpu_s": {name: round(seconds, 4) for name, seconds in self.cpu_s.items()},
             "verified": self.verified,
             "checked": self.checked,
             "ok": self.ok,
@@ -211,9 +215,10 @@ async def run_fleet(
 
     if on_phase is not None:
         on_phase("open", sessions)
-    began = time.monotonic()
+    began, cpu_began = time.monotonic(), time.process_time()
     agents = await asyncio.gather(*(open_one(o) for o in outcomes))
     open_s = time.monotonic() - began
+    cpu = {"open": time.process_time() - cpu_began}
 
     async def run_one(i: int, outcome: SessionOutcome, agent: Agent | None) -> None:
         if agent is None:
@@ -236,11 +241,12 @@ async def run_fleet(
     gc.set_threshold(50_000, 50, 100)  # a young collection per 50,000 allocations, not 700
     pauses = _GcPauses()
     times_before = _writer_times(stores)
-    began = time.monotonic()
+    began, cpu_began = time.monotonic(), time.process_time()
     try:
         await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
     finally:
         run_s = time.monotonic() - began
+        cpu["run"] = time.process_time() - cpu_began
         times_after = _writer_times(stores)
         await provider.aclose()
         pauses.close()
@@ -249,7 +255,7 @@ async def run_fleet(
 
     if on_phase is not None:
         on_phase("verify", sessions)
-    began = time.monotonic()
+    began, cpu_began = time.monotonic(), time.process_time()
     for outcome, agent in zip(outcomes, agents, strict=True):
         # read back from the log up to the head this process wrote (a read of known offsets; the store's
         # head may be asked too, but nothing else writes these sessions)
@@ -260,11 +266,12 @@ async def run_fleet(
         except Exception as exc:  # reported per session, like a failed run
             outcome.error = outcome.error or f"verify: {_error_line(exc)}"
     verify_s = time.monotonic() - began
+    cpu["verify"] = time.process_time() - cpu_began
     log_times = None
     if times_before is not None and times_after is not None:
         times_after.subtract(times_before)
         log_times = times_after.to_json()
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times)
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu)
 
 
 def _writer_times(stores: Stores) -> WriterTimes | None:

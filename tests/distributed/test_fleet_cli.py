@@ -54,6 +54,10 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             } <= set(parts)
             assert parts["total"]["p50"] >= parts["send"]["p50"] > 0
             assert report["ramp_s"] == 0.5
+            # the loop's own CPU by phase: what a step costs (open + run) apart from the verification afterwards
+            assert set(report["cpu_s"]) == {"open", "run", "verify"}
+            assert report["cpu_s"]["run"] > 0
+            assert report["cpu_s"]["verify"] > 0
             times = report["log_times"]  # where the run's appends spent their time, from the group writers
             assert times["appends"] >= 24 * 2  # at least the opening and request/dispatch of every step
             assert times["groups"] >= 1
