@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -83,7 +83,11 @@ class Watermarks:
     def _ask(self, topic: str, part: int, until: float) -> tuple[int, int]:
         clients = self._clients
         consumer = self._open()
+        last: KafkaException | None = None
         while True:
+            left = until - time.monotonic()
+            if left <= 0 and last is not None:  # asked until the deadline: the error names the last answer
+                raise clients.unavailable("reading the partition's end offset", last) from last
             try:
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, part), timeout=clients.remaining(until), cached=False
@@ -91,9 +95,10 @@ class Watermarks:
                 return int(low), int(high)
             except KafkaException as exc:
                 err = kafka_error(exc)
-                if err is None or not (err.retriable() or err.code() in TRANSIENT_CODES) or time.monotonic() > until:
+                if err is None or not (err.retriable() or err.code() in TRANSIENT_CODES):
                     raise clients.unavailable("reading the partition's end offset", exc) from exc
-                time.sleep(0.05)
+                last = exc
+                time.sleep(min(0.05, max(0.0, until - time.monotonic())))
 
     def close(self) -> None:
         with self._lock:
@@ -357,6 +362,28 @@ class SessionReader:
         with self.lock:
             return self._fetch(session_id, state, from_seq, to_seq, deadline)
 
+    def records_of(self, sessions: Mapping[str, tuple[SessionState, int]], deadline: float) -> dict[str, list[Record]]:
+        """The committed records of many sessions' events ``0 .. to_seq`` at once: one pass over the offsets
+        they name in each partition (a span of nearby offsets read through, a gap sought over), not one read
+        per session. A session some of whose records are not there (deleted by retention: the archive holds
+        them) is left out; its caller reads it alone."""
+        by_part: dict[int, set[int]] = {}
+        for sid, (state, to_seq) in sessions.items():
+            by_part.setdefault(partition_for(sid, self.partitions), set()).update(state.offsets[:to_seq])
+        found: dict[int, dict[int, Message]] = {}
+        with self.lock:
+            consumer = self._consumer("data")
+            for part, offsets in by_part.items():
+                found[part] = self._read_offsets(consumer, part, sorted(offsets), deadline)
+        out: dict[str, list[Record]] = {}
+        for sid, (state, to_seq) in sessions.items():
+            got = found[partition_for(sid, self.partitions)]
+            key = sid.encode()
+            records = [got.get(off) for off in state.offsets[:to_seq]]
+            if all(r is not None and r.key() == key for r in records):
+                out[sid] = [r for r in records if r is not None]
+        return out
+
     def states(self, session_ids: Sequence[str], deadline: float) -> dict[str, SessionState]:
         """The committed state of each session, catching up each index partition once."""
         by_part: dict[int, list[str]] = {}
@@ -386,11 +413,12 @@ class SessionReader:
 
     # -------------------------------------------------------------- internals
 
-    def _fetch(self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float) -> list[Record]:
-        wanted = state.offsets[from_seq:to_seq]
-        part = partition_for(session_id, self.partitions)
+    def _read_offsets(
+        self, consumer: Consumer, part: int, wanted: Sequence[int], deadline: float
+    ) -> dict[int, Message]:
+        """The records at ``wanted`` (ascending offsets) of one partition that are there: runs of nearby offsets
+        are read through, gaps over ``_GAP_TO_SEEK`` sought over. The caller holds :attr:`lock`."""
         by_offset: dict[int, Message] = {}
-        consumer = self._consumer("data")
         i = 0
         while i < len(wanted):
             j = i
@@ -404,6 +432,12 @@ class SessionReader:
                 if off in want:
                     by_offset[off] = msg
             i = j + 1
+        return by_offset
+
+    def _fetch(self, session_id: str, state: SessionState, from_seq: int, to_seq: int, deadline: float) -> list[Record]:
+        wanted = state.offsets[from_seq:to_seq]
+        part = partition_for(session_id, self.partitions)
+        by_offset = self._read_offsets(self._consumer("data"), part, wanted, deadline)
         out: list[Record] = []
         for seq, off in enumerate(wanted, start=from_seq):
             found = by_offset.get(off)
