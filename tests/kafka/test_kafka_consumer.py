@@ -160,3 +160,59 @@ def test_a_lone_record_is_handed_over_as_it_arrives_and_a_backlog_in_one_batch(k
         consumer.close()
         for future in admin.delete_topics([topic]).values():
             future.result(timeout=30)
+
+
+def test_a_consumer_starting_mid_stream_anchors_its_sessions_together_and_reads_what_a_full_reader_does(
+    make_log: MakeLog, kafka_bootstrap: str
+) -> None:
+    """A group member that takes partitions over meets their sessions mid-stream: the sessions of a batch are
+    anchored together (``read_prefixes``: one pass over each partition), not with one read each, and the items
+    are those a consumer that read from the start hands over. ``read_prefixes`` equals ``read`` per session
+    and leaves out a session not committed that far."""
+    from confluent_kafka import TopicPartition
+
+    topic = f"test.anchor.{uuid.uuid4().hex[:8]}"
+    log = make_log(topic=topic, partitions=2)
+    events = simple_log(2, 2)
+    half = len(events) // 2
+    sessions = [f"a{i}-{uuid.uuid4().hex[:6]}" for i in range(12)]
+    leases = {sid: log.acquire(sid) for sid in sessions}
+    for sid in sessions:
+        log.append(sid, 0, events[:half], lease=leases[sid])
+
+    prefixes = log.read_prefixes(dict.fromkeys(sessions, half) | {"not-there": 3})
+    assert prefixes == {sid: log.read(sid, 0, half) for sid in sessions}
+
+    # the group's position: every partition's end now, so the member starts mid-stream of every session
+    group = f"g-{uuid.uuid4().hex}"
+    ends = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        marks = [ends.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(2)]
+        ends.commit(
+            offsets=[TopicPartition(topic, p, high) for p, (_low, high) in enumerate(marks)], asynchronous=False
+        )
+    finally:
+        ends.close()
+    for sid in sessions:
+        log.append(sid, half, events[half:], lease=leases[sid])
+
+    calls = {"read": 0, "read_prefixes": 0}
+    reader = make_log(topic=topic, partitions=2)
+    for name in calls:
+        real = getattr(reader, name)
+
+        def counted(*args: object, _real: object = real, _name: str = name, **kwargs: object) -> object:
+            calls[_name] += 1
+            return _real(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(reader, name, counted)
+    consumer = SessionEventConsumer(kafka_bootstrap, group, topic=topic, log=reader)
+    try:
+        items = _drain(consumer, want=len(sessions) * (len(events) - half))
+    finally:
+        consumer.close()
+    assert not [i for i in items if isinstance(i, DeadLetter)]
+    for sid in sessions:
+        assert [i.event for i in items if isinstance(i, ConsumedEvent) and i.session_id == sid] == events[half:]
+    assert calls["read"] < len(sessions) / 2, calls  # anchored in batches, not one read per session
+    assert calls["read_prefixes"] >= 1

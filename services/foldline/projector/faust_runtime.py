@@ -205,6 +205,7 @@ class FaustProjector(ProjectorRuntime):
             except SystemExit as exc:  # faust's worker always leaves through sys.exit
                 status = exc.code
             finally:
+                self._checker.close()
                 self._shutdown()
         if self.failure is not None:
             raise self.failure

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -67,6 +69,8 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger("foldline.kafka")
+#: sessions whose keys are looked up, or prefixes read, at once by one checker
+_PARALLEL_SESSIONS = 16
 DLQ_HEADER_REASON = "fl-dlq-reason"
 DLQ_HEADER_ERROR = "fl-dlq-error"
 DLQ_HEADER_RULE = "fl-dlq-rule"
@@ -158,6 +162,19 @@ class DeadLetterWriter:
             raise StoreUnavailable(f"dead-letter write failed: {exc}") from exc
 
 
+@dataclass(slots=True)
+class _Decoded:
+    """One consumed record as decoded: its kind and event, or the error that makes it a dead letter."""
+
+    sid: str | None
+    part: int
+    off: int
+    epoch: int = 0
+    kind: bytes | None = None  # set once the record's kind is known and valid
+    event: Envelope | None = None
+    error: FoldlineError | None = None
+
+
 class RecordChecker:
     """Decodes and checks consumed records of one topic (see the module docstring); not thread-safe.
 
@@ -190,6 +207,7 @@ class RecordChecker:
         self._log = log
         self._rules: OrderedDict[str, LogRules] = OrderedDict()
         self._epochs: dict[str, int] = {}
+        self._executor: ThreadPoolExecutor | None = None
 
     @property
     def tracked_sessions(self) -> int:
@@ -197,11 +215,32 @@ class RecordChecker:
         return len(self._rules)
 
     def check(self, records: Iterable[Record]) -> list[ConsumedItem]:
-        """Typed items for ``records`` in order; dead letters are durably in the DLQ topic when this returns."""
+        """Typed items for ``records`` in order; dead letters are durably in the DLQ topic when this returns.
+
+        The batch's per-session work is done per session, and for many sessions at once: the sealed events
+        of a session are opened together (one key lookup per session, the lookups of different sessions in
+        parallel), and the sessions met mid-stream are anchored together (their prefix reads in parallel).
+        A consumer that takes partitions over — a projector joining or leaving the group under load — meets
+        hundreds of sessions mid-stream in its first batches: one after another, their key lookups and prefix
+        reads held the folds of those partitions for seconds. Each record is then checked in order, exactly as
+        :meth:`item` checks it alone."""
+        batch = list(records)
+        if len(batch) < 2:
+            return self._items(batch, [self._decoded(msg) for msg in batch])
+        decoded = [self._decoded(msg, open_now=False) for msg in batch]
+        self._open_by_session(decoded)
+        self._anchor_ahead(decoded)
+        return self._items(batch, decoded)
+
+    def item(self, msg: Record) -> ConsumedItem:
+        """The typed item of one record (a :class:`DeadLetter` is not written anywhere by this)."""
+        return self._finish(self._decoded(msg))
+
+    def _items(self, batch: list[Record], decoded: list[_Decoded]) -> list[ConsumedItem]:
         items: list[ConsumedItem] = []
         dead = False
-        for msg in records:
-            item = self.item(msg)
+        for msg, d in zip(batch, decoded, strict=True):
+            item = self._finish(d)
             if isinstance(item, DeadLetter):
                 self.dead_letters.write(msg, item.error)
                 dead = True
@@ -210,38 +249,152 @@ class RecordChecker:
             self.dead_letters.flush()
         return items
 
-    def item(self, msg: Record) -> ConsumedItem:
-        """The typed item of one record (a :class:`DeadLetter` is not written anywhere by this)."""
+    def _decoded(self, msg: Record, *, open_now: bool = True) -> _Decoded:
+        """What a record holds, before the checks that depend on the records before it (epochs, rules)."""
         part = msg.partition() or 0
         off = msg.offset() or 0
         key = msg.key()
         sid = key.decode(errors="replace") if key is not None else None
-        headers = headers_of(msg)
+        d = _Decoded(sid, part, off)
         try:
             if sid is None:
                 raise FormatError("kafka-record", "record has no key (session id)")
+            headers = headers_of(msg)
             try:
-                epoch = int(headers.get(HEADER_EPOCH, b"0"))
+                d.epoch = int(headers.get(HEADER_EPOCH, b"0"))
             except ValueError as exc:
                 raise FormatError("kafka-record", f"bad {HEADER_EPOCH} header") from exc
             kind = headers.get(HEADER_KIND, KIND_EVENT)
-            if kind == KIND_LEASE:
-                self._epochs[sid] = max(epoch, self._epochs.get(sid, 0))
-                return ConsumedLease(sid, epoch, part, off)
-            if kind != KIND_EVENT:
+            if kind not in (KIND_EVENT, KIND_LEASE):
                 raise FormatError("kafka-record", f"unknown record kind {kind!r}")
-            latest = self._epochs.get(sid, 0)
-            if epoch < latest:
-                raise FencedError(sid, epoch, latest)
-            event = self.codec.decode(msg.value())
-            if event.sealed is not None:  # opened (or, its key erased, left sealed: structure only)
-                event = opened(f"the Kafka topic {self.topic}", sid, self.sealer, [event])[0]
-            self._check(sid, event)
-            return ConsumedEvent(sid, event, epoch, part, off)
+            d.kind = kind
+            if kind == KIND_EVENT:
+                d.event = self.codec.decode(msg.value())
+                if open_now and d.event.sealed is not None:
+                    d.event = opened(f"the Kafka topic {self.topic}", sid, self.sealer, [d.event])[0]
         except TransientError:  # the key store did not answer: the record is fine, the batch is consumed again
             raise
         except FoldlineError as exc:
-            return DeadLetter(sid, exc, part, off)
+            d.error = exc
+        return d
+
+    def _finish(self, d: _Decoded) -> ConsumedItem:
+        """The item of a decoded record, checked against what the records before it established."""
+        sid = d.sid
+        try:
+            if sid is None or d.kind is None:  # no key, a bad header, an unknown kind: refused as it is
+                raise d.error or FormatError("kafka-record", "record has no key (session id)")
+            if d.kind == KIND_LEASE:
+                self._epochs[sid] = max(d.epoch, self._epochs.get(sid, 0))
+                return ConsumedLease(sid, d.epoch, d.part, d.off)
+            latest = self._epochs.get(sid, 0)
+            if d.epoch < latest:
+                raise FencedError(sid, d.epoch, latest)
+            if d.error is not None:
+                raise d.error
+            assert d.event is not None
+            self._check(sid, d.event)
+            return ConsumedEvent(sid, d.event, d.epoch, d.part, d.off)
+        except TransientError:
+            raise
+        except FoldlineError as exc:
+            return DeadLetter(sid, exc, d.part, d.off)
+
+    def _open_by_session(self, decoded: list[_Decoded]) -> None:
+        """Open the batch's sealed events, a session's together; the sessions in parallel when their keys are
+        not at hand. An event that does not open is opened alone, so its error is its own."""
+        sealed: dict[str, list[_Decoded]] = {}
+        for d in decoded:
+            if d.event is not None and d.event.sealed is not None and d.sid is not None:
+                sealed.setdefault(d.sid, []).append(d)
+        if not sealed:
+            return
+        where = f"the Kafka topic {self.topic}"
+
+        def open_session(sid: str) -> None:
+            group = sealed[sid]
+            try:
+                events = opened(where, sid, self.sealer, [d.event for d in group if d.event is not None])
+            except TransientError:
+                raise
+            except FoldlineError:
+                for d in group:  # one by one: each keeps its own outcome
+                    try:
+                        assert d.event is not None
+                        d.event = opened(where, sid, self.sealer, [d.event])[0]
+                    except TransientError:
+                        raise
+                    except FoldlineError as exc:
+                        d.error = exc
+                return
+            for d, event in zip(group, events, strict=True):
+                d.event = event
+
+        asking = [sid for sid in sealed if self.sealer is not None and not self.sealer.cached(sid)]
+        if len(asking) > 1:
+            for _ in self._pool().map(open_session, asking):
+                pass
+        for sid in sealed:
+            if sid not in asking or len(asking) <= 1:
+                open_session(sid)
+
+    def _anchor_ahead(self, decoded: list[_Decoded]) -> None:
+        """Read the prefixes of the sessions this batch meets mid-stream, in parallel (the rules of those that
+        anchor are kept; any other is anchored, or refused, by :meth:`_check` as a record comes)."""
+        if self._log is None:
+            return
+        log = self._log
+        need: dict[str, int] = {}
+        seen: set[str] = set()
+        for d in decoded:
+            if d.sid is None or d.event is None or d.error is not None or d.sid in seen:
+                continue
+            seen.add(d.sid)
+            rules = self._rules.get(d.sid)
+            if d.event.seq > 0 and (rules is None or rules.next_seq != d.event.seq):
+                need[d.sid] = d.event.seq
+        if len(need) < 2:
+            return
+
+        def anchored(sid: str, seq: int, events: list[Envelope] | None) -> LogRules | None:
+            try:
+                rules = LogRules()
+                rules.check_batch(log.read(sid, 0, seq) if events is None else events)
+            except Exception:  # _check reads it again in order and raises what it finds
+                return None
+            return rules if rules.next_seq == seq else None
+
+        read_prefixes = getattr(log, "read_prefixes", None)  # the Kafka log reads many at once
+        prefixes: dict[str, list[Envelope]] = {}
+        if read_prefixes is not None:
+            try:
+                prefixes = read_prefixes(need)
+            except TransientError:
+                raise
+            except FoldlineError:
+                prefixes = {}  # each is read alone below
+        for sid, seq in need.items():
+            if sid in prefixes:
+                rules = anchored(sid, seq, prefixes[sid])
+                if rules is not None:
+                    self._rules[sid] = rules
+        rest = [sid for sid in need if sid not in prefixes]
+        for sid, rules in zip(rest, self._pool().map(lambda sid: anchored(sid, need[sid], None), rest), strict=True):
+            if rules is not None:
+                self._rules[sid] = rules
+        while len(self._rules) > self.max_sessions:
+            self._rules.popitem(last=False)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(_PARALLEL_SESSIONS, thread_name_prefix="foldline-checker")
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the threads that open and anchor sessions in parallel (started on first use)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def _check(self, sid: str, event: Envelope) -> None:
         rules = self._rules.get(sid)

@@ -442,6 +442,25 @@ class KafkaEventLog(EventLog):
             return []
         return self._opened(session_id, self._events.events(session_id, state, max(from_seq, 0), end, deadline))
 
+    def read_prefixes(self, ends: Mapping[str, int]) -> dict[str, list[Envelope]]:
+        """Events ``0 .. end`` of many sessions at once (opened): the index caught up once per partition and each
+        partition's records read in one pass, not one read per session — how a consumer taking partitions over
+        anchors the sessions it meets mid-stream. A session whose prefix is not all in Kafka (retention deleted
+        some: the archive holds them) or not yet committed to ``end`` is left out: read it with :meth:`read`."""
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        states = self._reader.states(list(ends), deadline)
+        wanted = {sid: (states[sid], end) for sid, end in ends.items() if end > 0 and states[sid].next_seq >= end}
+        out: dict[str, list[Envelope]] = {}
+        decode = self.codec.decode
+        for sid, records in self._reader.records_of(wanted, deadline).items():
+            values = [r.value() for r in records]
+            events = [decode(v) for v in values if v is not None]
+            if len(events) != len(values) or any(e.seq != seq for seq, e in enumerate(events)):
+                continue  # read alone, it raises what is wrong
+            out[sid] = self._opened(sid, events)
+        return out
+
     def read_stored(self, session_id: str, from_seq: int = 0, to_seq: int | None = None) -> list[Envelope]:
         self._ensure_ready()
         deadline = self._clients.deadline()
