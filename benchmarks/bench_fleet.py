@@ -580,9 +580,10 @@ def floor_rows(floor: dict[str, float], at_100: dict[str, Any]) -> list[dict[str
 
 def run() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    # a broker that just started compiles its hot paths for its first minute (the JIT): a short fleet first, so
-    # the rows measure a warm broker, as a fleet's long-running one is (it is not reported)
-    measure(sessions=100, steps=3, latency_s=0.2, ramp_s=1.0)
+    # a broker that just started compiles its hot paths for its first minutes (the JIT; after a restart the
+    # 100-session rows came out ~2x slower, and its CPU per step ~2x higher): a 3,000-step fleet first, so the
+    # rows measure a warm broker, as a fleet's long-running one is (it is not reported)
+    measure(sessions=1000, steps=3, latency_s=0.5, ramp_s=1.0)
     floor = append_floor()
     spread: dict[int, dict[str, Any]] = {}
     for sessions in (100, 1000):
