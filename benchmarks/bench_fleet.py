@@ -516,7 +516,8 @@ STEP_APPENDS = 4
 
 def append_floor(cycles: int = 300) -> dict[str, float]:
     """One durable append alone, as the group writer makes it (one transaction: three event records to a partition
-    and their acknowledgement, then an index record, then the commit), timed ``cycles`` times on the otherwise idle
+    and their acknowledgement, then an index record, then the commit, on two producers taking turns), timed
+    ``cycles`` times on the otherwise idle
     broker: the least a step's appends can take, whatever foldline does around them (p50 / p99, seconds)."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
@@ -530,11 +531,15 @@ def append_floor(cycles: int = 300) -> dict[str, float]:
     names = [topic, f"{topic}.index"]
     for future in admin.create_topics([NewTopic(t, 12, 1) for t in names]).values():
         future.result(30)
-    producer = clients.transactional_producer(f"{topic}/floor", GROUP_PRODUCER)
+    # two producers taking turns, as the group writer's do: one producer's back-to-back transactions meet
+    # the coordinator still completing the previous one (CONCURRENT_TRANSACTIONS, retried 20 ms later)
+    producers = [clients.transactional_producer(f"{topic}/floor/{k}", GROUP_PRODUCER) for k in range(2)]
     took: list[float] = []
     try:
-        producer.init_transactions(30)
+        for producer in producers:
+            producer.init_transactions(30)
         for i in range(cycles):
+            producer = producers[i % 2]
             began = time.perf_counter()
             producer.begin_transaction()
             for _ in range(3):
@@ -545,7 +550,8 @@ def append_floor(cycles: int = 300) -> dict[str, float]:
             producer.commit_transaction(30)
             took.append(time.perf_counter() - began)
     finally:
-        flush(producer, 5)
+        for producer in producers:
+            flush(producer, 5)
         for future in admin.delete_topics(names, operation_timeout=30).values():
             future.result(60)
     took.sort()
