@@ -19,6 +19,7 @@ from foldline.config.factories import fold_store
 from foldline.core.fold import FoldDelta, fold_delta
 from foldline.dispatcher import FoldWatcher
 from foldline.ports.fold_store import FoldTail
+from tests.distributed.projector_harness import wait_until
 from tests.factories import simple_log
 
 pytestmark = pytest.mark.redis
@@ -49,14 +50,6 @@ def _store(prefix: str, *, notify: bool = True) -> RedisFoldStore:
     assert isinstance(store, RedisFoldStore)
     store.notify = notify
     return store
-
-
-def _until(predicate: object, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def _subscribers(channel: str) -> int:
@@ -99,7 +92,7 @@ def test_a_wait_is_settled_by_the_projectors_notice_not_by_a_poll(prefix: str) -
     watcher = FoldWatcher(dispatcher, fallback_s=60.0)  # no fallback round within the test's time
     try:
         assert watcher.pushed
-        _until(lambda: _subscribers(dispatcher.channel) >= 1, "the watcher's subscription")
+        wait_until(lambda: _subscribers(dispatcher.channel) >= 1, 10, "the watcher's subscription")
         tail = asyncio.run(_wait_then_apply(watcher, projector, "s-notice", timeout_s=10.0))
         assert tail.applied_seq == LAST_SEQ
         assert (watcher.settled_on_notice, watcher.settled_on_pause) == (1, 0)
@@ -114,7 +107,7 @@ def test_a_lost_notice_still_settles_the_wait_by_the_bounded_fallback_round(pref
     dispatcher = _store(prefix)
     watcher = FoldWatcher(dispatcher, fallback_s=0.2)
     try:
-        _until(lambda: _subscribers(dispatcher.channel) >= 1, "the watcher's subscription")
+        wait_until(lambda: _subscribers(dispatcher.channel) >= 1, 10, "the watcher's subscription")
         tail = asyncio.run(_wait_then_apply(watcher, projector, "s-lost", timeout_s=10.0))
         assert tail.applied_seq == LAST_SEQ
         assert (watcher.settled_on_notice, watcher.settled_on_pause) == (0, 1)
@@ -131,17 +124,17 @@ def test_notices_resume_after_redis_drops_the_subscription(prefix: str) -> None:
     notices.start(lambda sessions: heard.append(None if sessions is None else list(sessions)))
     admin = redis.Redis.from_url(_url())
     try:
-        _until(lambda: _subscribers(dispatcher.channel) >= 1, "the subscription")
+        wait_until(lambda: _subscribers(dispatcher.channel) >= 1, 10, "the subscription")
         assert heard[:1] == [None]  # subscribed: anything before it may have been missed
         _apply_session(projector, "s-before")
-        _until(lambda: ["s-before"] in heard, "the first notice")
+        wait_until(lambda: ["s-before"] in heard, 10, "the first notice")
         ours = [c["id"] for c in admin.client_list(_type="pubsub") if c.get("name") == notices.client_name]
         assert len(ours) == 1
         admin.client_kill_filter(_id=ours[0])  # Redis drops this subscriber (the connection closes)
-        _until(lambda: heard.count(None) >= 2, "the subscription made again (and announced as a gap)")
-        _until(lambda: _subscribers(dispatcher.channel) >= 1, "the new subscription")
+        wait_until(lambda: heard.count(None) >= 2, 10, "the subscription made again (and announced as a gap)")
+        wait_until(lambda: _subscribers(dispatcher.channel) >= 1, 10, "the new subscription")
         _apply_session(projector, "s-after")
-        _until(lambda: ["s-after"] in heard, "a notice after the new subscription")
+        wait_until(lambda: ["s-after"] in heard, 10, "a notice after the new subscription")
     finally:
         notices.close()
         admin.close()

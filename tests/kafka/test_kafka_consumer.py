@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer
@@ -201,9 +203,9 @@ def test_a_consumer_starting_mid_stream_anchors_its_sessions_together_and_reads_
     for name in calls:
         real = getattr(reader, name)
 
-        def counted(*args: object, _real: object = real, _name: str = name, **kwargs: object) -> object:
+        def counted(*args: Any, _real: Callable[..., Any] = real, _name: str = name, **kwargs: Any) -> Any:
             calls[_name] += 1
-            return _real(*args, **kwargs)  # type: ignore[operator]
+            return _real(*args, **kwargs)
 
         setattr(reader, name, counted)
     consumer = SessionEventConsumer(kafka_bootstrap, group, topic=topic, log=reader)
