@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -18,8 +19,9 @@ from hypothesis import strategies as st
 from foldline.adapters.memory_attachments import MemoryAttachmentStore
 from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
+from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
-from foldline.core.events import RequestDispatch, StepStart, ToolCall, TurnEnd, TurnStart
+from foldline.core.events import Envelope, RequestDispatch, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnStart
 from foldline.core.fold import decode_message, encode_message, fold_state
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, StepHandoff
@@ -34,7 +36,7 @@ from foldline.loop import Agent, AgentOptions
 from foldline.loop.pressure import PressurePolicy
 from foldline.metrics import DispatcherMetrics, LoopMetrics, new_registry
 from foldline.ports.attachments import AttachmentMeta
-from foldline.ports.event_log import EventLog
+from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, ToolLoopScript
@@ -43,9 +45,12 @@ from tests.contracts.step_dispatch import CONFIG, SYSTEM, ProjectingLog, shape, 
 from tests.factories import LogBuilder
 
 
+def options(dispatcher: Dispatcher | None) -> AgentOptions:
+    return AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=dispatcher)
+
+
 async def run_session(log: EventLog, session_id: str, dispatcher: Dispatcher | None, emulator: Emulator) -> None:
-    options = AgentOptions(CONFIG, system=SYSTEM, tools=tools(), dispatcher=dispatcher)
-    agent = Agent(session_id, log, emulated_provider(emulator=emulator), options, clock=ticking_clock())
+    agent = Agent(session_id, log, emulated_provider(emulator=emulator), options(dispatcher), clock=ticking_clock())
     await agent.run_turn(f"[{session_id}] first question")
     await agent.run_turn(f"[{session_id}] second question")
 
@@ -220,8 +225,91 @@ async def case_a_repeated_prepare_keeps_one_body_and_sends_it_once() -> None:
     assert (emulator.requests, dispatcher.rebuilt_for_send, dispatcher.dispatched) == (1, 0, 1)
 
 
+class WritesLog(ProjectingLog):
+    """A projecting log that keeps the types of each append's events, one list per write."""
+
+    def __init__(self, folds: FoldStore) -> None:
+        super().__init__(folds)
+        self.writes: list[list[str]] = []
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        head = super().append(session_id, expected_seq, events, lease=lease)
+        self.writes.append([type(e.data).__name__ for e in events])
+        return head
+
+
+async def case_a_step_closing_is_written_with_the_next_opening() -> None:
+    folds = MemoryFoldStore()
+    log = WritesLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=2))
+    dispatcher = dispatcher_for(folds, emulator)
+    agent = Agent("s-w", log, emulated_provider(emulator=emulator), options(dispatcher), clock=ticking_clock())
+    reported: list[tuple[int, bool]] = []
+    # a step is reported once its closing is in the log
+    agent.step_listeners.append(
+        lambda r: reported.append((r.step, any(e.data == StepEnd(r.turn, r.step) for e in log.read("s-w"))))
+    )
+    result = await agent.run_turn("three steps: two with a tool call, then the answer")
+    await dispatcher.aclose()
+    assert len(result.steps) == 3
+    assert reported == [(0, True), (1, True), (2, True)]
+    # each step: its opening (with the previous step's closing, or the turn's start), its request/dispatch, its
+    # answer; the last answer is written with its step/end and the turn's end — 9 writes, not 13
+    assert log.writes == [
+        ["TurnStart", "StepStart", "UserMessage", "RequestHeader"],
+        ["RequestDispatch"],
+        ["AssistantMessage", "ToolCall"],
+        ["ToolResult", "StepEnd", "StepStart"],
+        ["RequestDispatch"],
+        ["AssistantMessage", "ToolCall"],
+        ["ToolResult", "StepEnd", "StepStart"],
+        ["RequestDispatch"],
+        ["AssistantMessage", "StepEnd", "TurnEnd"],
+    ]
+    report = verify_events("s-w", log.read("s-w"))
+    assert (report.ok, report.checked) == (True, 3)
+
+
+async def case_a_failure_while_a_closing_is_held_writes_it_before_the_turn_ends() -> None:
+    folds = MemoryFoldStore()
+    log = WritesLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=2))
+    dispatcher = dispatcher_for(folds, emulator)
+    agent = Agent("s-f", log, emulated_provider(emulator=emulator), options(dispatcher), clock=ticking_clock())
+    renders = []
+
+    @agent.on_request
+    def second_render_fails(config: CallConfig) -> CallConfig:
+        renders.append(config)
+        if len(renders) == 2:  # step 1's opening, while step 0's closing is held
+            raise RuntimeError("a request hook broke")
+        return config
+
+    with pytest.raises(RuntimeError, match="a request hook broke"):
+        await agent.run_turn("a tool call, then a broken hook")
+    await dispatcher.aclose()
+    events = log.read("s-f")
+    results = [e.data for e in events if isinstance(e.data, ToolResult)]
+    # the tool ran and its result is logged as it ran — not answered as interrupted by the turn's closing
+    assert [(r.is_error, r.content) for r in results] == [(False, results[0].content)]
+    assert "interrupted" not in str(results[0].content)
+    assert log.writes[-2:] == [["ToolResult", "StepEnd"], ["TurnEnd"]]
+    assert events[-1].data == TurnEnd(0, "error")
+    assert verify_events("s-f", events).ok
+
+
 def test_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     asyncio.run(case_dispatched_steps_log_exactly_what_a_local_loop_logs())
+
+
+def test_a_step_closing_is_written_with_the_next_opening() -> None:
+    asyncio.run(case_a_step_closing_is_written_with_the_next_opening())
+
+
+def test_a_failure_while_a_closing_is_held_writes_it_before_the_turn_ends() -> None:
+    asyncio.run(case_a_failure_while_a_closing_is_held_writes_it_before_the_turn_ends())
 
 
 def test_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None:

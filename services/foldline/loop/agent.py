@@ -263,6 +263,8 @@ class Agent:
         self.turn = 1 + max((e.data.turn for e in loaded if isinstance(e.data, TurnStart)), default=-1)
         self.last_request: GenerateOptions | None = None
         self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
+        self._unwritten = []
+        self._after_write = []
         self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
         #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/_remote.py) use it
@@ -412,7 +414,10 @@ class Agent:
         self.turn += 1
         start = self.session.next_seq
         self._turn_start_seq = start
-        await self._append(TurnStart(turn))
+        if self.options.dispatcher is not None:
+            self._hold(TurnStart(turn))  # written with the first step's opening (_hold)
+        else:
+            await self._append(TurnStart(turn))
         return await self._run(turn, 0, start)
 
     async def continue_turn(self) -> TurnResult:
@@ -534,6 +539,8 @@ class Agent:
 
     async def _step(self, turn: int, step: int) -> tuple[StepRecord, ProviderResponse] | None:
         self.last_timings, self._phase, self._step_began = {}, "append", time.monotonic()
+        if self._unwritten and (self._pre_step or self.options.tools.sources):
+            await self._append()  # a hook or a tool source may take long: what is held is written first
         # tool sources (MCP servers) reconnect and refresh their lists where due, before the claim; the render
         # below reads what they now hold, and a difference is a change snapshot like any other
         await self.options.tools.refresh()
@@ -822,17 +829,32 @@ class Agent:
             entry_id = "context-" + codec.digest_bytes(call_id.encode())[7:39]
             await self.inbox.put_async(InboxItem((TextBlock(text),), "tool-context"), entry_id=entry_id)
         closing.append(StepEnd(turn, step))
-        await self._append(*closing)
+        held = self.options.dispatcher is not None
+        if held:  # written with the next step's opening or the turn's end, whichever comes first (_hold)
+            self._hold(*closing)
+        else:
+            await self._append(*closing)
         self._step_open = False
-        self.last_timings["total"] = time.monotonic() - self._step_began
-        record = StepRecord(turn, step, dispatch_seq, digest, response.usage, reason, dict(self.last_timings))
-        if self._events is not None:
-            for e in closing:
-                if isinstance(e, ToolResult):
-                    self._emit(ToolCallResult(turn, step, e.call_id, e.name, e.content, e.is_error))
-            self._emit(StepFinished(turn, step, response.usage, response.stop_reason, digest, dispatch_seq))
-        for listener in self.step_listeners:
-            listener(record)
+        timings = self.last_timings
+        timings["total"] = time.monotonic() - self._step_began
+        # a held closing written with the turn's end adds that write to this step's total (_append)
+        record = StepRecord(
+            turn, step, dispatch_seq, digest, response.usage, reason, timings if held else dict(timings)
+        )
+
+        def closed() -> None:  # once the closing is in the log
+            if self._events is not None:
+                for e in closing:
+                    if isinstance(e, ToolResult):
+                        self._emit(ToolCallResult(turn, step, e.call_id, e.name, e.content, e.is_error))
+                self._emit(StepFinished(turn, step, response.usage, response.stop_reason, digest, dispatch_seq))
+            for listener in self.step_listeners:
+                listener(record)
+
+        if held:
+            self._after_write.append(closed)
+        else:
+            closed()
         return record, response
 
     @contextlib.contextmanager
@@ -948,12 +970,46 @@ class Agent:
     _step_began = 0.0
     _waiting = False  # waiting for approval decisions (a cancellation then leaves the turn paused)
 
+    _unwritten: list[Envelope]  # held events: in the live session, not yet in the log (_hold)
+    _after_write: list[Callable[[], None]]  # what reports the held events once they are written
+
     async def _append(self, *datas: EventData) -> None:
+        """Append ``datas`` — after the held events, in the same write, when some are held (:meth:`_hold`)."""
         start = self.session.next_seq
         now = self.clock()
         events = [logged(start + i, now, d) for i, d in enumerate(datas)]
-        await self._durably(start, events)
+        held = self._unwritten
+        if held:
+            began = time.monotonic()
+            await self._durably(held[0].seq, [*held, *events])
+            self._unwritten = []
+            if "total" in self.last_timings:  # a closed step's closing, written with the turn's end: its time
+                self.last_timings["total"] += time.monotonic() - began
+        else:
+            await self._durably(start, events)
         self.session.extend(events, values_checked=True)  # the log checked their values
+        if self._after_write:
+            reports, self._after_write = self._after_write, []
+            for report in reports:
+                report()
+
+    def _hold(self, *datas: EventData) -> None:
+        """Take ``datas`` into the live session now and write them with the next append.
+
+        On the dispatched path every write is a transaction of the log; a step's closing (its tool results
+        and ``step/end``) and a turn's ``turn/start`` are held so they go out with the next step's opening or
+        the turn's end — one write fewer per step. Nothing slow runs while events are held: the next opening
+        is built at once (a pre-step hook or a tool source writes them first; a compaction's ``compaction/start``
+        is itself an append), and a failure or cancellation writes them before the turn is closed
+        (:meth:`_close_turn`). A crash in between is a crash before the closing was written: the tool calls
+        are answered as the crash policy says (loop/recovery.py). Stream events and step listeners of a held
+        closing are reported once it is written.
+        """
+        start = self.session.next_seq
+        now = self.clock()
+        events = [logged(start + i, now, d) for i, d in enumerate(datas)]
+        self.session.extend(events)  # checked here; the log checks them again when they are written
+        self._unwritten.extend(events)
 
     async def _durably(self, start: int, events: list[Envelope]) -> None:
         """Append ``events`` at ``start``, waiting out a log that does not answer for up to ``outage_s``.
@@ -978,6 +1034,12 @@ class Agent:
         close the open step and end the turn (the events :func:`~foldline.core.repair.closing_events` names
         for the turn as logged). Should this fail too, the next instance to load the session closes it."""
         try:
+            if self._unwritten:  # held events first (a step's closing): the turn is closed as they leave it
+                try:
+                    await self._append()
+                except FoldlineError:  # not written: the live session goes back to what the log holds
+                    self._unwritten, self._after_write = [], []
+                    self.session = Session(self.session_id, await self.log.read_async(self.session_id))
             events = await self.log.read_async(self.session_id, self._turn_start_seq)
             state = open_turn(events)
             answers = {}
