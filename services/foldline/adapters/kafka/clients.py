@@ -50,10 +50,11 @@ TRANSIENT_CODES = frozenset(
     }
 )
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-# the group writer batches (linger) and keeps many records in flight; take-over and fencing producers
-# send one small transaction each
+# the group writer produces a whole group's records at once and then waits for their acknowledgements, so
+# lingering would only delay them (librdkafka's default is 5 ms; the records of one group still go out in few
+# requests); it keeps many records in flight. Take-over and fencing producers send one small transaction each
 GROUP_PRODUCER: Mapping[str, Any] = {
-    "linger.ms": 5,
+    "linger.ms": 0,
     "batch.num.messages": 10_000,
     "queue.buffering.max.messages": 1_000_000,
 }
