@@ -151,3 +151,13 @@ class ThinkingPlan(PlanScript):
     def reply(self, conversation: Conversation) -> Reply:
         out = super().reply(conversation)
         return replace(out, reasoning="The plan says what to call.") if conversation.thinking else out
+
+
+class Scripted:
+    """Replies in order, one per request."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+
+    def reply(self, conversation: Conversation) -> Reply:
+        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]

@@ -348,7 +348,13 @@ class _SessionSpans:
     tracker: DropTracker
     turn: Span | None = None
     turn_context: Context | None = None
+    turn_number: int | None = None
     step: _Pending | None = None
+    step_id: tuple[int, int] | None = None  # (turn, step) of ``step``
+    # a turn and a step whose spans a dispatcher's hand-over opened before their events were logged (a
+    # dispatched step's opening is logged with its request/dispatch, after the hand-over): adopted when logged
+    early_turn: int | None = None
+    early_step: tuple[int, int] | None = None
     header: EpochHeader | None = None
     header_reason: str | None = None  # the reason of a header written in the open step
     provider: str = ""
@@ -485,14 +491,31 @@ class LoopTracer:
     def append_fenced(self, session_id: str) -> None:
         return None
 
-    def step_context(self, session_id: str) -> Context | None:
-        """The context of the session's open ``chat`` span (the hand-over carries it to the dispatcher)."""
+    def step_context(self, session_id: str, turn: int | None = None, step: int | None = None) -> Context | None:
+        """The context of the session's open ``chat`` span (the hand-over carries it to the dispatcher).
+
+        A dispatched step's opening (``step/start``, and ``turn/start`` on a turn's first step) is logged with its
+        ``request/dispatch``, after the hand-over: given the hand-over's ``turn`` and ``step``, the spans of a turn
+        and a step not logged yet are opened now, in the caller's context, and taken as theirs when their events
+        are logged."""
         with self._lock:
             self._drain()
             state = self._sessions.get(session_id)
+            if turn is not None and step is not None and (state is None or state.step_id != (turn, step)):
+                if state is None:
+                    state = self._fresh(session_id)
+                    self._keep(session_id, state)
+                self._open_early(session_id, state, turn, step, time.time_ns())
             if state is None or state.step is None:
                 return None
             return self._in_context(state.step.opened(self.tracer))
+
+    def _open_early(self, session_id: str, state: _SessionSpans, turn: int, step: int, at: int) -> None:
+        if state.turn is None or state.turn_number != turn:
+            self._open_turn(session_id, state, turn, None, at, self._current())
+            state.early_turn = turn
+        self._open_step(session_id, state, turn, step, at)
+        state.early_step = (turn, step)
 
     # ----------------------------------------------------------------- the state of a session
 
@@ -525,21 +548,11 @@ class LoopTracer:
             state.session.extend((env,), values_checked=True)
         data = env.data
         if isinstance(data, StepStart):
-            if state.step is not None:
-                state.step.end(self.tracer, at)
             state.header_reason = None
-            state.step = _Pending(
-                "chat",
-                self._kinds.CLIENT,
-                state.turn_context,
-                {
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.conversation.id": session_id,
-                    "foldline.turn": data.turn,
-                    "foldline.step": data.step,
-                },
-                at,
-            )
+            if state.early_step == (data.turn, data.step) and state.step is not None:
+                state.early_step = None  # its span was opened by the hand-over
+            else:
+                self._open_step(session_id, state, data.turn, data.step, at)
         elif isinstance(data, RequestDispatch):
             if (step := state.step) is not None:
                 step.name = f"chat {state.model}"
@@ -566,7 +579,7 @@ class LoopTracer:
                     step.attributes["gen_ai.output.messages"] = orjson.dumps([message]).decode()
                 interrupted = data.stop_reason == "interrupted"
                 step.end(self.tracer, at, ("interrupted", "the answer was interrupted") if interrupted else None)
-                state.step = None
+                state.step = state.step_id = None
         elif isinstance(data, ToolCall):
             attrs: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
@@ -593,22 +606,11 @@ class LoopTracer:
             if state.turn is not None:
                 state.turn.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
         elif isinstance(data, TurnStart):
-            self._end_all(state, at)
-            turn = self.tracer.start_span(
-                "invoke_agent",
-                context=ambient,
-                start_time=at,
-                kind=self._kinds.INTERNAL,
-                attributes={
-                    "gen_ai.operation.name": "invoke_agent",
-                    "gen_ai.conversation.id": session_id,
-                    "foldline.turn": data.turn,
-                    "foldline.seq": env.seq,
-                },
-            )
-            if state.provider:
-                turn.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
-            state.turn, state.turn_context = turn, self._in_context(turn)
+            if state.early_turn == data.turn and state.turn is not None:  # its span was opened by the hand-over
+                state.early_turn = None
+                state.turn.set_attribute("foldline.seq", env.seq)
+            else:
+                self._open_turn(session_id, state, data.turn, env.seq, at, ambient)
         elif isinstance(data, LlmRetry):
             if state.step is not None:
                 retry: dict[str, Any] = {"foldline.attempt": data.attempt, "error.type": data.error_type}
@@ -618,9 +620,10 @@ class LoopTracer:
                     retry["foldline.retry.wait_ms"] = data.wait_ms
                 state.step.events.append(("foldline.retry", retry, at))
         elif isinstance(data, StepEnd):
-            if state.step is not None:  # a step that ended without an answer (a quarantine, an error)
+            # a step that ended without an answer (a quarantine, an error) — not a later one opened early
+            if state.step is not None and state.step_id in (None, (data.turn, data.step)):
                 state.step.end(self.tracer, at, ("no_answer", "the step ended without an answer"))
-                state.step = None
+                state.step = state.step_id = None
         elif isinstance(data, CompactionStart | CompactionEnd):
             if state.turn is not None:
                 state.turn.add_event(f"foldline.{env.type.replace('/', '.')}", {"foldline.seq": env.seq}, timestamp=at)
@@ -637,6 +640,42 @@ class LoopTracer:
                 turn_span.end(end_time=at)
             state.turn = state.turn_context = None
 
+    def _open_turn(
+        self, session_id: str, state: _SessionSpans, turn: int, seq: int | None, at: int, ambient: Context | None
+    ) -> None:
+        self._end_all(state, at)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": session_id,
+            "foldline.turn": turn,
+        }
+        if seq is not None:
+            attributes["foldline.seq"] = seq
+        span = self.tracer.start_span(
+            "invoke_agent", context=ambient, start_time=at, kind=self._kinds.INTERNAL, attributes=attributes
+        )
+        if state.provider:
+            span.set_attribute("gen_ai.provider.name", PROVIDER_NAMES.get(state.provider, state.provider))
+        state.turn, state.turn_context, state.turn_number = span, self._in_context(span), turn
+        state.early_turn = state.early_step = None
+
+    def _open_step(self, session_id: str, state: _SessionSpans, turn: int, step: int, at: int) -> None:
+        if state.step is not None:
+            state.step.end(self.tracer, at)
+        state.step = _Pending(
+            "chat",
+            self._kinds.CLIENT,
+            state.turn_context,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": session_id,
+                "foldline.turn": turn,
+                "foldline.step": step,
+            },
+            at,
+        )
+        state.step_id = (turn, step)
+
     def _end_all(self, state: _SessionSpans, at: int, *, keep_turn: bool = False) -> None:
         """End what is still open (a turn that never ended: its process stopped, or a new turn began)."""
         for tool in state.tools.values():
@@ -644,7 +683,7 @@ class LoopTracer:
         state.tools.clear()
         if state.step is not None:
             state.step.end(self.tracer, at)
-            state.step = None
+            state.step = state.step_id = None
         if state.turn is not None and not keep_turn:
             state.turn.end(end_time=at)
             state.turn = state.turn_context = None
@@ -768,7 +807,7 @@ class TracedStepDispatcher(StepDispatcher):
             return handoff
         from opentelemetry import propagate
 
-        parent = self.tracing.loop.step_context(handoff.session_id)
+        parent = self.tracing.loop.step_context(handoff.session_id, handoff.turn, handoff.step)
         if parent is None:
             return handoff
         carrier: dict[str, str] = {}

@@ -42,6 +42,7 @@ from foldline.ports.fold_store import FoldStore
 from foldline.ports.step_dispatch import PreparedStep, StepDispatcher, StepHandoff
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator, EmulatorResponse, Fault, FaultPlan, ToolLoopScript
+from foldline.replay.step import session_request
 from foldline.replay.verify import verify_events
 from tests.contracts.attachments import png
 from tests.factories import LogBuilder
@@ -227,12 +228,14 @@ class StepDispatcherContract(abc.ABC):
     def test_a_fold_that_never_arrives_is_a_fold_timeout_and_nothing_is_sent(self) -> None:
         async def body(rig: Rig) -> None:
             rig.log.paused = True  # no projector
-            agent = rig.agent("t-1")
+            agent = rig.agent("t-1", tools=tools())
             with pytest.raises(FoldTimeout, match="projector"):
                 await agent.run_turn("[t-1] anyone there?")
             events = rig.log.read("t-1")
-            assert rig.emulator.bodies == []
-            assert not any(isinstance(e.data, RequestDispatch) for e in events)
+            # a new session's first step is built from its opening alone (nothing is logged before it); the
+            # second waits for the fold of the first, which never comes, and sends nothing
+            assert len(rig.emulator.bodies) == 1
+            assert [(e.data.turn, e.data.step) for e in events if isinstance(e.data, RequestDispatch)] == [(0, 0)]
             assert isinstance(events[-1].data, TurnEnd)
             assert events[-1].data.reason == "error"
 
@@ -296,6 +299,50 @@ class StepDispatcherContract(abc.ABC):
             assert answer.usage.output > 0
             assert [codec.digest_bytes(b) for b in rig.emulator.bodies] == [prepared.digest]
             assert len(rig.emulator.bodies[0]) == prepared.bytes
+
+        self.run(body)
+
+    def test_a_pending_opening_builds_the_body_the_fold_builds_once_it_holds_the_opening(self) -> None:
+        text = 'the pending question: "naïve" ✓ \u2028 <tag> \\ 🙂'  # what JSON escapes, and more than ASCII
+
+        async def body(rig: Rig) -> None:
+            builder = LogBuilder().header()
+            for turn in range(3):
+                builder.turn(turn, f"question {turn}")
+            folded = builder.seq
+            rig.folds.put(fold_state(Session("o-1", builder.events), 0))
+            builder.add(TurnStart(3))
+            builder.add(StepStart(3, 0))
+            builder.user(text)
+            pending = builder.events[folded:]
+            carried = StepHandoff("o-1", builder.seq, 3, 0, 1, pending=fold_delta(pending, 1))
+            prepared = await rig.port.prepare(carried)  # the fold stops before the opening: it travels along
+            rig.folds.put(fold_state(Session("o-1", builder.events), 0))  # the opening written and folded
+            folded_prepared = await rig.port.prepare(StepHandoff("o-1", builder.seq, 3, 0, 1))
+            assert (prepared.digest, prepared.bytes) == (folded_prepared.digest, folded_prepared.bytes)
+            answer = await rig.port.send(carried, prepared)  # sent once the opening is logged: the same body
+            assert answer.content
+            assert [codec.digest_bytes(b) for b in rig.emulator.bodies] == [prepared.digest]
+            # and it is the body of the request the whole log builds
+            request = session_request(Session("o-1", builder.events))
+            local = emulated_provider(emulator=rig.emulator).serializer.serialize(request, None)
+            assert codec.digest_bytes(local) == prepared.digest
+
+        self.run(body)
+
+    def test_a_pending_opening_on_a_fold_past_its_start_is_a_conflict_and_sends_nothing(self) -> None:
+        async def body(rig: Rig) -> None:
+            handoff = self._pending(rig.folds, "c-1")  # folded up to and with the opening
+            start = handoff.boundary - 3  # turn/start, step/start, the question
+            builder = LogBuilder(start_seq=start)
+            builder.add(TurnStart(3))
+            builder.add(StepStart(3, 0))
+            builder.user("the pending question")
+            carried = StepHandoff("c-1", handoff.boundary, 3, 0, 1, pending=fold_delta(builder.events, 1))
+            with pytest.raises(FoldlineError) as refused:
+                await rig.port.prepare(carried)
+            assert kind(refused.value) == "ConflictError", refused.value
+            assert rig.emulator.bodies == []
 
         self.run(body)
 

@@ -21,7 +21,17 @@ from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.core import CallConfig
 from foldline.core.content import ImageBlock, ImageRef, TextBlock, ToolCallBlock, ToolResultBlock
-from foldline.core.events import Envelope, RequestDispatch, StepEnd, StepStart, ToolCall, ToolResult, TurnEnd, TurnStart
+from foldline.core.events import (
+    Envelope,
+    RequestDispatch,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
 from foldline.core.fold import decode_message, encode_message, fold_state
 from foldline.core.projection import Message, Session
 from foldline.dispatcher import Dispatcher, StepHandoff
@@ -39,10 +49,10 @@ from foldline.ports.attachments import AttachmentMeta
 from foldline.ports.event_log import EventLog, WriterLease
 from foldline.ports.fold_store import FoldStore
 from foldline.providers.emulated import emulated_provider
-from foldline.providers.emulator import Emulator, ToolLoopScript
+from foldline.providers.emulator import Emulator, Reply, ScriptedCall, ToolLoopScript
 from foldline.replay.verify import rebuild_requests, verify_events
 from tests.contracts.step_dispatch import CONFIG, SYSTEM, ProjectingLog, shape, ticking_clock, tools
-from tests.factories import LogBuilder
+from tests.factories import LogBuilder, Scripted
 
 
 def options(dispatcher: Dispatcher | None) -> AgentOptions:
@@ -112,8 +122,10 @@ async def case_a_fold_that_never_arrives_times_out_and_nothing_is_sent() -> None
     await dispatcher.aclose()
     assert metrics.registry.get_sample_value("foldline_dispatch_errors_total", {"kind": "FoldTimeout"}) == 1
     events = log.read("s-t")
-    assert emulator.requests == 0
-    assert not any(isinstance(e.data, RequestDispatch) for e in events)
+    # the session's first step needs no fold (nothing is logged before it); the next one waits for the fold of
+    # the first step, which never comes: nothing of it is sent
+    assert emulator.requests == 1
+    assert [(e.data.turn, e.data.step) for e in events if isinstance(e.data, RequestDispatch)] == [(0, 0)]
     assert isinstance(events[-1].data, TurnEnd)
     assert events[-1].data.reason == "error"
 
@@ -177,10 +189,15 @@ async def case_an_archive_store_outage_longer_than_the_limit_fails_the_step_befo
 
 
 class TamperingLog(ProjectingLog):
-    """Projects like :class:`ProjectingLog`, then forges the fold's last message: a fold the log contradicts."""
+    """Projects like :class:`ProjectingLog`, then (once ``forging``) forges the fold's last message: a fold the
+    log contradicts."""
+
+    forging = False
 
     def project(self, session_id: str) -> None:
         super().project(session_id)
+        if not self.forging:
+            return
         state = self.folds.get(session_id)
         assert state is not None
         forged = encode_message(Message("user", (TextBlock("a message the log never held"),)))
@@ -196,11 +213,13 @@ async def case_a_fold_that_differs_from_the_log_is_refused_before_sending() -> N
     options = AgentOptions(CONFIG, system=SYSTEM, on_invariant_violation=loop_metrics.invariant_violation)
     agent = Agent("s-x", log, emulated_provider(emulator=emulator), options)
     agent.options.dispatcher = dispatcher
+    await agent.run_turn("hello")  # a first turn the fold folds as logged
+    log.forging = True
     with pytest.raises(InvariantViolation, match="the rebuild from the log serializes to"):
-        await agent.run_turn("hello")  # the loop's companion refuses the digest the fold built
+        await agent.run_turn("hello again")  # the loop's companion refuses the digest the forged fold built
     await dispatcher.aclose()
-    assert emulator.requests == 0
-    assert not any(isinstance(e.data, RequestDispatch) for e in log.read("s-x"))
+    assert emulator.requests == 1
+    assert [e.data.turn for e in log.read("s-x") if isinstance(e.data, RequestDispatch)] == [0]
     assert loop_metrics.registry.get_sample_value("foldline_invariant_violations_total") == 1
 
 
@@ -240,7 +259,7 @@ class WritesLog(ProjectingLog):
         return head
 
 
-async def case_a_step_closing_is_written_with_the_next_opening() -> None:
+async def case_a_step_is_two_writes_its_closing_going_with_the_next_opening() -> None:
     folds = MemoryFoldStore()
     log = WritesLog(folds)
     emulator = Emulator(ToolLoopScript(tool_steps=2))
@@ -255,17 +274,14 @@ async def case_a_step_closing_is_written_with_the_next_opening() -> None:
     await dispatcher.aclose()
     assert len(result.steps) == 3
     assert reported == [(0, True), (1, True), (2, True)]
-    # each step: its opening (with the previous step's closing, or the turn's start), its request/dispatch, its
-    # answer; the last answer is written with its step/end and the turn's end — 9 writes, not 13
+    # each step: its opening (after the previous step's closing, or the turn's start) with its request/dispatch,
+    # then its answer; the last answer is written with its step/end and the turn's end — 6 writes, not 13
     assert log.writes == [
-        ["TurnStart", "StepStart", "UserMessage", "RequestHeader"],
-        ["RequestDispatch"],
+        ["TurnStart", "StepStart", "UserMessage", "RequestHeader", "RequestDispatch"],
         ["AssistantMessage", "ToolCall"],
-        ["ToolResult", "StepEnd", "StepStart"],
-        ["RequestDispatch"],
+        ["ToolResult", "StepEnd", "StepStart", "RequestDispatch"],
         ["AssistantMessage", "ToolCall"],
-        ["ToolResult", "StepEnd", "StepStart"],
-        ["RequestDispatch"],
+        ["ToolResult", "StepEnd", "StepStart", "RequestDispatch"],
         ["AssistantMessage", "StepEnd", "TurnEnd"],
     ]
     report = verify_events("s-w", log.read("s-w"))
@@ -304,8 +320,83 @@ def test_dispatched_steps_log_exactly_what_a_local_loop_logs() -> None:
     asyncio.run(case_dispatched_steps_log_exactly_what_a_local_loop_logs())
 
 
-def test_a_step_closing_is_written_with_the_next_opening() -> None:
-    asyncio.run(case_a_step_closing_is_written_with_the_next_opening())
+async def case_a_refusal_reset_is_written_before_the_hand_over() -> None:
+    folds = MemoryFoldStore()
+    log = WritesLog(folds)
+    script = Scripted(
+        Reply(None, (ScriptedCall("echo", {"text": "a"}),)),
+        Reply("I can't help with that.", stop="refusal"),
+        Reply("Sure."),
+    )
+    emulator = Emulator(script)
+    dispatcher = dispatcher_for(folds, emulator)
+    agent = Agent("s-r", log, emulated_provider(emulator=emulator), options(dispatcher), clock=ticking_clock())
+    assert (await agent.run_turn("Do the bad thing.")).reason == "refusal"
+    assert (await agent.run_turn("Something else then.")).reason == "completed"
+    await dispatcher.aclose()
+    # the next opening replaces the refused turn on the surface, which a fold delta cannot carry: it is written
+    # before the hand-over (the fold then holds it), and request/dispatch alone after it
+    assert log.writes[-3:] == [
+        ["TurnStart", "StepStart", "UserMessage", "UserMessage"],
+        ["RequestDispatch"],
+        ["AssistantMessage", "StepEnd", "TurnEnd"],
+    ]
+    events = log.read("s-r")
+    assert [u.data.source for u in events if isinstance(u.data, UserMessage)][-2:] == ["refusal-reset", "user"]
+    report = verify_events("s-r", events)
+    assert (report.ok, report.checked) == (True, 3)
+
+
+class DownLog(WritesLog):
+    """A projecting log whose appends fail while ``down`` (an outage longer than the loop waits)."""
+
+    down = False
+
+    def append(
+        self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+    ) -> int:
+        if self.down:
+            raise StoreUnavailable("the log is down (test)")
+        return super().append(session_id, expected_seq, events, lease=lease)
+
+
+async def case_an_opening_that_could_not_be_written_goes_back_to_the_inbox() -> None:
+    folds = MemoryFoldStore()
+    log = DownLog(folds)
+    emulator = Emulator(ToolLoopScript(tool_steps=0))
+    dispatcher = dispatcher_for(folds, emulator)
+    opts = dataclasses.replace(options(dispatcher), outage_s=0.05)
+    agent = Agent("s-d", log, emulated_provider(emulator=emulator), opts, clock=ticking_clock())
+    await agent.run_turn("the first question")
+    log.down = True
+    with pytest.raises(StoreUnavailable):
+        await agent.run_turn("a question while the log is down")
+    assert emulator.requests == 1  # prepared, never sent: its opening and request/dispatch were not written
+    log.down = False
+    result = await agent.run_turn("a question once it is back")
+    await dispatcher.aclose()
+    assert result.reason == "completed"
+    events = log.read("s-d")
+    # the held opening was given up: its claimed question went back to the inbox and enters with the next one
+    asked = [
+        b.text for e in events if isinstance(e.data, UserMessage) for b in e.data.content if isinstance(b, TextBlock)
+    ]
+    assert asked == ["the first question", "a question while the log is down", "a question once it is back"]
+    assert [e.data.turn for e in events if isinstance(e.data, TurnStart)] == [0, 1]  # the unwritten one took none
+    report = verify_events("s-d", events)
+    assert (report.ok, report.checked) == (True, 2)
+
+
+def test_a_step_is_two_writes_its_closing_going_with_the_next_opening() -> None:
+    asyncio.run(case_a_step_is_two_writes_its_closing_going_with_the_next_opening())
+
+
+def test_an_opening_that_could_not_be_written_goes_back_to_the_inbox() -> None:
+    asyncio.run(case_an_opening_that_could_not_be_written_goes_back_to_the_inbox())
+
+
+def test_a_refusal_reset_is_written_before_the_hand_over() -> None:
+    asyncio.run(case_a_refusal_reset_is_written_before_the_hand_over())
 
 
 def test_a_failure_while_a_closing_is_held_writes_it_before_the_turn_ends() -> None:

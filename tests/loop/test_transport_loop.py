@@ -33,7 +33,6 @@ from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.loop.agent import CONTEXT_OVERFLOW_FIX, REFUSAL_RESET_TEXT
 from foldline.providers.anthropic import AnthropicProvider
 from foldline.providers.emulator import (
-    Conversation,
     Emulator,
     EmulatorServer,
     EmulatorTransport,
@@ -47,6 +46,7 @@ from foldline.providers.openai import OpenAIProvider
 from foldline.providers.retry import RetryingSender
 from foldline.providers.settings import TransportSettings
 from foldline.replay.verify import verify_events
+from tests.factories import Scripted
 
 SYSTEM = "You are a test agent. " * 300
 FAST = TransportSettings(initial_backoff_s=0.001, max_backoff_s=0.002)
@@ -186,16 +186,6 @@ def test_cancelling_mid_stream_closes_the_connection_and_keeps_what_arrived() ->
     assert agent2.last_request is not None
     assert any(m.role == "assistant" and m.content == interrupted.content for m in agent2.last_request.messages)
     assert verify_events("s", log.read("s")).ok
-
-
-class Scripted:
-    """Replies in order, one per request."""
-
-    def __init__(self, *replies: Reply) -> None:
-        self.replies = list(replies)
-
-    def reply(self, conversation: Conversation) -> Reply:
-        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
 
 
 def test_pause_turn_continues_the_turn_without_running_anything() -> None:

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from typer.testing import CliRunner
 
 from foldline import tracing
+from foldline.adapters.memory_folds import MemoryFoldStore
 from foldline.adapters.memory_log import MemoryEventLog
 from foldline.cli.main import app
 from foldline.config.prices import builtin_price_table
@@ -26,10 +27,12 @@ from foldline.core.events import AssistantMessage, Envelope, RequestDispatch, To
 from foldline.core.header import CallConfig
 from foldline.core.usage import normalize_usage
 from foldline.demo import SYSTEM_PROMPT, demo_toolset
+from foldline.dispatcher import Dispatcher
 from foldline.loop import Agent, AgentOptions
 from foldline.ports.step_dispatch import StepHandoff
 from foldline.providers.emulated import emulated_provider
 from foldline.providers.emulator import Emulator
+from tests.contracts.step_dispatch import ProjectingLog
 
 CONSOLE = {"OTEL_TRACES_EXPORTER": "console"}
 
@@ -132,6 +135,54 @@ def test_turns_steps_and_tool_calls_become_genai_spans_with_the_logs_figures(spa
         assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
         assert tool.name == f"execute_tool {tool.attributes['gen_ai.tool.name']!s}"
         assert "gen_ai.tool.call.arguments" not in tool.attributes
+
+
+def test_a_dispatched_steps_prepare_and_send_are_children_of_its_chat_span(spans: InMemorySpanExporter) -> None:
+    """A dispatched step's opening is logged with its request/dispatch, after the hand-over: the hand-over opens the
+    turn's and the step's spans, which the logged events then take as theirs (no second span, no orphan)."""
+    folds = MemoryFoldStore()
+    log = ProjectingLog(folds)
+    emulator = Emulator()
+    inner = Dispatcher(folds, {"anthropic": emulated_provider("anthropic", emulator=emulator)}, fold_timeout_s=5.0)
+    dispatcher = tracing.traced_dispatcher(inner, loop=True, serve=True)
+    provider = emulated_provider("anthropic", emulator=emulator)
+    options = AgentOptions(
+        config=CallConfig("anthropic", "claude-emulated", max_tokens=512),
+        system=SYSTEM_PROMPT,
+        tools=demo_toolset(),
+        dispatcher=dispatcher,
+    )
+
+    async def run() -> None:
+        agent = Agent("s", tracing.traced_log(log), provider, options)
+        for i in range(2):
+            await agent.run_turn(f"Question {i}: what do the notes say about kafka?")
+        await inner.aclose()
+        await provider.aclose()
+
+    asyncio.run(run())
+    finished = _finished(spans)
+    events = log.read("s")
+    turns = _by_name(finished, "invoke_agent")
+    chats = _by_name(finished, "chat ")
+    dispatches = [e.data for e in events if isinstance(e.data, RequestDispatch)]
+    assert len(turns) == 2
+    assert len(chats) == len(dispatches) > 2
+    by_step = {(c.attributes["foldline.turn"], c.attributes["foldline.step"]): c for c in chats if c.attributes}
+    assert sorted(by_step) == [(d.turn, d.step) for d in dispatches]
+    turn_ids = {t.context.span_id for t in turns}
+    assert all(c.parent is not None and c.parent.span_id in turn_ids for c in chats)
+    served = _by_name(finished, "foldline.dispatch.")
+    assert len(served) == 2 * len(dispatches)  # a prepare and a send per step
+    for span in served:
+        a = span.attributes
+        assert a is not None
+        assert span.parent is not None
+        chat = by_step[(a["foldline.turn"], a["foldline.step"])]
+        assert span.parent.span_id == chat.context.span_id
+        assert chat.start_time is not None
+        assert span.start_time is not None
+        assert chat.start_time <= span.start_time
 
 
 def test_message_content_only_when_the_user_opts_in(monkeypatch: pytest.MonkeyPatch) -> None:

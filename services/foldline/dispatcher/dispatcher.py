@@ -46,7 +46,7 @@ from typing import TypeVar
 
 from ..backoff import Backoff
 from ..core.deltas import AnswerDelta
-from ..core.fold import FoldState, decode_header
+from ..core.fold import FoldDelta, FoldState, decode_header
 from ..core.header import CallConfig, EpochHeader
 from ..core.projection import Message, MessageSequence
 from ..core.request import GenerateOptions
@@ -341,17 +341,36 @@ class _View:
     header: EpochHeader | None = None
     bodies: dict[tuple[str, int], IncrementalBody] = field(default_factory=dict)
     prepared: tuple[int, str, Body, Provider] | None = None  # boundary, digest, body, its provider
+    confirmed: int = 0  # how many of ``messages`` the fold has shown; the rest came as a hand-over's pending
+    taken: list[bytes] = field(default_factory=list)  # the bytes of ``messages[confirmed:]``, as handed over
 
     def advance(self, tail: FoldTail, cache: MessageCache) -> None:
-        new = cache.decode(tail.messages)
-        if tail.offset == 0:
-            self.messages = list(new)  # a new list: snapshots of the old one stay valid, body caches restart
+        """Take the fold's messages past ``confirmed``: the pending messages this view took must be the next
+        ones, byte for byte (the loop wrote them with its request/dispatch), else the view starts again from
+        what the fold holds."""
+        raw, k = tail.messages, len(self.taken)
+        if tail.offset == 0 and self.confirmed:  # a replace, or a fold read whole
+            self.messages = list(cache.decode(raw))  # a new list: snapshots of the old one stay valid
+        elif k and raw[:k] != tuple(self.taken):  # not what the log holds (the loop did not write them)
+            self.messages = [*self.messages[: self.confirmed], *cache.decode(raw)]  # a new list, as above
         else:
-            self.messages.extend(new)
+            self.messages.extend(cache.decode(raw[k:]))
+        self.confirmed, self.taken = len(self.messages), []
         self.generation = tail.generation
         if tail.header != self.header_bytes:
-            self.header_bytes = tail.header
-            self.header = None if tail.header is None else decode_header(tail.header)
+            self._set_header(tail.header)
+
+    def take(self, pending: FoldDelta, cache: MessageCache) -> None:
+        """Add a hand-over's pending events: their messages after the fold's, their header over the fold's."""
+        raw = tuple(m for _, m in pending.messages)
+        self.messages.extend(cache.decode(raw))
+        self.taken.extend(raw)
+        if pending.header is not None and pending.header[1] != self.header_bytes:
+            self._set_header(pending.header[1])
+
+    def _set_header(self, raw: bytes | None) -> None:
+        self.header_bytes = raw
+        self.header = None if raw is None else decode_header(raw)
 
     def request(self, session_id: str, boundary: int) -> GenerateOptions:
         messages = MessageSequence(self.messages, len(self.messages))
@@ -445,17 +464,26 @@ class Dispatcher:
     async def _prepare(self, h: StepHandoff, *, exact: bool) -> PreparedStep:
         started = time.perf_counter()
         view = self._views.pop(h.session_id, None) or _View()
-        tail = await self._watcher.wait(
-            h.session_id, h.boundary - 1, self.fold_timeout_s, generation=view.generation, known=len(view.messages)
-        )
+        # a prepare builds from the fold up to the loop's pending events plus those; a send's rebuild comes
+        # after the loop wrote them with request/dispatch, and reads them folded
+        pending = h.pending if exact else None
+        upto = (pending.first_seq if pending is not None else h.boundary) - 1
+        if upto < 0:  # a new session's first step: nothing is logged before it, so there is no fold to wait for
+            tail = FoldTail(h.session_id, -1, h.epoch, 0, None, None, 0, ())
+        else:
+            tail = await self._watcher.wait(
+                h.session_id, upto, self.fold_timeout_s, generation=view.generation, known=view.confirmed
+            )
         waited = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.fold_wait(waited)
         # A prepare at a boundary the log moved past is stale; a send's rebuild comes after the loop logged
         # request/dispatch (and perhaps failed attempts), none of which changes the request.
-        if tail.applied_seq != h.boundary - 1 and (exact or tail.applied_seq < h.boundary - 1):
-            raise ConflictError(h.session_id, h.boundary, tail.applied_seq + 1)
+        if tail.applied_seq != upto and (exact or tail.applied_seq < upto):
+            raise ConflictError(h.session_id, upto + 1, tail.applied_seq + 1)
         view.advance(tail, self.messages)
+        if pending is not None:
+            view.take(pending, self.messages)
         self._views[h.session_id] = view
         while len(self._views) > self.max_sessions:
             self._views.popitem(last=False)

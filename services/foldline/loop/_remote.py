@@ -1,17 +1,21 @@
 """A step whose model call a dispatcher serves (``AgentOptions.dispatcher``, docs/DISPATCHER.md).
 
-The loop appends the step's opening first; the dispatcher builds and serializes the request from the
-projected fold and answers its digest; the companion checks the loop's request against its rebuild and
-the dispatcher's digest against its own serialization; the loop appends ``request/dispatch``; then each
-attempt is one dispatcher ``send``, retried and logged by the loop's sender. The loop appends every event.
+The step's opening (with the previous step's closing, both held by the loop) travels with the hand-over as
+a fold delta; the dispatcher builds and serializes the request from the projected fold plus that delta and
+answers its digest; the companion checks the loop's request against its rebuild of the log and the held
+events, and the dispatcher's digest against its own serialization; the loop writes the held events and
+``request/dispatch`` in one append; then each attempt is one dispatcher ``send``, retried and logged by the
+loop's sender. The loop appends every event.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
-from ..core.events import EventData, RequestDispatch
+from ..core.events import Envelope, EventData, RequestDispatch
+from ..core.fold import fold_delta
 from ..core.limits import check_request_size
 from ..core.projection import Session
 from ..core.request import GenerateOptions
@@ -56,7 +60,14 @@ class DispatchContext(Protocol):
         """The current step's breakdown (``StepRecord.timings``), filled in as it goes."""
         ...
 
-    async def append(self, *datas: EventData) -> None: ...
+    @property
+    def held(self) -> Sequence[Envelope]:
+        """The events in the session that are not written yet (the step's opening, the previous closing)."""
+        ...
+
+    async def append(self, *datas: EventData) -> None:
+        """Append ``datas``, after the held events and in the same write."""
+        ...
 
     async def send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse: ...
 
@@ -73,19 +84,26 @@ async def dispatch_remote(
     step: int,
     reason: str | None,
 ) -> tuple[StepRecord, ProviderResponse]:
-    """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is logged;
-    ``request`` is the loop's own build of the step's request, marked as a loop request).
+    """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is held, not
+    written; ``request`` is the loop's own build of the step's request, marked as a loop request).
 
-    The dispatcher builds and serializes the request from the fold and answers its digest; the companion
-    checks that digest against its own rebuild from the durable log; this instance appends
-    ``request/dispatch``; only then does the dispatcher send — one attempt per call, through this
-    instance's retrying sender, so each failed attempt is appended as ``llm/retry`` before the next. A
-    send whose dispatcher died holding it (:class:`~foldline.errors.DispatchLost`) may or may not have
-    reached the provider: it is logged as a failed attempt (``dispatch-lost``) and sent again, the same
-    bytes (docs/DISPATCHER.md). This instance is the only writer throughout.
+    The dispatcher builds and serializes the request from the fold and the held events' delta and answers its
+    digest; the companion checks that digest against its own rebuild from the durable log and the held events;
+    this instance writes them with ``request/dispatch`` in one append (held events a delta cannot carry — a
+    surface replace — are written first, and the fold then holds them); only then does the dispatcher
+    send — one attempt per call, through this instance's retrying sender, so each failed attempt is appended
+    as ``llm/retry`` before the next. A send whose dispatcher died holding it
+    (:class:`~foldline.errors.DispatchLost`) may or may not have reached the provider: it is logged as a
+    failed attempt (``dispatch-lost``) and sent again, the same bytes (docs/DISPATCHER.md). This instance is
+    the only writer throughout.
     """
+    held = loop.held
+    pending = fold_delta(held, loop.epoch) if held else None
+    if held and pending is None:  # a surface replace among them (a refusal's reset): the fold must hold it
+        await loop.append()
+        held = ()
     boundary = loop.session.next_seq
-    handoff = StepHandoff(loop.session_id, boundary, turn, step, loop.epoch, loop.archive_requests)
+    handoff = StepHandoff(loop.session_id, boundary, turn, step, loop.epoch, loop.archive_requests, pending=pending)
     timings = loop.timings
     began = time.monotonic()
     try:
@@ -106,7 +124,7 @@ async def dispatch_remote(
     timings["handover"] = prepared_at - began - timings["fold_wait"] - timings["build"]
     serializer = serializer_for(prepared.serializer, prepared.serializer_version)
     if loop.invariant is not None:
-        await loop.invariant.check(loop.session_id, boundary, request)
+        await loop.invariant.check(loop.session_id, boundary, request, pending=held)
         loop.invariant.check_body(loop.session_id, boundary, prepared.digest, serializer)
     timings["check"] = time.monotonic() - prepared_at
     check_request_size(prepared.bytes)  # nothing logged for a body over the limit, nothing sent

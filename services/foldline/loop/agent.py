@@ -265,6 +265,7 @@ class Agent:
         self.last_timings: dict[str, float] = {}  # the last step's breakdown (StepRecord.timings)
         self._unwritten = []
         self._after_write = []
+        self._on_drop = []
         self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
         #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/_remote.py) use it
@@ -415,7 +416,8 @@ class Agent:
         start = self.session.next_seq
         self._turn_start_seq = start
         if self.options.dispatcher is not None:
-            self._hold(TurnStart(turn))  # written with the first step's opening (_hold)
+            # written with the first step's opening (_hold); given up unwritten, the turn's number is free again
+            self._hold(TurnStart(turn), dropped=lambda: setattr(self, "turn", turn))
         else:
             await self._append(TurnStart(turn))
         return await self._run(turn, 0, start)
@@ -570,15 +572,22 @@ class Agent:
         if reason is not None:
             entered.append(RequestHeader(header, reason))
         if self.options.dispatcher is not None:
-            try:
-                await self._append(*entered)
-            except BaseException:
-                self._first_request = first_request
+            # the opening travels with the hand-over and is written with request/dispatch (loop/_remote.py)
+            refused = self._refused
+
+            def dropped() -> None:  # never written: the claimed messages go back, the owed header stays owed
+                self._first_request, self._refused = first_request, refused
                 self.inbox.give_back(batch)
+
+            def written() -> Awaitable[None]:
+                return self.inbox.taken(claimed)  # the log names them: never entered again
+
+            try:
+                self._hold(*entered, written=written, dropped=dropped)
+            except BaseException:  # refused by the session's rules: nothing is held
+                dropped()
                 raise
-            self._step_open = True
             self._refused = None
-            await self.inbox.taken(claimed)
             request = self.last_request = mark_loop_request(session_request(self.session))
             return await dispatch_remote(self.context, self.options.dispatcher, request, turn, step, reason)
         try:
@@ -971,7 +980,8 @@ class Agent:
     _waiting = False  # waiting for approval decisions (a cancellation then leaves the turn paused)
 
     _unwritten: list[Envelope]  # held events: in the live session, not yet in the log (_hold)
-    _after_write: list[Callable[[], None]]  # what reports the held events once they are written
+    _after_write: list[Callable[[], Awaitable[None] | None]]  # what follows once the held events are written
+    _on_drop: list[Callable[[], None]]  # what undoes holding them, if they are given up unwritten
 
     async def _append(self, *datas: EventData) -> None:
         """Append ``datas`` — after the held events, in the same write, when some are held (:meth:`_hold`)."""
@@ -988,12 +998,20 @@ class Agent:
         else:
             await self._durably(start, events)
         self.session.extend(events, values_checked=True)  # the log checked their values
+        self._on_drop = []
         if self._after_write:
             reports, self._after_write = self._after_write, []
             for report in reports:
-                report()
+                done = report()
+                if done is not None:
+                    await done
 
-    def _hold(self, *datas: EventData) -> None:
+    def _hold(
+        self,
+        *datas: EventData,
+        written: Callable[[], Awaitable[None] | None] | None = None,
+        dropped: Callable[[], None] | None = None,
+    ) -> None:
         """Take ``datas`` into the live session now and write them with the next append.
 
         On the dispatched path every write is a transaction of the log; a step's closing (its tool results
@@ -1003,13 +1021,28 @@ class Agent:
         is itself an append), and a failure or cancellation writes them before the turn is closed
         (:meth:`_close_turn`). A crash in between is a crash before the closing was written: the tool calls
         are answered as the crash policy says (loop/recovery.py). Stream events and step listeners of a held
-        closing are reported once it is written.
+        closing are reported once it is written (``written``). A dispatched step's opening is held too: it
+        travels with the hand-over and is written with its ``request/dispatch`` (loop/_remote.py); ``dropped``
+        undoes what holding it did (the inbox claim, the owed header) should it be given up unwritten.
         """
         start = self.session.next_seq
         now = self.clock()
         events = [logged(start + i, now, d) for i, d in enumerate(datas)]
-        self.session.extend(events)  # checked here; the log checks them again when they are written
+        # the log checks their values when it takes them; given up unwritten, the session is read again
+        self.session.extend(events, values_checked=True)
         self._unwritten.extend(events)
+        if written is not None:
+            self._after_write.append(written)
+        if dropped is not None:
+            self._on_drop.append(dropped)
+
+    def _drop_held(self, session: Session) -> None:
+        """Give up the held events (they could not be written): the live session becomes ``session``."""
+        undo, self._on_drop = self._on_drop, []
+        self._unwritten, self._after_write = [], []
+        self.session = session
+        for step in reversed(undo):
+            step()
 
     async def _durably(self, start: int, events: list[Envelope]) -> None:
         """Append ``events`` at ``start``, waiting out a log that does not answer for up to ``outage_s``.
@@ -1034,12 +1067,11 @@ class Agent:
         close the open step and end the turn (the events :func:`~foldline.core.repair.closing_events` names
         for the turn as logged). Should this fail too, the next instance to load the session closes it."""
         try:
-            if self._unwritten:  # held events first (a step's closing): the turn is closed as they leave it
+            if self._unwritten:  # held events first (a closing, an opening): the turn is closed as they leave it
                 try:
                     await self._append()
                 except FoldlineError:  # not written: the live session goes back to what the log holds
-                    self._unwritten, self._after_write = [], []
-                    self.session = Session(self.session_id, await self.log.read_async(self.session_id))
+                    self._drop_held(Session(self.session_id, await self.log.read_async(self.session_id)))
             events = await self.log.read_async(self.session_id, self._turn_start_seq)
             state = open_turn(events)
             answers = {}
@@ -1106,7 +1138,13 @@ class LoopContext:
         return self._agent.last_timings
 
     async def append(self, *datas: EventData) -> None:
+        """Append ``datas`` (after the held events, in the same write)."""
         await self._agent._append(*datas)
+
+    @property
+    def held(self) -> Sequence[Envelope]:
+        """The events taken into the session and not written yet (a step's opening, the previous closing)."""
+        return tuple(self._agent._unwritten)
 
     async def send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
         return await self._agent._send(turn, step, provider, body, stream)

@@ -1,13 +1,18 @@
 """The StepDispatcher port: how a loop has one step's model call served by a dispatcher.
 
-The loop stays the session's only writer. It appends the step's opening (``step/start``, the entered
-``user/message`` batch, an owed ``request/header``), then:
+The loop stays the session's only writer. The step's opening (``step/start``, the entered ``user/message``
+batch, an owed ``request/header`` — after the previous step's tool results and ``step/end``) is not written
+yet: the hand-over carries it as a fold delta (:attr:`StepHandoff.pending`, the events' derived message bytes
+and header exactly as a projector would fold them), then:
 
 1. :meth:`StepDispatcher.prepare` — the dispatcher builds the request of the log prefix ``[0, boundary)``
-   from the projected **fold** (never from the loop's memory), serializes it to the exact wire body and
-   answers a :class:`PreparedStep`: the serializer and the body's digest and length. Nothing is sent.
-2. The loop's invariant companion checks that digest against its own rebuild from the durable log, and
-   the loop appends ``request/dispatch`` with it — durable before the bytes leave.
+   from the projected **fold** up to the pending events, plus the pending delta (never from the loop's
+   other memory), serializes it to the exact wire body and answers a :class:`PreparedStep`: the serializer
+   and the body's digest and length. Nothing is sent.
+2. The loop's invariant companion checks that digest against its own rebuild from the durable log and the
+   pending events, and the loop appends the pending events and ``request/dispatch`` in one write — durable
+   before the bytes leave. (When the pending events hold a surface replace, which a delta cannot carry, the
+   loop writes them first and hands over with no pending delta: the fold then holds the whole prefix.)
 3. :meth:`StepDispatcher.send` — the dispatcher sends exactly those bytes, once (rebuilt from the fold if
    it no longer holds them; a different digest is refused), and answers the provider's
    :class:`StepAnswer`, which the loop appends as the ``assistant/message`` and its ``tool/call`` events.
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 
 from ..core.content import ContentBlock, Usage
 from ..core.deltas import AnswerDelta
+from ..core.fold import FoldDelta
 from ..core.wire import block_to_json, content_from_json, usage_from_plain, usage_to_json
 from ..errors import (
     AnswerTooLarge,
@@ -69,6 +75,17 @@ class StepHandoff:
     archive: bool = False  # keep the exact wire body in the attachment store, keyed by its digest
     # the trace the loop's step belongs to (W3C trace context: traceparent, tracestate), when it is traced
     trace: Mapping[str, str] | None = None
+    # the events [pending.first_seq, boundary) the loop has not written yet, as a fold delta: the request is
+    # the fold up to pending.first_seq - 1 plus these (a send's rebuild, after the write, reads them folded)
+    pending: FoldDelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.pending is not None and self.pending.last_seq != self.boundary - 1:
+            raise FormatError(
+                "step-handoff",
+                f"the pending events of a hand-over end right before its boundary {self.boundary}, "
+                f"not at seq {self.pending.last_seq}",
+            )
 
     @property
     def lease(self) -> WriterLease:
@@ -85,6 +102,14 @@ class StepHandoff:
         }
         if self.trace:
             out["trace"] = dict(self.trace)
+        if self.pending is not None:
+            d = self.pending
+            out["pending"] = {
+                "first": d.first_seq,
+                "epoch": d.epoch,
+                "messages": [[seq, raw.decode()] for seq, raw in d.messages],
+                "header": None if d.header is None else [d.header[0], d.header[1].decode()],
+            }
         return out
 
     @staticmethod
@@ -98,12 +123,26 @@ class StepHandoff:
                 int(value["epoch"]),
                 bool(value.get("archive", False)),
                 {str(k): str(v) for k, v in value["trace"].items()} if value.get("trace") else None,
+                _pending_from_json(value.get("pending"), int(value["boundary"])),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise _fail("step-handoff", value, exc) from exc
         if handoff.boundary < 1:
             raise FormatError("step-handoff", f"a step boundary is at least 1 (after step/start), got {value!r}")
         return handoff
+
+
+def _pending_from_json(value: Any, boundary: int) -> FoldDelta | None:
+    if value is None:
+        return None
+    header = value["header"]
+    return FoldDelta(
+        int(value["first"]),
+        boundary - 1,
+        int(value["epoch"]),
+        tuple((int(seq), str(raw).encode()) for seq, raw in value["messages"]),
+        None if header is None else (int(header[0]), str(header[1]).encode()),
+    )
 
 
 @dataclass(frozen=True, slots=True)
