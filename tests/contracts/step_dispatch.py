@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -274,8 +275,8 @@ class StepDispatcherContract(abc.ABC):
     # ------------------------------------------------------------------ prepare and send, directly
 
     @staticmethod
-    def _pending(folds: FoldStore, session_id: str) -> StepHandoff:
-        """A session folded up to a step's opening (three answered turns, then a question): its hand-over."""
+    def _opened(folds: FoldStore, session_id: str) -> LogBuilder:
+        """A session folded up to a step's opening (three answered turns, then a question)."""
         builder = LogBuilder().header()
         for turn in range(3):
             builder.turn(turn, f"question {turn}")
@@ -283,7 +284,12 @@ class StepDispatcherContract(abc.ABC):
         builder.add(StepStart(3, 0))
         builder.user("the pending question")
         folds.put(fold_state(Session(session_id, builder.events), 0))
-        return StepHandoff(session_id, builder.seq, 3, 0, 1)
+        return builder
+
+    @classmethod
+    def _pending(cls, folds: FoldStore, session_id: str) -> StepHandoff:
+        """The hand-over of :meth:`_opened`'s step."""
+        return StepHandoff(session_id, cls._opened(folds, session_id).seq, 3, 0, 1)
 
     def test_prepare_sends_nothing_and_send_sends_exactly_the_prepared_body_once(self) -> None:
         async def body(rig: Rig) -> None:
@@ -330,17 +336,23 @@ class StepDispatcherContract(abc.ABC):
 
         self.run(body)
 
-    def test_a_pending_opening_on_a_fold_past_its_start_is_a_conflict_and_sends_nothing(self) -> None:
+    def test_a_hand_over_takes_only_what_the_fold_lacks_and_a_fold_past_it_is_a_conflict(self) -> None:
         async def body(rig: Rig) -> None:
-            handoff = self._pending(rig.folds, "c-1")  # folded up to and with the opening
-            start = handoff.boundary - 3  # turn/start, step/start, the question
-            builder = LogBuilder(start_seq=start)
-            builder.add(TurnStart(3))
-            builder.add(StepStart(3, 0))
-            builder.user("the pending question")
-            carried = StepHandoff("c-1", handoff.boundary, 3, 0, 1, pending=fold_delta(builder.events, 1))
+            events = self._opened(rig.folds, "c-1").events  # folded up to and with the opening
+            handoff = StepHandoff("c-1", len(events), 3, 0, 1)
+            # the hand-over carries the events from the last answered turn on: the fold holds them all already
+            carried = StepHandoff("c-1", handoff.boundary, 3, 0, 1, pending=fold_delta(events[-8:], 1))
+            taken = await rig.port.prepare(carried)
+            plain = await rig.port.prepare(handoff)
+            assert (taken.digest, taken.bytes) == (plain.digest, plain.bytes)
+            # a fold that holds part of them (another session, folded partway): the rest comes from the hand-over
+            rig.folds.put(fold_state(Session("c-2", events[:-4]), 0))
+            partway = await rig.port.prepare(dataclasses.replace(carried, session_id="c-2"))
+            assert (partway.digest, partway.bytes) == (plain.digest, plain.bytes)
+            # a fold past the hand-over's boundary: the step is stale
+            stale = StepHandoff("c-1", handoff.boundary - 2, 3, 0, 1, pending=fold_delta(events[-8:-2], 1))
             with pytest.raises(FoldlineError) as refused:
-                await rig.port.prepare(carried)
+                await rig.port.prepare(stale)
             assert kind(refused.value) == "ConflictError", refused.value
             assert rig.emulator.bodies == []
 

@@ -360,13 +360,15 @@ class _View:
         if tail.header != self.header_bytes:
             self._set_header(tail.header)
 
-    def take(self, pending: FoldDelta, cache: MessageCache) -> None:
-        """Add a hand-over's pending events: their messages after the fold's, their header over the fold's."""
-        raw = tuple(m for _, m in pending.messages)
+    def take(self, pending: FoldDelta, applied: int, cache: MessageCache) -> None:
+        """Add what the fold (at ``applied``) lacks of a hand-over's events: their messages after the fold's, their
+        header over the fold's."""
+        raw = tuple(m for seq, m in pending.messages if seq > applied)
         self.messages.extend(cache.decode(raw))
         self.taken.extend(raw)
-        if pending.header is not None and pending.header[1] != self.header_bytes:
-            self._set_header(pending.header[1])
+        header = pending.header
+        if header is not None and header[0] > applied and header[1] != self.header_bytes:
+            self._set_header(header[1])
 
     def _set_header(self, raw: bytes | None) -> None:
         self.header_bytes = raw
@@ -464,8 +466,9 @@ class Dispatcher:
     async def _prepare(self, h: StepHandoff, *, exact: bool) -> PreparedStep:
         started = time.perf_counter()
         view = self._views.pop(h.session_id, None) or _View()
-        # a prepare builds from the fold up to the loop's pending events plus those; a send's rebuild comes
-        # after the loop wrote them with request/dispatch, and reads them folded
+        # a prepare builds from the fold plus what it lacks of the hand-over's events (those since the session's
+        # last request/dispatch: the fold holds that one, written before its model call, so there is rarely a wait);
+        # a send's rebuild comes after the loop wrote them with request/dispatch, and reads them folded
         pending = h.pending if exact else None
         upto = (pending.first_seq if pending is not None else h.boundary) - 1
         if upto < 0:  # a new session's first step: nothing is logged before it, so there is no fold to wait for
@@ -479,11 +482,12 @@ class Dispatcher:
             self.metrics.fold_wait(waited)
         # A prepare at a boundary the log moved past is stale; a send's rebuild comes after the loop logged
         # request/dispatch (and perhaps failed attempts), none of which changes the request.
-        if tail.applied_seq != upto and (exact or tail.applied_seq < upto):
-            raise ConflictError(h.session_id, upto + 1, tail.applied_seq + 1)
+        last = h.boundary - 1 if pending is not None else upto  # the last seq this prepare may find folded
+        if tail.applied_seq > last if exact else tail.applied_seq < upto:
+            raise ConflictError(h.session_id, last + 1, tail.applied_seq + 1)
         view.advance(tail, self.messages)
         if pending is not None:
-            view.take(pending, self.messages)
+            view.take(pending, tail.applied_seq, self.messages)
         self._views[h.session_id] = view
         while len(self._views) > self.max_sessions:
             self._views.popitem(last=False)

@@ -65,6 +65,12 @@ class DispatchContext(Protocol):
         """The events in the session that are not written yet (the step's opening, the previous closing)."""
         ...
 
+    @property
+    def recent(self) -> Sequence[Envelope]:
+        """The session's events from its last ``request/dispatch`` on (held or written; the hand-over carries them,
+        so the dispatcher's fold need only have folded that one); empty when not known."""
+        ...
+
     async def append(self, *datas: EventData) -> None:
         """Append ``datas``, after the held events and in the same write."""
         ...
@@ -97,8 +103,8 @@ async def dispatch_remote(
     failed attempt (``dispatch-lost``) and sent again, the same bytes (docs/DISPATCHER.md). This instance is
     the only writer throughout.
     """
-    held = loop.held
-    pending = fold_delta(held, loop.epoch) if held else None
+    held, recent = loop.held, loop.recent
+    pending = fold_delta(recent, loop.epoch) if recent else None
     if held and pending is None:  # a surface replace among them (a refusal's reset): the fold must hold it
         await loop.append()
         held = ()

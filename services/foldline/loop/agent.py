@@ -68,6 +68,7 @@ from ..core.events import (
     Envelope,
     EventData,
     InboxClaim,
+    RequestDispatch,
     RequestHeader,
     SessionParent,
     StepEnd,
@@ -266,6 +267,7 @@ class Agent:
         self._unwritten = []
         self._after_write = []
         self._on_drop = []
+        self._recent: list[Envelope] = []  # from the last request/dispatch on (_note_recent)
         self._phase = "append"  # where log-write seconds of the current step are counted
         self.step_listeners: list[Callable[[StepRecord], None]] = []
         #: the loop as pressure relief (loop/pressure.py) and a dispatched step (loop/_remote.py) use it
@@ -999,6 +1001,7 @@ class Agent:
             await self._durably(start, events)
         self.session.extend(events, values_checked=True)  # the log checked their values
         self._on_drop = []
+        self._note_recent(events)
         if self._after_write:
             reports, self._after_write = self._after_write, []
             for report in reports:
@@ -1031,15 +1034,25 @@ class Agent:
         # the log checks their values when it takes them; given up unwritten, the session is read again
         self.session.extend(events, values_checked=True)
         self._unwritten.extend(events)
+        self._note_recent(events)
         if written is not None:
             self._after_write.append(written)
         if dropped is not None:
             self._on_drop.append(dropped)
 
+    def _note_recent(self, events: Sequence[Envelope]) -> None:
+        """Keep the events from the session's last request/dispatch on (:attr:`LoopContext.recent`)."""
+        for i in range(len(events) - 1, -1, -1):
+            if isinstance(events[i].data, RequestDispatch):
+                self._recent = list(events[i:])
+                return
+        if self._recent:
+            self._recent.extend(events)
+
     def _drop_held(self, session: Session) -> None:
         """Give up the held events (they could not be written): the live session becomes ``session``."""
         undo, self._on_drop = self._on_drop, []
-        self._unwritten, self._after_write = [], []
+        self._unwritten, self._after_write, self._recent = [], [], []
         self.session = session
         for step in reversed(undo):
             step()
@@ -1145,6 +1158,12 @@ class LoopContext:
     def held(self) -> Sequence[Envelope]:
         """The events taken into the session and not written yet (a step's opening, the previous closing)."""
         return tuple(self._agent._unwritten)
+
+    @property
+    def recent(self) -> Sequence[Envelope]:
+        """The session's events from its last ``request/dispatch`` on, held or written (empty when not known)."""
+        agent = self._agent
+        return tuple(agent._recent) if agent._recent else tuple(agent._unwritten)
 
     async def send(self, turn: int, step: int, provider: Provider, body: bytes, stream: bool) -> ProviderResponse:
         return await self._agent._send(turn, step, provider, body, stream)
