@@ -509,9 +509,9 @@ def rebalance_rows(moved: dict[str, Any], steady: dict[str, Any]) -> list[dict[s
 
 
 #: the durable appends on a dispatched step's path, one after another (docs/DISPATCHER.md, "One dispatched step"):
-#: the opening (step/start, user messages, header — with the previous step's tool results and step/end, held
-#: for it), request/dispatch, the answer (assistant message, tool calls)
-STEP_APPENDS = 3
+#: the opening (step/start, user messages, header — after the previous step's tool results and step/end, held for
+#: it) with request/dispatch, then the answer (assistant message, tool calls)
+STEP_APPENDS = 2
 
 
 def append_floor(cycles: int = 300) -> dict[str, float]:

@@ -24,7 +24,9 @@ What becomes a span, each derived from the log — the loop is observed through 
   header reason, the drop cause and the step's cost (:mod:`foldline.core.cost`);
 * ``execute_tool {name}`` (INTERNAL) — one tool call, its ``tool/call`` to its ``tool/result``;
 * on the distributed backend, ``foldline.dispatch.prepare`` and ``foldline.dispatch.send`` in the dispatcher, children
-  of the loop's ``chat`` span: the loop puts the span's context (W3C ``traceparent``) in the step's hand-over;
+  of the loop's ``chat`` span: the loop puts the span's context (W3C ``traceparent``) in the step's hand-over (the
+  hand-over comes before the step's events are logged: it opens the turn's and step's spans, which the logged events
+  then take as theirs — :meth:`LoopTracer.step_context`);
 * ``foldline.projector.apply`` — one batch a projector applied to the fold store.
 """
 

@@ -6,11 +6,14 @@ writer, so a dispatcher writes nothing to the log and needs no Kafka client at a
 
 **prepare** —
 
-1. wait (bounded) until the fold store has applied the last event before the boundary
+1. wait (bounded) until the fold store has applied the event before the hand-over's pending events (the
+   session's last ``request/dispatch``; without pending events, the last event before the boundary)
    (:class:`FoldWatcher`: the fold is read when the store's notice names its session, with a bounded
    fallback round for a lost notice); a fold already *past* the boundary means the step is stale
    (:class:`~foldline.errors.ConflictError`, nothing built);
-2. build the request from the fold — its folded header and derived message bytes, never a loop's memory —
+2. build the request from the fold, completed with what it lacks of the pending events (as a projector folds
+   them: :class:`~foldline.core.fold.FoldDelta`) — folded headers and derived message bytes, never a loop's
+   other memory —
    with :func:`~foldline.replay.step.request_at`, as every path does; a session's later steps read and
    decode only the fold's messages past what its previous step held (:class:`_View`);
 3. serialize it with the adapter of the header's ``config.provider``, resolving image attachments from the
@@ -23,7 +26,8 @@ writer, so a dispatcher writes nothing to the log and needs no Kafka client at a
    which every later body shares, and one part with the rest, so a long session's step does not copy its
    whole body into a fresh object; the provider posts the parts one after another.
 
-The loop checks that digest against its own rebuild from the durable log and appends ``request/dispatch``.
+The loop checks that digest against its own rebuild from the durable log and its held events, and writes
+those with ``request/dispatch`` in one append.
 
 **send** — send exactly the prepared body, once (rebuilt from the fold when this process no longer holds it,
 e.g. after a restart or on another dispatcher; a different digest is refused before anything is sent), and

@@ -11,13 +11,15 @@
    ``request/dispatch`` with the body's digest in ONE append; then send through the retrying sender —
    every attempt posts the same bytes, and each failed attempt is appended as ``llm/retry`` before the
    wait (streamed when the logged header config says so; each event as ``assistant/chunk`` when
-   ``TransportSettings.log_chunks``). With a dispatcher (``AgentOptions.dispatcher``) the opening is
-   appended first, the dispatcher builds and serializes the request from the fold and answers its digest,
-   the companion checks it, the loop appends ``request/dispatch``, and only then does the dispatcher send —
-   one attempt per call, the retries driven and logged here the same way;
+   ``TransportSettings.log_chunks``). With a dispatcher (``AgentOptions.dispatcher``) the opening is held
+   and travels with the hand-over, the dispatcher builds and serializes the request from the fold and the
+   opening and answers its digest, the companion checks it, the loop writes the opening with ``request/dispatch``
+   in one append, and only then does the dispatcher send — one attempt per call, the retries driven and
+   logged here the same way;
 9. append the ``assistant/message`` (with the provider's request and message ids) and its ``tool/call``
    events; run tools; append ``tool/result``s; a tool's additional context goes to the inbox for a later
-   claim.
+   claim. With a dispatcher the results and ``step/end`` are held and written with the next opening or the
+   turn's end (:meth:`Agent._hold`).
 
 How a turn ends, by the answer's stop reason: ``end_turn`` (and any answer without tool calls) completes
 it; ``tool_use`` runs the tools and takes another step; ``pause_turn`` takes another step without running
