@@ -55,6 +55,32 @@ s3.list_buckets()
 EOF
 }
 
+# data_ready: an object stored before this start reads back (written first on a fresh data dir). A restarted
+# weed answers ListBuckets before its volume server has registered its volumes with the master: until then a
+# GetObject of anything stored earlier is an HTTP 500, so "healthy" alone is not "serving".
+data_ready() {
+  AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY vpy - "$ENDPOINT" <<'EOF'
+import sys, boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  config=Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1}))
+bucket, key, body = "foldline-local-probe", "probe", b"foldline local s3 probe"
+try:
+    s3.head_bucket(Bucket=bucket)
+except ClientError:
+    s3.create_bucket(Bucket=bucket)
+try:
+    got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+except ClientError as exc:
+    if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+        raise
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+sys.exit(0 if got == body else 1)
+EOF
+}
+
 start() {
   install
   if is_running "$NAME" && healthy; then
@@ -85,6 +111,7 @@ start() {
   cd - >/dev/null
   wait_for_port 127.0.0.1 "$S3_PORT" 60 || { tail -n 30 "$(logfile $NAME)" >&2; die "s3 did not open its port"; }
   wait_until 60 healthy || { tail -n 30 "$(logfile $NAME)" >&2; die "s3 ListBuckets never succeeded"; }
+  wait_until 60 data_ready || { tail -n 30 "$(logfile $NAME)" >&2; die "s3 never read back its probe object"; }
   log "s3 up on $ENDPOINT in $(( $(now_ms) - t0 )) ms (log: $(logfile $NAME))"
 }
 
