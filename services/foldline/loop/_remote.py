@@ -1,7 +1,8 @@
 """A step whose model call a dispatcher serves (``AgentOptions.dispatcher``, docs/DISPATCHER.md).
 
 The step's opening (with the previous step's closing, both held by the loop) travels with the hand-over as
-a fold delta; the dispatcher builds and serializes the request from the projected fold plus that delta and
+a fold delta, with the other events since the last ``request/dispatch``; the dispatcher builds and serializes
+the request from the projected fold plus what it lacks of that delta and
 answers its digest; the companion checks the loop's request against its rebuild of the log and the held
 events, and the dispatcher's digest against its own serialization; the loop writes the held events and
 ``request/dispatch`` in one append; then each attempt is one dispatcher ``send``, retried and logged by the
@@ -93,8 +94,9 @@ async def dispatch_remote(
     """The rest of a step when ``AgentOptions.dispatcher`` serves its model call (the opening is held, not
     written; ``request`` is the loop's own build of the step's request, marked as a loop request).
 
-    The dispatcher builds and serializes the request from the fold and the held events' delta and answers its
-    digest; the companion checks that digest against its own rebuild from the durable log and the held events;
+    The dispatcher builds and serializes the request from the fold and a delta of the events since the last
+    ``request/dispatch`` (the held ones among them) and answers its digest; the companion checks that digest
+    against its own rebuild from the durable log and the held events;
     this instance writes them with ``request/dispatch`` in one append (held events a delta cannot carry — a
     surface replace — are written first, and the fold then holds them); only then does the dispatcher
     send — one attempt per call, through this instance's retrying sender, so each failed attempt is appended

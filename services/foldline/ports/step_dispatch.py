@@ -2,8 +2,9 @@
 
 The loop stays the session's only writer. The step's opening (``step/start``, the entered ``user/message``
 batch, an owed ``request/header`` — after the previous step's tool results and ``step/end``) is not written
-yet: the hand-over carries it as a fold delta (:attr:`StepHandoff.pending`, the events' derived message bytes
-and header exactly as a projector would fold them), then:
+yet: the hand-over carries it, with the other events since the session's last ``request/dispatch``, as a fold
+delta (:attr:`StepHandoff.pending`, the events' derived message bytes and header exactly as a projector would
+fold them), then:
 
 1. :meth:`StepDispatcher.prepare` — the dispatcher builds the request of the log prefix ``[0, boundary)``
    from the projected **fold** up to the pending events, plus the pending delta (never from the loop's
@@ -75,8 +76,9 @@ class StepHandoff:
     archive: bool = False  # keep the exact wire body in the attachment store, keyed by its digest
     # the trace the loop's step belongs to (W3C trace context: traceparent, tracestate), when it is traced
     trace: Mapping[str, str] | None = None
-    # the events [pending.first_seq, boundary) the loop has not written yet, as a fold delta: the request is
-    # the fold up to pending.first_seq - 1 plus these (a send's rebuild, after the write, reads them folded)
+    # the events [pending.first_seq, boundary) as a fold delta: from the session's last request/dispatch (written)
+    # to the held opening (not written yet); the request is the fold plus what it lacks of them (a send's
+    # rebuild, after the loop wrote them, reads them folded)
     pending: FoldDelta | None = None
 
     def __post_init__(self) -> None:
