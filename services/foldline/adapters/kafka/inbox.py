@@ -57,6 +57,9 @@ class _Partition:
     read_at: float = float("-inf")
     # session → entry id → (offset, unique key, entry bytes)
     live: dict[str, dict[str, tuple[int, str | None, bytes]]] = field(default_factory=dict)
+    # entries this instance removed whose tombstone no read has met yet: a read that began before the removal
+    # may still bring the entry's record without its tombstone, and must not bring the entry back
+    gone: set[tuple[str, str]] = field(default_factory=set)
 
     def apply(self, session_id: str, entry_id: str, offset: int, unique: str | None, body: bytes | None) -> None:
         held = self.live.setdefault(session_id, {})
@@ -89,7 +92,8 @@ class KafkaInboxStore(InboxStore):
         self._create = create_topic
         self._refresh_s = refresh_s
         self._read_only = read_only
-        self._lock = threading.Lock()  # the partition states and the reading consumer
+        self._lock = threading.Lock()  # the partition states; held only while they change, never across a broker call
+        self._io = threading.Lock()  # the reading consumer and the topic's creation: one read at a time
         self._parts: dict[int, _Partition] = {}
         self._ready = False
         self._producer: Producer | None = None
@@ -107,12 +111,12 @@ class KafkaInboxStore(InboxStore):
         self._writable(f"putting an entry into the inbox of session {session_id!r}")
         part = partition_for(session_id, self._partitions)
         offset = self._produce(session_id, part, entry.id, encode_entry(entry), unique)
+        if unique is None:
+            with self._lock:
+                self._state(part).apply(session_id, entry.id, offset, None, encode_entry(entry))
+            return True
+        state = self._refresh(part, force=True, until=offset + 1)
         with self._lock:
-            state = self._parts.setdefault(part, _Partition())
-            if unique is None:
-                state.apply(session_id, entry.id, offset, None, encode_entry(entry))
-                return True
-            self._refresh(part, state, force=True, until=offset + 1)
             first = min(
                 ((o, eid) for eid, (o, u, _) in state.live.get(session_id, {}).items() if u == unique),
                 default=None,
@@ -123,10 +127,8 @@ class KafkaInboxStore(InboxStore):
         return False
 
     def entries(self, session_id: str) -> list[InboxEntry]:
-        part = partition_for(session_id, self._partitions)
+        state = self._refresh(partition_for(session_id, self._partitions), force=False)
         with self._lock:
-            state = self._parts.setdefault(part, _Partition())
-            self._refresh(part, state, force=False)
             held = sorted(state.live.get(session_id, {}).items(), key=lambda item: item[1][0])
         return [decode_entry(body, f"inbox entry {eid!r} of session {session_id!r}") for eid, (_, _, body) in held]
 
@@ -161,18 +163,19 @@ class KafkaInboxStore(InboxStore):
         except KafkaException as exc:
             raise self._clients.unavailable(f"removing inbox entries of session {session_id!r}", exc) from exc
         with self._lock:
-            state = self._parts.setdefault(part, _Partition())
+            state = self._state(part)
             for entry_id in entry_ids:
                 state.apply(session_id, entry_id, -1, None, None)
+                state.gone.add((session_id, entry_id))
 
     def sessions(self) -> list[str]:
+        for part in range(self._partitions):
+            self._refresh(part, force=True)
         with self._lock:
-            for part in range(self._partitions):
-                self._refresh(part, self._parts.setdefault(part, _Partition()), force=True)
             return sorted({s for state in self._parts.values() for s in state.live})
 
     def close(self) -> None:
-        with self._lock:
+        with self._io, self._lock:
             producer, self._producer = self._producer, None
             consumer, self._consumer = self._consumer, None
         if producer is not None:
@@ -225,38 +228,69 @@ class KafkaInboxStore(InboxStore):
             )
         return int(offset)
 
-    def _refresh(self, part: int, state: _Partition, *, force: bool, until: int = 0) -> None:
-        """Read the partition on from where this instance stopped, when due (caller holds the lock)."""
-        now = time.monotonic()
-        if not force and now - state.read_at < self._refresh_s:
-            return
-        self._ensure_topic()
-        deadline = self._clients.deadline()
-        end = max(self._marks.high(self.topic, part, deadline), until)
-        if end > state.scanned:
-            consumer = self._ensure_consumer()
-            for msg in read_partition(
-                self._clients, consumer, self.topic, part, start=state.scanned, end=end, deadline=deadline
-            ):
-                key, offset = msg.key(), msg.offset()
-                if not key or _SEP not in key or offset is None:
-                    continue  # not a record of ours
-                raw_session, raw_entry = key.split(_SEP, 1)
-                unique = header(msg, HEADER_UNIQUE)
-                state.apply(
-                    raw_session.decode("utf-8", "replace"),
-                    raw_entry.decode("utf-8", "replace"),
-                    offset,
-                    unique.decode("utf-8", "replace") if unique is not None else None,
-                    msg.value(),
-                )
-            state.scanned = end
-        state.read_at = now
+    def _state(self, part: int) -> _Partition:
+        """The partition's state (caller holds ``_lock``)."""
+        state = self._parts.get(part)
+        if state is None:
+            state = self._parts[part] = _Partition()
+        return state
+
+    def _refresh(self, part: int, *, force: bool, until: int = 0) -> _Partition:
+        """The partition's state, read on from where this instance stopped when due.
+
+        The broker is asked outside ``_lock`` (under ``_io``), so a caller answered from memory — an event loop
+        claiming a step's messages — never waits for another thread's broker round trip; what was read is then
+        applied under ``_lock`` in one go."""
+        with self._lock:
+            state = self._state(part)
+            if not force and time.monotonic() - state.read_at < self._refresh_s:
+                return state
+        with self._io:
+            now = time.monotonic()
+            with self._lock:
+                if not force and now - state.read_at < self._refresh_s:
+                    return state  # another thread read it while this one waited
+                start = state.scanned
+            self._ensure_topic()
+            deadline = self._clients.deadline()
+            end = max(self._marks.high(self.topic, part, deadline), until)
+            read: list[tuple[str, str, int, str | None, bytes | None]] = []
+            if end > start:
+                consumer = self._ensure_consumer()
+                for msg in read_partition(
+                    self._clients, consumer, self.topic, part, start=start, end=end, deadline=deadline
+                ):
+                    key, offset = msg.key(), msg.offset()
+                    if not key or _SEP not in key or offset is None:
+                        continue  # not a record of ours
+                    raw_session, raw_entry = key.split(_SEP, 1)
+                    unique = header(msg, HEADER_UNIQUE)
+                    read.append(
+                        (
+                            raw_session.decode("utf-8", "replace"),
+                            raw_entry.decode("utf-8", "replace"),
+                            offset,
+                            unique.decode("utf-8", "replace") if unique is not None else None,
+                            msg.value(),
+                        )
+                    )
+            with self._lock:
+                for session_id, entry_id, offset, unique_key, body in read:
+                    if (session_id, entry_id) in state.gone:
+                        if body is None:
+                            state.gone.discard((session_id, entry_id))  # its tombstone: a later read is safe
+                        continue
+                    state.apply(session_id, entry_id, offset, unique_key, body)
+                state.scanned = max(state.scanned, end)
+                state.read_at = now
+            return state
 
     def _ensure_producer(self) -> Producer:
+        if self._producer is None:
+            with self._io:
+                self._ensure_topic()
         with self._lock:
             if self._producer is None:
-                self._ensure_topic()
                 try:
                     self._producer = Producer(
                         {
