@@ -62,6 +62,7 @@ from foldline.core.sealing import (
 from foldline.core.validation import check_log
 from foldline.core.wire import decode_event, encode_event
 from foldline.errors import ConfigError, ContentCorrupt, ContentErased, KeyMissing
+from foldline.ports.key_store import SessionKey, subject_digest
 
 CANARY = "canary-7f3a9c"
 IMG = ImageRef("sha256:" + "ab" * 32, "image/png", 1234, 640, 480, name=f"{CANARY}.png")
@@ -399,3 +400,37 @@ def test_inbox_entries_are_stored_sealed_opened_when_taken_and_refused_once_eras
     log.scrub()
     log.close()
     keys.close()
+
+
+class _CountingKeys(MemoryKeyStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def get(self, session_id: str) -> SessionKey | None:
+        self.calls.append("get")
+        return super().get(session_id)
+
+    def create(self, key: SessionKey) -> SessionKey:
+        self.calls.append("create")
+        return super().create(key)
+
+
+def test_a_sessions_first_events_create_its_key_with_one_store_call_and_a_bound_key_is_kept() -> None:
+    """Sealing seq 0 asks the store to create the key outright (one call, not a read then a write: each is an S3
+    request in the distributed backend); a key bound beforehand (a subject's) is what the create answers."""
+    keys = _CountingKeys()
+    sealer = ContentSealer(keys)
+    sealer.seal("new", [Envelope(0, 1, UserMessage("u", (TextBlock("hello"),)))])
+    assert keys.calls == ["create"]
+    keys.calls.clear()
+    later = ContentSealer(keys)  # another process, the session already open: a read finds its key
+    later.seal("new", [Envelope(1, 1, UserMessage("u", (TextBlock("again"),)))])
+    assert keys.calls == ["get"]
+    sealer.bind("bound", "user-7")
+    sealer.forget("bound")
+    first = sealer.seal("bound", [Envelope(0, 1, UserMessage("u", (TextBlock("mine"),)))])
+    stored = keys.get("bound")
+    assert stored is not None
+    assert stored.subject == subject_digest("user-7")  # the subject's key, not a new one
+    assert sealer.open("bound", first)[0].data == UserMessage("u", (TextBlock("mine"),))

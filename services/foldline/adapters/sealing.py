@@ -181,15 +181,22 @@ class ContentSealer:
 
     # -------------------------------------------------------------- keys
 
-    def _key(self, session_id: str, *, create: bool) -> _Held | None:
+    def _key(self, session_id: str, *, create: bool, first: bool = False) -> _Held | None:
+        """The session's key, from the cache or the store; ``create``: made when the store has none. ``first``:
+        the events to seal open the session, so its key is most likely not there yet — the store is asked to
+        create one outright (one create-only write, not a read then the write); a key that is there already (the
+        session bound to a subject, an append retried) is what the create answers."""
         now = self._clock()
         with self._lock:
             held = self._held.get(session_id)
         if held is not None and (held.cipher is None or now - held.fetched < self.cache_ttl_s):
             return held
-        key = self.keys.get(session_id)
-        if key is None and create:
-            key = self.keys.create(new_key(session_id, self._wall_ms()))
+        if create and first:
+            key: SessionKey | None = self.keys.create(new_key(session_id, self._wall_ms()))
+        else:
+            key = self.keys.get(session_id)
+            if key is None and create:
+                key = self.keys.create(new_key(session_id, self._wall_ms()))
         if key is None:
             with self._lock:
                 self._held.pop(session_id, None)
@@ -253,7 +260,7 @@ class ContentSealer:
         session was erased."""
         if not (self.seal_new or always) or not any(e.sealed is None and has_content(type(e.data)) for e in events):
             return list(events)  # nothing to seal: no key is needed (structure-only events, an erasure's mark)
-        held = self._key(session_id, create=True)
+        held = self._key(session_id, create=True, first=events[0].seq == 0)
         assert held is not None
         cipher = held.cipher
         if cipher is None:
