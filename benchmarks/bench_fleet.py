@@ -419,6 +419,20 @@ def latency_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
         },
     ]
     out += _part_rows(size, phases, ("append", "handover", "fold_wait", "build", "check", "queue", "answer"))
+    lag, loop_cpu = r.get("loop_lag_ms"), (r.get("loop_cpu_phases_s") or {}).get("run")
+    if lag:
+        busy = f"; its CPU {100 * loop_cpu / r['run_s']:.0f} % of one core" if loop_cpu and r.get("run_s") else ""
+        out.append(
+            {
+                "name": f"{size}: the loop process's event loop — how late a callback that was due ran, p50 / p90 / "
+                f"p99 ({lag['probes']:,} probes; the wait every reply, hand-over answer and acknowledgement has "
+                f"before its session goes on{busy})",
+                "value": f"{lag['p50']:.1f} / {lag['p90']:.1f} / {lag['p99']:.1f}",
+                "unit": "ms",
+                "target": "(reference)",
+                "ok": True,
+            }
+        )
     times = r.get("log_times")
     if times:
         out.append(

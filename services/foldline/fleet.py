@@ -19,6 +19,7 @@ does not verify.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 import uuid
@@ -76,6 +77,9 @@ class FleetResult:
     #: this process's CPU seconds in each phase (open, run, verify): the figures a step costs are open + run;
     #: verify reads every session back and rebuilds every request, a check no fleet runs on its own path
     cpu_s: dict[str, float] = field(default_factory=dict)
+    #: during the run, how late this process's event loop ran a callback that was due (seconds, each probe):
+    #: the queue every reply, hand-over answer and acknowledgement waits in before its session goes on
+    loop_lag_s: list[float] = field(default_factory=list)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -123,6 +127,14 @@ class FleetResult:
             "ramp_s": self.ramp_s,
             "log_times": self.log_times,
             "cpu_s": {name: round(seconds, 4) for name, seconds in self.cpu_s.items()},
+            "loop_lag_ms": (
+                {
+                    "probes": len(self.loop_lag_s),
+                    **{q: round(percentile(self.loop_lag_s, f) * 1000, 2) for q, f in _LAG_QUANTILES},
+                }
+                if self.loop_lag_s
+                else None
+            ),
             "verified": self.verified,
             "checked": self.checked,
             "ok": self.ok,
@@ -240,13 +252,18 @@ async def run_fleet(
     thresholds = gc.get_threshold()
     gc.set_threshold(50_000, 50, 100)  # a young collection per 50,000 allocations, not 700
     pauses = _GcPauses()
+    lag = _LoopLag()
     times_before = _writer_times(stores)
     began, cpu_began = time.monotonic(), time.process_time()
+    probe = asyncio.create_task(lag.run())
     try:
         await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
     finally:
         run_s = time.monotonic() - began
         cpu["run"] = time.process_time() - cpu_began
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
         times_after = _writer_times(stores)
         await provider.aclose()
         pauses.close()
@@ -271,7 +288,7 @@ async def run_fleet(
     if times_before is not None and times_after is not None:
         times_after.subtract(times_before)
         log_times = times_after.to_json()
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu)
+    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu, lag.late_s)
 
 
 def _writer_times(stores: Stores) -> WriterTimes | None:
@@ -279,6 +296,25 @@ def _writer_times(stores: Stores) -> WriterTimes | None:
     from .adapters.kafka import KafkaEventLog  # the distributed backend's log (its extra is installed)
 
     return stores.log.writer_times() if isinstance(stores.log, KafkaEventLog) else None
+
+
+_LAG_QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+class _LoopLag:
+    """How late the event loop runs a callback that is due: a probe sleeps ``every_s`` and notes by how much its
+    wake-up came after the deadline. An idle loop wakes it within a fraction of a millisecond; a busy one only
+    once the callbacks ready before it have run — the wait a reply from Redis or Kafka has too."""
+
+    def __init__(self, every_s: float = 0.01) -> None:
+        self.every_s = every_s
+        self.late_s: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            due = time.monotonic() + self.every_s
+            await asyncio.sleep(self.every_s)
+            self.late_s.append(max(0.0, time.monotonic() - due))
 
 
 class _GcPauses:
