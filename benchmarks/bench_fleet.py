@@ -208,6 +208,34 @@ def measure(
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(5)
+            _remove_run(env)
+
+
+def _remove_run(env: dict[str, str]) -> None:
+    """Delete what one run created on the local servers — its topics (the log's, its index, inbox and dead
+    letters) and its Redis keys (folds, the dispatch stream and its replies) — so runs do not pile up: a broker
+    left with hundreds of benchmark topics (thousands of partitions) measured slower run after run."""
+    import redis
+    from confluent_kafka.admin import AdminClient
+
+    topic = env["FOLDLINE_KAFKA_TOPIC"]
+    admin = AdminClient({"bootstrap.servers": env["FOLDLINE_KAFKA_BOOTSTRAP"]})
+    names = [t for t in admin.list_topics(timeout=30).topics if t == topic or t.startswith(f"{topic}.")]
+    for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
+        future.result(60)
+    client = redis.Redis.from_url(env["FOLDLINE_REDIS_URL"], socket_timeout=30)
+    try:
+        for pattern in (f"{env['FOLDLINE_FOLD_PREFIX']}*", f"{env['FOLDLINE_DISPATCH_STREAM']}*"):
+            batch: list[bytes] = []
+            for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    client.unlink(*batch)
+                    batch = []
+            if batch:
+                client.unlink(*batch)
+    finally:
+        client.close()
 
 
 def _spread(values: list[float], fmt: str = ",.0f") -> str:
