@@ -238,6 +238,46 @@ def _remove_run(env: dict[str, str]) -> None:
         client.close()
 
 
+#: the parts of the added latency (a step's wall time minus the model's answer): all of PHASES but send and total
+_ADDED_PARTS = ("append", "handover", "fold_wait", "build", "check", "queue", "answer")
+
+
+def _mean_rows(size: str, phases: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the added latency goes, in means (which add up, unlike percentiles): each part's mean and the rest —
+    the tools' own run and the loop's work between the parts."""
+    if "mean" not in phases.get("overhead", {}):
+        return []
+    total = phases["overhead"]["mean"] * 1000
+    parts = {name: phases[name]["mean"] * 1000 for name in _ADDED_PARTS if name in phases}
+    rest = total - sum(parts.values())
+    return [
+        {
+            "name": f"{size}: where the mean added latency goes — "
+            + " + ".join(f"{name} {ms:.1f}" for name, ms in parts.items())
+            + f" + the rest {rest:.1f} (the tools' own run, the loop's work between the parts)",
+            "value": round(total, 1),
+            "unit": "ms",
+            "target": "(reference)",
+            "ok": True,
+        }
+    ]
+
+
+def _budget_row(size: str, cpu_ms: float, rate: float) -> dict[str, Any]:
+    """What the steps/s target asks of the machine at the CPU a step costs now (measured)."""
+    cores = os.cpu_count() or 1
+    need = rate * cpu_ms / 1000
+    return {
+        "name": f"{size}: cores the steps/s target needs at the measured CPU per step ({rate:g} steps/s x "
+        f"{cpu_ms:.2f} ms), fully busy — this machine has {cores}; it carries {rate:g} steps/s only at <= "
+        f"{1000 * cores / rate:.2f} ms per step with every core busy, <= {700 * cores / rate:.2f} ms at 70 % busy",
+        "value": round(need, 2),
+        "unit": "cores",
+        "target": f"(reference: {cores} here)",
+        "ok": True,
+    }
+
+
 def _spread(values: list[float], fmt: str = ",.0f") -> str:
     if len(values) < 2:
         return "one run"
@@ -447,6 +487,9 @@ def latency_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
         },
     ]
     out += _part_rows(size, phases, ("append", "handover", "fold_wait", "build", "check", "queue", "answer"))
+    out += _mean_rows(size, phases)
+    if sessions >= 1000 and rate_target:
+        out.append(_budget_row(size, cpu, rate_target))
     lag, loop_cpu = r.get("loop_lag_ms"), (r.get("loop_cpu_phases_s") or {}).get("run")
     if lag:
         busy = f"; its CPU {100 * loop_cpu / r['run_s']:.0f} % of one core" if loop_cpu and r.get("run_s") else ""

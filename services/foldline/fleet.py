@@ -139,7 +139,11 @@ class FleetResult:
             "checked": self.checked,
             "ok": self.ok,
             "step_seconds": {
-                name: {"p50": round(percentile(v, 0.5), 6), "p99": round(percentile(v, 0.99), 6)}
+                name: {
+                    "p50": round(percentile(v, 0.5), 6),
+                    "p99": round(percentile(v, 0.99), 6),
+                    "mean": round(sum(v) / len(v), 6),
+                }
                 for name in (*PHASES, "overhead")
                 if (v := self.phase(name))
             },

@@ -53,7 +53,14 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
                 "overhead",
             } <= set(parts)
             assert parts["total"]["p50"] >= parts["send"]["p50"] > 0
+            # means add up: the parts of the added latency never exceed it (the rest is the tools and the loop)
+            added = [parts[name]["mean"] for name in ("append", "handover", "fold_wait", "build", "check", "queue")]
+            assert sum(added) + parts["answer"]["mean"] <= parts["overhead"]["mean"] + 1e-6
             assert report["ramp_s"] == 0.5
+            # the event loop's lag through the run: probes were taken, and their quantiles are ordered
+            lag = report["loop_lag_ms"]
+            assert lag["probes"] > 0
+            assert 0 <= lag["p50"] <= lag["p90"] <= lag["p99"] <= lag["max"]
             # the loop's own CPU by phase: what a step costs (open + run) apart from the verification afterwards
             assert set(report["cpu_s"]) == {"open", "run", "verify"}
             assert report["cpu_s"]["run"] > 0
