@@ -49,6 +49,8 @@ PACED_LATENCY_S = float(os.environ.get("FOLDLINE_BENCH_FLEET_LATENCY", "2.0"))  
 RAMP_S = 2.0  # a fleet's sessions arrive over the first seconds, not in one instant
 REBALANCE_AT_S = (6.0, 14.0)  # a projector joins 6 s into the run, the first leaves at 14 s (the run lasts ~40 s)
 SCALING = os.environ.get("FOLDLINE_BENCH_FLEET_SCALING", "1") != "0"
+# the same 1,000-session fleet without the invariant companion, without sealing, and without both (reference rows)
+VARIANTS = os.environ.get("FOLDLINE_BENCH_FLEET_VARIANTS", "1") != "0"
 #: sessions -> added latency per step p50, p99 (ms) behind the model, sessions spread over RAMP_S
 TARGET_ADDED_MS = {100: (15.0, 60.0), 1000: (30.0, 150.0)}
 TARGET_PACED_STEPS_PER_S = {1000: 450.0}
@@ -99,6 +101,7 @@ def measure(
     projectors: int = 2,
     dispatchers: int = 1,
     rebalance: tuple[float, float] | None = None,
+    invariant: bool = True,
 ) -> dict[str, Any]:
     """One fleet run; ``latency_s``: the dispatcher's emulator answers after that long (a model's time, spread
     ±50 %: the configuration's default); ``extra_env``: settings that differ from the defaults; ``ramp_s``:
@@ -149,6 +152,7 @@ def measure(
                     str(steps),
                     "--ramp",
                     str(ramp_s),
+                    "--invariant" if invariant else "--no-invariant",
                     "--json",
                 ],
                 env=env,
@@ -197,7 +201,9 @@ def measure(
             result["processes"] = {"projectors": projectors, "dispatchers": dispatchers}
             result["rebalance"] = list(rebalance) if rebalance else None
             result["stopped_exits"] = exits  # a projector stopped mid-run must leave cleanly
-            result["variant"] = ", ".join(f"{k}={v}" for k, v in (extra_env or {}).items())
+            result["variant"] = ", ".join(
+                [f"{k}={v}" for k, v in (extra_env or {}).items()] + ([] if invariant else ["--no-invariant"])
+            )
             return result
         finally:
             for p in workers.values():
@@ -669,6 +675,36 @@ def floor_rows(floor: dict[str, float], at_100: dict[str, Any]) -> list[dict[str
     ]
 
 
+_SEALING_OFF = {"FOLDLINE_ENCRYPTION": "off"}
+
+
+def variant_rows(default: dict[str, Any], variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reference rows beside the default 1,000-session row: the same fleet without the invariant companion,
+    without sealing, and without both — what each costs the fleet, measured (the defaults stay on)."""
+    out = []
+    base_p50, base_p99 = (default["step_seconds"]["overhead"][q] * 1000 for q in ("p50", "p99"))
+    for r in variants:
+        added = r["step_seconds"]["overhead"]
+        ok = not r["failed"] and bool(r["ok"]) and r["exit"] == 0 and r["checked"] == r["steps"]
+        what = " and ".join(
+            (["the invariant companion off (--no-invariant)"] if not r.get("invariant", True) else [])
+            + (["sealing off (FOLDLINE_ENCRYPTION=off)"] if "FOLDLINE_ENCRYPTION=off" in r.get("variant", "") else [])
+        )
+        out.append(
+            {
+                "name": f"variant, 1,000 sessions spread over 2 s behind the model, {what}: added latency per step "
+                f"p50 / p99 (the default: {base_p50:.0f} / {base_p99:.0f} ms); {r['steps_per_s']:.0f} steps/s, "
+                f"{_cpu_ms(r):.2f} ms of CPU per step (the default: {default['steps_per_s']:.0f}, "
+                f"{_cpu_ms(default):.2f}); {len(r['failed'])} failed, {r['verified']:,} of {r['checked']:,} verified",
+                "value": f"{added['p50'] * 1000:.0f} / {added['p99'] * 1000:.0f}",
+                "unit": "ms",
+                "target": "(reference: a variant, not the default)",
+                "ok": ok,
+            }
+        )
+    return out
+
+
 def run() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     # a broker that just started compiles its hot paths for its first minutes (the JIT; after a restart the
@@ -689,6 +725,17 @@ def run() -> list[dict[str, Any]]:
             for p, d in ((1, 1), (4, 1), (2, 2))
         ]
         out += scaling_rows([scaled[0], spread[1000], *scaled[1:]])
+    if VARIANTS:
+        out += variant_rows(
+            spread[1000],
+            [
+                measure(sessions=1000, latency_s=PACED_LATENCY_S, ramp_s=RAMP_S, invariant=False),
+                measure(sessions=1000, latency_s=PACED_LATENCY_S, ramp_s=RAMP_S, extra_env=_SEALING_OFF),
+                measure(
+                    sessions=1000, latency_s=PACED_LATENCY_S, ramp_s=RAMP_S, extra_env=_SEALING_OFF, invariant=False
+                ),
+            ],
+        )
     moved = measure(sessions=1000, latency_s=PACED_LATENCY_S, ramp_s=RAMP_S, rebalance=REBALANCE_AT_S)
     out += rebalance_rows(moved, spread[1000])
     saturated = [measure() for _ in range(RUNS)]

@@ -80,6 +80,7 @@ class FleetResult:
     #: during the run, how late this process's event loop ran a callback that was due (seconds, each probe):
     #: the queue every reply, hand-over answer and acknowledgement waits in before its session goes on
     loop_lag_s: list[float] = field(default_factory=list)
+    invariant: bool = True  # whether each loop checked its requests against the log (AgentOptions.invariant)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -125,6 +126,7 @@ class FleetResult:
             "verify_s": round(self.verify_s, 4),
             "gc_s": round(self.gc_s, 4),
             "ramp_s": self.ramp_s,
+            "invariant": self.invariant,
             "log_times": self.log_times,
             "cpu_s": {name: round(seconds, 4) for name, seconds in self.cpu_s.items()},
             "loop_lag_ms": (
@@ -180,6 +182,7 @@ async def run_fleet(
     steps: int,
     prefix: str | None = None,
     ramp_s: float = 0.0,
+    invariant: bool = True,
     on_phase: Callable[[str, int], None] | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> FleetResult:
@@ -188,6 +191,9 @@ async def run_fleet(
 
     ``ramp_s``: session ``i`` starts its first step ``i / sessions * ramp_s`` seconds into the run, as a
     fleet's sessions arrive over time (0: all in the same instant, the first step a burst of ``sessions``).
+
+    ``invariant=False`` runs the loops without their invariant companion (``AgentOptions.invariant``): what the
+    check costs, measured; a fleet runs with it.
 
     ``on_phase(name, total)`` is called as each phase (``open``, ``run``, ``verify``) begins; ``on_step``
     after each step. The caller owns ``stores`` and ``dispatcher``.
@@ -220,6 +226,7 @@ async def run_fleet(
             dispatcher=dispatcher,
             sender=sender,
             outage_s=config.outage_s,
+            invariant=invariant,
         )
 
     async def open_one(outcome: SessionOutcome) -> Agent | None:
@@ -292,7 +299,9 @@ async def run_fleet(
     if times_before is not None and times_after is not None:
         times_after.subtract(times_before)
         log_times = times_after.to_json()
-    return FleetResult(outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu, lag.late_s)
+    return FleetResult(
+        outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu, lag.late_s, invariant
+    )
 
 
 def _writer_times(stores: Stores) -> WriterTimes | None:

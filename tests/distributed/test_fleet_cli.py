@@ -70,6 +70,20 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             assert times["groups"] >= 1
             assert min(times["queued_ms"], times["acked_ms"], times["committed_ms"]) >= 0
             assert times["acked_ms"] > 0
+            assert report["invariant"] is True  # every loop checked its requests against the log
+            # --no-invariant: the same fleet without the companion's check (what it costs, measured), still verified
+            args[args.index("fl")] = "fl-plain"
+            plain = subprocess.run(
+                [sys.executable, "-c", _CLI, *args, "--no-invariant"],
+                check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert plain.returncode == 0, plain.stdout + plain.stderr
+            unchecked = json.loads(plain.stdout)
+            assert (unchecked["invariant"], unchecked["ok"], unchecked["verified"]) == (False, True, 24)
         for i in range(6):  # the log itself says so, read back by another process
             events = stores.log.read(f"fl-{i:05d}")
             assert sum(isinstance(e.data, RequestDispatch) for e in events) == 4

@@ -41,6 +41,14 @@ def fleet(
             help="Seconds over which the sessions start their first step, evenly spread (0: all at once).",
         ),
     ] = 0.0,
+    invariant: Annotated[
+        bool,
+        typer.Option(
+            "--invariant/--no-invariant",
+            help="Check each request against the log before it is sent (the default, as every loop does); "
+            "--no-invariant measures what that check costs a fleet.",
+        ),
+    ] = True,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -84,6 +92,7 @@ def fleet(
                     steps=steps,
                     prefix=prefix,
                     ramp_s=ramp,
+                    invariant=invariant,
                     on_phase=on_phase,
                     on_step=on_step,
                 )
