@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,16 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.s3]
 _CLI = "from foldline.cli.main import main; main()"
 
 
+def _fleet_json(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """``foldline <args>`` (a fleet with --json) as a process: its report, once it exited 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
     distributed_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -32,11 +43,7 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             env = {**os.environ, **config.to_env(), "FOLDLINE_BACKEND": "distributed"}
             args = ["fleet", "--sessions", "6", "--steps", "4", "--prefix", "fl", "--stream", workers.stream]
             args += ["--ramp", "0.5", "--json"]  # the sessions' first steps spread over half a second
-            done = subprocess.run(
-                [sys.executable, "-c", _CLI, *args], check=False, env=env, capture_output=True, text=True, timeout=300
-            )
-            assert done.returncode == 0, done.stdout + done.stderr
-            report = json.loads(done.stdout)
+            report = _fleet_json(args, env)
             assert (report["sessions"], report["steps"], report["failed"], report["ok"]) == (6, 24, [], True)
             assert report["verified"] == report["checked"] == 24
             parts = report["step_seconds"]
@@ -73,16 +80,7 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             assert report["invariant"] is True  # every loop checked its requests against the log
             # --no-invariant: the same fleet without the companion's check (what it costs, measured), still verified
             args[args.index("fl")] = "fl-plain"
-            plain = subprocess.run(
-                [sys.executable, "-c", _CLI, *args, "--no-invariant"],
-                check=False,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert plain.returncode == 0, plain.stdout + plain.stderr
-            unchecked = json.loads(plain.stdout)
+            unchecked = _fleet_json([*args, "--no-invariant"], env)
             assert (unchecked["invariant"], unchecked["ok"], unchecked["verified"]) == (False, True, 24)
         for i in range(6):  # the log itself says so, read back by another process
             events = stores.log.read(f"fl-{i:05d}")

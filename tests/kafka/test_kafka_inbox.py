@@ -75,7 +75,9 @@ def _two_partitions(prefix: str, partitions: int) -> tuple[str, str]:
     raise AssertionError("no second partition")
 
 
-def test_entries_answered_from_memory_do_not_wait_for_another_threads_broker_read(make_log: MakeLog) -> None:
+def test_entries_answered_from_memory_do_not_wait_for_another_threads_broker_read(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A claim answered from memory (an event loop's fast path) must not queue behind a read of another
     partition that is waiting for the broker."""
     store = _inner(make_log())
@@ -92,7 +94,7 @@ def test_entries_answered_from_memory_do_not_wait_for_another_threads_broker_rea
             release.wait(30)
         return high(topic, part, deadline)
 
-    store._marks.high = slow_high  # type: ignore[method-assign]
+    monkeypatch.setattr(store._marks, "high", slow_high)
     reader = threading.Thread(target=store.entries, args=(stale,))
     reader.start()
     try:
@@ -108,7 +110,9 @@ def test_entries_answered_from_memory_do_not_wait_for_another_threads_broker_rea
         reader.join(30)
 
 
-def test_an_entry_removed_while_a_read_is_under_way_does_not_come_back(make_log: MakeLog) -> None:
+def test_an_entry_removed_while_a_read_is_under_way_does_not_come_back(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A read that asked for the partition's end before a removal brings the entry's record without its
     tombstone; the removal this instance made must win."""
     store = _inner(make_log())
@@ -126,7 +130,7 @@ def test_an_entry_removed_while_a_read_is_under_way_does_not_come_back(make_log:
         release.wait(30)
         return end
 
-    store._marks.high = end_then_wait  # type: ignore[method-assign]
+    monkeypatch.setattr(store._marks, "high", end_then_wait)
     reader = threading.Thread(target=store.sessions)
     reader.start()
     try:
@@ -135,5 +139,5 @@ def test_an_entry_removed_while_a_read_is_under_way_does_not_come_back(make_log:
     finally:
         release.set()
         reader.join(30)
-    store._marks.high = high  # type: ignore[method-assign]
+    monkeypatch.setattr(store._marks, "high", high)
     assert store.entries(sid) == [], "an entry removed by this instance came back from a read begun before"

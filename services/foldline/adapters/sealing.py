@@ -191,12 +191,9 @@ class ContentSealer:
             held = self._held.get(session_id)
         if held is not None and (held.cipher is None or now - held.fetched < self.cache_ttl_s):
             return held
-        if create and first:
-            key: SessionKey | None = self.keys.create(new_key(session_id, self._wall_ms()))
-        else:
-            key = self.keys.get(session_id)
-            if key is None and create:
-                key = self.keys.create(new_key(session_id, self._wall_ms()))
+        key = None if create and first else self.keys.get(session_id)
+        if key is None and create:
+            key = self.keys.create(new_key(session_id, self._wall_ms()))
         if key is None:
             with self._lock:
                 self._held.pop(session_id, None)
