@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import threading
 from pathlib import Path
 
 import msgspec
@@ -61,7 +62,7 @@ from foldline.core.sealing import (
 )
 from foldline.core.validation import check_log
 from foldline.core.wire import decode_event, encode_event
-from foldline.errors import ConfigError, ContentCorrupt, ContentErased, KeyMissing
+from foldline.errors import ConfigError, ContentCorrupt, ContentErased, KeyMissing, StoreUnavailable
 from foldline.ports.key_store import SessionKey, subject_digest
 
 CANARY = "canary-7f3a9c"
@@ -434,3 +435,106 @@ def test_a_sessions_first_events_create_its_key_with_one_store_call_and_a_bound_
     assert stored is not None
     assert stored.subject == subject_digest("user-7")  # the subject's key, not a new one
     assert sealer.open("bound", first)[0].data == UserMessage("u", (TextBlock("mine"),))
+
+
+class _GatedKeys(_CountingKeys):
+    """A key store whose creates wait for ``gate`` and fail (StoreUnavailable) the next ``failing`` times."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.failing = 0
+
+    def create(self, key: SessionKey) -> SessionKey:
+        assert self.gate.wait(10), "the test never opened the gate"
+        if self.failing:
+            self.failing -= 1
+            self.calls.append("create-failed")
+            raise StoreUnavailable("the key store did not answer (injected)")
+        return super().create(key)
+
+
+def _first(text: str) -> list[Envelope]:
+    return [Envelope(0, 1, UserMessage("u", (TextBlock(text),)))]
+
+
+def test_a_warmed_key_is_made_once_ahead_of_the_first_write_which_then_asks_the_store_nothing() -> None:
+    keys = _GatedKeys()
+    keys.gate.clear()
+    sealer = ContentSealer(keys)
+    sealer.warm("new")
+    making = sealer.making("new")
+    assert making is not None
+    assert not making.done()
+    sealer.warm("new")  # asked again meanwhile: still one making
+    assert sealer.making("new") is making
+    keys.gate.set()
+    making.result(10)
+    assert sealer.making("new") is None
+    assert sealer.cached("new")
+    sealed = sealer.seal("new", _first("hello"))
+    assert keys.calls == ["create"]  # one create, made ahead; the write asked the store nothing
+    assert sealer.open("new", sealed)[0].data == UserMessage("u", (TextBlock("hello"),))
+    sealer.warm("new")  # held already: nothing to make
+    assert sealer.making("new") is None
+    assert keys.calls == ["create"]
+    off = ContentSealer(keys, seal_new=False)
+    off.warm("plain")  # encryption off: no key is made for new content
+    assert off.making("plain") is None
+    sealer.close()
+    sealer.warm("after-close")
+    assert sealer.making("after-close") is None
+    assert keys.calls == ["create"]
+
+
+def test_a_write_waits_for_its_key_being_made_and_a_failed_making_is_asked_again_with_its_error() -> None:
+    keys = _GatedKeys()
+    keys.gate.clear()
+    sealer = ContentSealer(keys)
+    sealer.warm("slow")
+    sealed: list[list[Envelope]] = []
+    writer = threading.Thread(target=lambda: sealed.append(sealer.seal("slow", _first("waited"))))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive()
+    assert not sealed
+    keys.gate.set()
+    writer.join(10)
+    assert len(sealed) == 1
+    assert keys.calls == ["create"]
+    keys.failing = 2  # the making fails, and so does the write's own attempt: the store's error is raised
+    sealer.warm("down")
+    with pytest.raises(StoreUnavailable, match="injected"):
+        sealer.seal("down", _first("lost?"))
+    assert keys.calls[1:] == ["create-failed", "create-failed"]
+    keys.failing = 1  # the making fails, the write's own attempt succeeds
+    sealer.warm("flaky")
+    flaky = sealer.seal("flaky", _first("kept"))
+    assert keys.calls[3:] == ["create-failed", "create"]
+    assert sealer.open("flaky", flaky)[0].data == UserMessage("u", (TextBlock("kept"),))
+    sealer.close()
+
+
+def test_a_new_sessions_key_is_made_when_its_loop_opens_and_an_existing_ones_is_not() -> None:
+    from foldline.core.header import CallConfig as Config
+    from foldline.loop import Agent, AgentOptions
+    from foldline.providers.emulated import emulated_provider
+
+    keys = _GatedKeys()
+    keys.gate.clear()
+    sealer = ContentSealer(keys)
+    log = MemoryEventLog(sealer=sealer)
+    options = AgentOptions(config=Config("anthropic", "claude-emulated", max_tokens=64))
+    Agent("fresh", log, emulated_provider(), options)
+    making = sealer.making("fresh")
+    assert making is not None  # made while the session's first request is handed over, not at its first write
+    keys.gate.set()
+    making.result(10)
+    log.append("fresh", 0, _first("hi"))
+    assert keys.calls == ["create"]
+    sealer.forget("fresh")
+    Agent("fresh", log, emulated_provider(), AgentOptions(config=Config("anthropic", "claude-emulated")))
+    assert sealer.making("fresh") is None
+    assert "create" not in keys.calls[1:]
+    sealer.close()

@@ -26,6 +26,7 @@ from foldline.adapters.kafka.clients import (
     flush,
     kafka_error,
 )
+from foldline.adapters.sealing import ContentSealer
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
 from foldline.ports.event_log import EventLog
@@ -33,6 +34,7 @@ from tests.contracts.event_log import EventLogContract
 from tests.factories import HEADER, env, simple_log
 from tests.kafka.conftest import MakeLog
 from tests.kafka.private_broker import PrivateBroker, kafka_libs
+from tests.test_sealing import _GatedKeys
 
 pytestmark = pytest.mark.kafka
 
@@ -535,6 +537,52 @@ def test_sessions_opened_from_asyncio_wait_on_no_thread_and_share_a_few_transact
     assert asyncio.run(append_all()) == [2] * len(sids)
     other = make_log()
     assert all(other.read(sid) == events for sid in sids[:10])
+
+
+def test_a_new_sessions_first_append_awaits_its_key_being_made_without_a_worker_thread(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealed sessions: a new session's key is made ahead (``ContentSealer.warm``, as a loop does when it opens
+    one); its first append awaits that making and joins the group transaction — no worker thread held while
+    the key store answers, then through the commit."""
+    keys = _GatedKeys()
+    sealer = ContentSealer(keys)
+    log = make_log(sealer=sealer)
+    asyncio.run(log.acquire_and_read_async(_sid()))  # the log and its writer are started
+    sids = [_sid() for _ in range(40)]
+
+    async def open_all() -> list[tuple[Any, list[Envelope]]]:
+        return await asyncio.gather(*(log.acquire_and_read_async(sid) for sid in sids))
+
+    opened = asyncio.run(open_all())
+    keys.gate.clear()  # the key store answers only once the appends wait
+    for sid in sids:
+        sealer.warm(sid)
+    blocking: list[object] = []
+
+    async def no_thread(call: object, *args: object, **kwargs: object) -> Any:
+        blocking.append(call)
+        raise AssertionError("a new session's first append went to a worker thread")
+
+    monkeypatch.setattr(log, "_blocking", no_thread)
+    events = simple_log()[:2]
+
+    async def append_all() -> list[int]:
+        appends = asyncio.gather(
+            *(log.append_async(sid, 0, events, lease=lease) for sid, (lease, _) in zip(sids, opened, strict=True))
+        )
+        await asyncio.sleep(0.2)
+        assert all(sealer.making(sid) is not None for sid in sids)  # each append is waiting for its key
+        keys.gate.set()
+        return await appends
+
+    assert asyncio.run(append_all()) == [2] * len(sids)
+    assert blocking == []
+    assert keys.calls == ["create"] * len(sids)  # one key each, made ahead; no append asked the store again
+    monkeypatch.undo()
+    reader = make_log(sealer=ContentSealer(keys))
+    assert all(reader.read(sid) == events for sid in sids[:5])
+    assert any(e.sealed is not None for e in reader.read_stored(sids[0]))  # stored sealed
 
 
 def test_a_session_opened_from_asyncio_that_another_instance_created_is_taken_over(make_log: MakeLog) -> None:

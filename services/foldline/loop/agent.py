@@ -221,6 +221,9 @@ class Agent:
             log.sealer.bind(session_id, options.subject)
         self.lease: WriterLease
         self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
+        if not loaded and log.sealer is not None:
+            # a new session: its key is made while its first request is handed over, not before its first write
+            log.sealer.warm(session_id)
         with collector_paused():
             self.session = Session(session_id, loaded)  # validates on load
         store = inbox if inbox is not None else log.inbox()

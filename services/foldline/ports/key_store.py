@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -256,6 +257,14 @@ class Sealer(Protocol):
 
     def cached(self, session_id: str) -> bool:
         """Whether sealing or opening the session's events now needs no request to the key store."""
+        ...
+
+    def warm(self, session_id: str) -> None:
+        """Start making a new session's key in the background, ahead of its first sealed write."""
+        ...
+
+    def making(self, session_id: str) -> Future[None] | None:
+        """The making :meth:`warm` started, while it is under way."""
         ...
 
     def forget(self, session_id: str) -> None:

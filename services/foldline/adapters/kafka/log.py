@@ -42,6 +42,7 @@ anything is written: a setting that could delete events not yet archived is refu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 import time
@@ -351,7 +352,14 @@ class KafkaEventLog(EventLog):
     ) -> int:
         """:meth:`append` for asyncio callers: an owned session's batch joins the group transaction and the
         caller awaits its commit without a thread; anything else (a take-over, a session's own producer,
-        a refusal to re-check) runs :meth:`append` on a worker thread."""
+        a refusal to re-check) runs :meth:`append` on a worker thread. A new session's key still being made
+        (:meth:`~foldline.adapters.sealing.ContentSealer.warm`) is awaited first, without a thread."""
+        sealer = self.sealer
+        if sealer is not None and events and not sealer.cached(session_id):
+            making = sealer.making(session_id)
+            if making is not None:
+                with contextlib.suppress(Exception):  # a failure: the blocking path asks the store again, and raises
+                    await asyncio.wrap_future(making)
         part = partition_for(session_id, self.partitions)
         owned = self._owned.get(session_id)
         writer = self._writers[part % len(self._writers)] if self._writers and not self._closed else None
