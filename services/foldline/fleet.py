@@ -6,7 +6,9 @@ its request is built from the folds that ``foldline projector`` processes keep. 
 workers are the operator's. The run has three phases, each timed:
 
 1. **open**: every session is created (a new session costs no take-over: docs/KAFKA.md) and its loop
-   opened, all at once — the new sessions per second of one process;
+   opened, all at once — the new sessions per second of one process. With ``--ramp`` the sessions arrive
+   over time instead, as a fleet's do: each one is opened when it arrives, its first step right after, and
+   the opening counts in the run;
 2. **run**: every session runs its steps concurrently; each step's seconds are broken down (``append``,
    ``handover``, ``fold_wait``, ``build``, ``check``, ``queue``, ``send``, ``answer``, ``total``:
    :attr:`~foldline.loop.agent.StepRecord.timings`);
@@ -61,6 +63,7 @@ class SessionOutcome:
     id: str
     steps: list[StepRecord] = field(default_factory=list)
     error: str | None = None  # "ErrorType: message" of a failed session
+    open_s: float | None = None  # how long opening it took (creating it, loading its loop)
     verify: VerifyReport = field(default_factory=VerifyReport)
 
 
@@ -120,6 +123,7 @@ class FleetResult:
             "steps": self.steps,
             "failed": [{"id": s.id, "error": s.error} for s in self.failed],
             "open_s": round(self.open_s, 4),
+            "open_ms": _quantiles_ms([s.open_s for s in self.sessions if s.open_s is not None]),
             "new_sessions_per_s": round(len(self.sessions) / self.open_s, 1) if self.open_s else None,
             "run_s": round(self.run_s, 4),
             "steps_per_s": round(self.steps / self.run_s, 1) if self.run_s else None,
@@ -230,24 +234,32 @@ async def run_fleet(
         )
 
     async def open_one(outcome: SessionOutcome) -> Agent | None:
+        began = time.monotonic()
         try:
             return await Agent.open(outcome.id, stores.log, provider, options(), attachments=stores.attachments)
         except Exception as exc:  # reported per session; the others go on
             outcome.error = _error_line(exc)
             return None
+        finally:
+            outcome.open_s = time.monotonic() - began
 
-    if on_phase is not None:
-        on_phase("open", sessions)
-    began, cpu_began = time.monotonic(), time.process_time()
-    agents = await asyncio.gather(*(open_one(o) for o in outcomes))
-    open_s = time.monotonic() - began
-    cpu = {"open": time.process_time() - cpu_began}
+    agents: list[Agent | None] = [None] * sessions
+    open_s, cpu = 0.0, {"open": 0.0}
+    if not ramp_s:  # all in one instant: opened together first, the new sessions per second of one process
+        if on_phase is not None:
+            on_phase("open", sessions)
+        began, cpu_began = time.monotonic(), time.process_time()
+        agents[:] = await asyncio.gather(*(open_one(o) for o in outcomes))
+        open_s = time.monotonic() - began
+        cpu["open"] = time.process_time() - cpu_began
 
-    async def run_one(i: int, outcome: SessionOutcome, agent: Agent | None) -> None:
+    async def run_one(i: int, outcome: SessionOutcome) -> None:
+        if ramp_s:  # a fleet's session is opened when it arrives, and its first step follows at once
+            await asyncio.sleep(ramp_s * i / sessions)
+            agents[i] = await open_one(outcome)
+        agent = agents[i]
         if agent is None:
             return
-        if ramp_s:
-            await asyncio.sleep(ramp_s * i / sessions)
         try:
             await _run_one(outcome, agent, steps, tick)
         except Exception as exc:
@@ -268,7 +280,7 @@ async def run_fleet(
     began, cpu_began = time.monotonic(), time.process_time()
     probe = asyncio.create_task(lag.run())
     try:
-        await asyncio.gather(*(run_one(i, o, a) for i, (o, a) in enumerate(zip(outcomes, agents, strict=True))))
+        await asyncio.gather(*(run_one(i, o) for i, o in enumerate(outcomes)))
     finally:
         run_s = time.monotonic() - began
         cpu["run"] = time.process_time() - cpu_began
@@ -312,6 +324,17 @@ def _writer_times(stores: Stores) -> WriterTimes | None:
 
 
 _LAG_QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+def _quantiles_ms(seconds: Sequence[float]) -> dict[str, float] | None:
+    """p50, p99 and mean of ``seconds`` in milliseconds (``None`` for none)."""
+    if not seconds:
+        return None
+    return {
+        "p50": round(percentile(seconds, 0.5) * 1000, 2),
+        "p99": round(percentile(seconds, 0.99) * 1000, 2),
+        "mean": round(sum(seconds) / len(seconds) * 1000, 2),
+    }
 
 
 class _LoopLag:

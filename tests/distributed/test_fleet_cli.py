@@ -64,12 +64,18 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             added = [parts[name]["mean"] for name in ("append", "handover", "fold_wait", "build", "check", "queue")]
             assert sum(added) + parts["answer"]["mean"] <= parts["overhead"]["mean"] + 1e-6
             assert report["ramp_s"] == 0.5
+            # sessions arriving over the ramp are each opened as they arrive, not all of them first
+            assert report["open_s"] == 0
+            assert report["new_sessions_per_s"] is None
+            opens = report["open_ms"]
+            assert 0 < opens["p50"] <= opens["p99"]
             # the event loop's lag through the run: probes were taken, and their quantiles are ordered
             lag = report["loop_lag_ms"]
             assert lag["probes"] > 0
             assert 0 <= lag["p50"] <= lag["p90"] <= lag["p99"] <= lag["max"]
             # the loop's own CPU by phase: what a step costs (open + run) apart from the verification afterwards
             assert set(report["cpu_s"]) == {"open", "run", "verify"}
+            assert report["cpu_s"]["open"] == 0  # the openings ran with the steps, and count in the run
             assert report["cpu_s"]["run"] > 0
             assert report["cpu_s"]["verify"] > 0
             times = report["log_times"]  # where the run's appends spent their time, from the group writers

@@ -119,10 +119,17 @@ def print_fleet(result: FleetResult) -> None:
     from ..fleet import PHASES, percentile
 
     n = len(result.sessions)
+    opens = [s.open_s for s in result.sessions if s.open_s is not None]
+    if result.ramp_s:  # each session opened as it arrived
+        opened = (
+            f"each opened as it arrived over {result.ramp_s:g} s, in p50 {percentile(opens, 0.5) * 1000:.1f} ms / "
+            f"p99 {percentile(opens, 0.99) * 1000:.1f} ms"
+        )
+    else:
+        opened = f"opened in {result.open_s:.2f} s = {n / result.open_s if result.open_s else 0:,.0f} new sessions/s"
     console.print(
         f"{n:,} sessions x {result.steps_per_session} steps: {result.steps:,} steps in {result.run_s:.2f} s "
-        f"= [bold]{result.steps / result.run_s if result.run_s else 0:,.1f} steps/s[/]; opened in "
-        f"{result.open_s:.2f} s = {n / result.open_s if result.open_s else 0:,.0f} new sessions/s"
+        f"= [bold]{result.steps / result.run_s if result.run_s else 0:,.1f} steps/s[/]; {opened}"
     )
     table = Table(title="seconds per step")
     table.add_column("part")
