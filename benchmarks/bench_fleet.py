@@ -7,11 +7,13 @@ prefix and dispatch stream per run).
 
 * **What foldline adds to a step behind a real model** (the targets): the dispatcher's emulator answers
   each request in ``FOLDLINE_BENCH_FLEET_LATENCY`` (2 s) ± 50 %, as a model does; 100 and 1,000 sessions
-  whose first steps are spread over the first 2 s (``--ramp 2``, as a fleet's sessions arrive), and beside
-  each the same fleet started in one instant (its first step a burst of every session). Reported against
+  arriving over the first 2 s (``--ramp 2``, as a fleet's sessions arrive: each is opened when it arrives and
+  its first step follows at once), and beside each the same fleet started in one instant (every session
+  opened first, then its first step a burst of every session). Reported against
   the targets: the added latency of a step (its wall time minus the model's answer) p50 / p99, steps/s,
   failed sessions and requests verified, and the CPU per step of every process and server together (the
-  loop, dispatcher and projectors, the Kafka broker, Redis). Beside them, from measured figures, where the
+  loop, dispatcher and projectors, the Kafka broker, Redis, the S3 server). Beside them, from measured
+  figures, how long opening a session took, and where the
   added time goes: each part of a step (p50 / p99) and, for the Kafka appends, each append's mean time
   queued in its group writer, until its group's records were acknowledged, and in the commit.
 * **Scaling**: the 1,000-session spread fleet with 1, 2 and 4 projectors and 1 and 2 dispatchers: CPU per
@@ -65,10 +67,12 @@ def _cpu_s(pid: int) -> float:
 
 
 def _servers() -> dict[str, int]:
-    """The local Kafka broker's and Redis's pids (deploy/local/up.sh's pid files), where they run."""
+    """The local Kafka broker's, Redis's and S3 server's pids (deploy/local/up.sh's pid files), where they run.
+    The S3 server counts too: every new session's key is written there, and each process that opens its content
+    reads it (docs/ERASURE.md)."""
     state = Path(os.environ.get("FOLDLINE_LOCAL_DIR") or Path(__file__).resolve().parents[1] / ".local") / "run"
     found: dict[str, int] = {}
-    for name, label in (("kafka", "Kafka broker"), ("redis", "Redis")):
+    for name, label in (("kafka", "Kafka broker"), ("redis", "Redis"), ("s3", "S3 server")):
         try:
             pid = int((state / f"{name}.pid").read_text().strip())
             _cpu_s(pid)
@@ -425,7 +429,8 @@ def budget_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
             "ok": True,
         },
         {
-            "name": "of which the Kafka broker, Redis and the two projectors alone (no loop, no dispatcher)",
+            "name": "of which the servers (Kafka broker, Redis, S3) and the two projectors alone (no loop, no "
+            "dispatcher)",
             "value": round(below, 2),
             "unit": "ms",
             "target": f"(reference: budget {budget:.2f} ms)",
@@ -485,13 +490,26 @@ def latency_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
         },
         {
             "name": f"{size}: CPU per step, every process and server together (loop, dispatcher, projectors, "
-            "Kafka broker, Redis; the loop's opening and running of the sessions, the others' whole run)",
+            "Kafka broker, Redis, S3 server; the loop's opening and running of the sessions, the others' whole run)",
             "value": round(cpu, 2),
             "unit": "ms",
             "target": f"<= {cpu_target:g} ms" if cpu_target else "(reference)",
             "ok": cpu_target is None or cpu <= cpu_target,
         },
     ]
+    opens = r.get("open_ms")
+    if opens:
+        how = "each opened as it arrived" if ramp else "all opened together before their first steps"
+        out.append(
+            {
+                "name": f"{size}: opening a session ({how}: created in the log, its loop loaded; not part of a "
+                "step's added latency), p50 / p99",
+                "value": f"{opens['p50']:.1f} / {opens['p99']:.1f}",
+                "unit": "ms",
+                "target": "(reference)",
+                "ok": True,
+            }
+        )
     out += _part_rows(size, phases, ("append", "handover", "fold_wait", "build", "check", "queue", "answer"))
     out += _mean_rows(size, phases)
     if sessions >= 1000 and rate_target:
