@@ -65,7 +65,7 @@ TAG_BYTES = 16
 #: A key-store request mostly waits on the store, so a pool of its own serves a burst of new sessions without
 #: taking the log's worker threads, and bounds how many threads take the interpreter lock in turn with the event
 #: loop. 32, measured with 1,000 sessions arriving in 2 s (docs/DISPATCHER.md): with 8 the first writes waited
-#: for their keys (step p99 4.7 s), 16, 32 and 64 were alike within the runs' spread (3.2–3.7 s).
+#: for their keys (step p99 4.7 s), 16, 32 and 64 were alike within the runs' spread (3.2 to 3.7 s).
 WARM_THREADS = 32
 
 
