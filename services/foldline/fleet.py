@@ -3,7 +3,9 @@
 The loops are the demo's scripted agents (its system prompt, tools and prompts) on the distributed backend:
 every step is handed over to the ``foldline dispatcher`` processes serving the configured Redis stream, and
 its request is built from the folds that ``foldline projector`` processes keep. Nothing is started here: the
-workers are the operator's. The run has three phases, each timed:
+workers are the operator's. First the log is warmed (:meth:`~foldline.ports.event_log.EventLog.warm`: its writers,
+follower and inbox started, as a long-running loop process has them before its first session; timed apart).
+The run then has three phases, each timed:
 
 1. **open**: every session is created (a new session costs no take-over: docs/KAFKA.md) and its loop
    opened, all at once — the new sessions per second of one process. With ``--ramp`` the sessions arrive
@@ -84,6 +86,7 @@ class FleetResult:
     #: the queue every reply, hand-over answer and acknowledgement waits in before its session goes on
     loop_lag_s: list[float] = field(default_factory=list)
     invariant: bool = True  # whether each loop checked its requests against the log (AgentOptions.invariant)
+    warm_s: float = 0.0  # warming the log before the first session (EventLog.warm)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -122,6 +125,7 @@ class FleetResult:
             "steps_per_session": self.steps_per_session,
             "steps": self.steps,
             "failed": [{"id": s.id, "error": s.error} for s in self.failed],
+            "warm_s": round(self.warm_s, 4),
             "open_s": round(self.open_s, 4),
             "open_ms": _quantiles_ms([s.open_s for s in self.sessions if s.open_s is not None]),
             "new_sessions_per_s": round(len(self.sessions) / self.open_s, 1) if self.open_s else None,
@@ -243,6 +247,10 @@ async def run_fleet(
         finally:
             outcome.open_s = time.monotonic() - began
 
+    # a loop process serves for hours: what its first sessions would start on first use is started first
+    began = time.monotonic()
+    await asyncio.to_thread(stores.log.warm)
+    warm_s = time.monotonic() - began
     agents: list[Agent | None] = [None] * sessions
     open_s, cpu = 0.0, {"open": 0.0}
     if not ramp_s:  # all in one instant: opened together first, the new sessions per second of one process
@@ -312,7 +320,18 @@ async def run_fleet(
         times_after.subtract(times_before)
         log_times = times_after.to_json()
     return FleetResult(
-        outcomes, steps, open_s, run_s, verify_s, pauses.seconds, ramp_s, log_times, cpu, lag.late_s, invariant
+        outcomes,
+        steps,
+        open_s,
+        run_s,
+        verify_s,
+        pauses.seconds,
+        ramp_s,
+        log_times,
+        cpu,
+        lag.late_s,
+        invariant,
+        warm_s,
     )
 
 

@@ -64,6 +64,7 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             added = [parts[name]["mean"] for name in ("append", "handover", "fold_wait", "build", "check", "queue")]
             assert sum(added) + parts["answer"]["mean"] <= parts["overhead"]["mean"] + 1e-6
             assert report["ramp_s"] == 0.5
+            assert report["warm_s"] > 0  # the log was warmed before the first session, and timed
             # sessions arriving over the ramp are each opened as they arrive, not all of them first
             assert report["open_s"] == 0
             assert report["new_sessions_per_s"] is None

@@ -26,10 +26,12 @@ from foldline.adapters.kafka.clients import (
     flush,
     kafka_error,
 )
+from foldline.adapters.kafka.inbox import KafkaInboxStore
 from foldline.adapters.sealing import ContentSealer
 from foldline.core import Envelope, RequestHeader, TextBlock, UserMessage
 from foldline.errors import ConflictError, FencedError, StoreUnavailable, ValidationError
 from foldline.ports.event_log import EventLog
+from foldline.ports.inbox import SealedInbox
 from tests.contracts.event_log import EventLogContract
 from tests.factories import HEADER, env, simple_log
 from tests.kafka.conftest import MakeLog
@@ -583,6 +585,40 @@ def test_a_new_sessions_first_append_awaits_its_key_being_made_without_a_worker_
     reader = make_log(sealer=ContentSealer(keys))
     assert all(reader.read(sid) == events for sid in sids[:5])
     assert any(e.sealed is not None for e in reader.read_stored(sids[0]))  # stored sealed
+
+
+def test_a_warmed_log_has_started_what_its_first_sessions_would_wait_for(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``warm`` starts the group writers, every partition's session creator and reads every inbox partition:
+    afterwards a new session is created by a started producer, and a claim is answered without the broker. A
+    session another instance created before is still found (the creator catches the index up at its first
+    creation, as after any start)."""
+    other = make_log()
+    existing = _sid()
+    other.append(existing, 0, simple_log()[:2], lease=other.acquire(existing))
+    log = make_log()
+    log.warm()
+    assert log._writers
+    assert all(w.ready_id() is not None for w in log._writers)
+    assert all(log._creator._parts[p].producer is not None for p in range(log.partitions))
+    sealed = log.inbox()
+    assert isinstance(sealed, SealedInbox)
+    store = sealed.inner
+    assert isinstance(store, KafkaInboxStore)
+
+    def no_broker(*args: object, **kwargs: object) -> int:
+        raise AssertionError("a claim asked the broker after warm")
+
+    monkeypatch.setattr(store._marks, "high", no_broker)
+    assert log.inbox().entries(_sid()) == []  # from memory: every partition was read
+    monkeypatch.undo()
+    before = log._creator.transactions
+    lease, events = asyncio.run(log.acquire_and_read_async(_sid()))
+    assert (lease.epoch, events, log._creator.transactions) == (1, [], before + 1)
+    taken, found = asyncio.run(log.acquire_and_read_async(existing))  # created elsewhere: taken over, not made
+    assert found == simple_log()[:2]
+    assert taken.epoch == 2
 
 
 def test_a_session_opened_from_asyncio_that_another_instance_created_is_taken_over(make_log: MakeLog) -> None:

@@ -129,7 +129,8 @@ def print_fleet(result: FleetResult) -> None:
         opened = f"opened in {result.open_s:.2f} s = {n / result.open_s if result.open_s else 0:,.0f} new sessions/s"
     console.print(
         f"{n:,} sessions x {result.steps_per_session} steps: {result.steps:,} steps in {result.run_s:.2f} s "
-        f"= [bold]{result.steps / result.run_s if result.run_s else 0:,.1f} steps/s[/]; {opened}"
+        f"= [bold]{result.steps / result.run_s if result.run_s else 0:,.1f} steps/s[/]; {opened} "
+        f"(the log warmed first in {result.warm_s * 1000:.0f} ms)"
     )
     table = Table(title="seconds per step")
     table.add_column("part")

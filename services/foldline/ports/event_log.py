@@ -159,6 +159,11 @@ class EventLog(abc.ABC):
             "its records; destroying the key cannot erase them (docs/ERASURE.md, 'Sessions logged unsealed')"
         )
 
+    def warm(self) -> None:  # noqa: B027 - optional hook
+        """Start now what the first sessions would otherwise start on first use (clients, writers, first reads),
+        so a long-running process that calls it before it takes sessions serves its first ones like the rest.
+        Blocking; nothing to do for a log without such parts."""
+
     def scrub(self) -> None:  # noqa: B027 - optional hook
         """Leave no copy of rewritten or removed bytes in the store's files (free pages, journals)."""
 

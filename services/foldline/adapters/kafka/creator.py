@@ -147,6 +147,29 @@ class SessionCreator:
                 raise StoreUnavailable(f"creating session {session_id!r}: the log is closed") from exc
         return mine.future
 
+    def start(self, part: int, deadline: float) -> None:
+        """Start the partition's transactional producer now (its ``init_transactions``), as its first creation
+        would: a process that calls it before it takes sessions (``KafkaEventLog.warm``) does not have its first
+        sessions wait for it. Nothing happens when the partition has a producer or a creation under way (that
+        one starts it); the index is caught up by the first creation, as after any init."""
+        p = self._partition(part)
+        with p.cond:
+            if p.busy or p.producer is not None:
+                return
+            p.busy = True
+        try:
+            producer = self._clients.transactional_producer(p.transactional_id, SESSION_PRODUCER)
+            try:
+                producer.init_transactions(self._clients.remaining(deadline))
+            except KafkaException as exc:
+                discard(producer, f"the session creator {p.transactional_id}")
+                raise self._clients.unavailable(f"starting the session creator of partition {part}", exc) from exc
+            p.producer, p.caught_up = producer, False
+        finally:
+            with p.cond:
+                p.busy = False
+                p.cond.notify_all()
+
     def _drain(self, p: _Partition, part: int) -> None:
         """Commit the partition's queued creations, batch after batch, until none is left (see :meth:`submit`).
         Whatever happens, the partition is left without a drain, so the next submission starts one."""

@@ -174,6 +174,13 @@ class KafkaInboxStore(InboxStore):
         with self._lock:
             return sorted({s for state in self._parts.values() for s in state.live})
 
+    def prime(self) -> None:
+        """Read every partition now (the topic created when missing): the claims that follow are answered from
+        memory until ``refresh_s`` passes, instead of a new process's first claims each waiting, one after
+        another, for their partition's first read (and the first of them for the reading consumer's start)."""
+        for part in range(self._partitions):
+            self._refresh(part, force=True)
+
     def close(self) -> None:
         with self._io, self._lock:
             producer, self._producer = self._producer, None

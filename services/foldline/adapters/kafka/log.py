@@ -613,6 +613,23 @@ class KafkaEventLog(EventLog):
                 )
             return self._inbox
 
+    def warm(self) -> None:
+        """Start the topics' check, every group writer's producers, the follower and every partition's session
+        creator, and read every inbox partition once — what a new process's first sessions would otherwise wait
+        for on first use, one after another (each producer's ``init_transactions``, the inbox's reading
+        consumer). A loop process calls it before it takes sessions (``foldline fleet`` does, and reports how
+        long it took). StoreUnavailable when the broker does not answer."""
+        self._ensure_ready()
+        deadline = self._clients.deadline()
+        for writer in self._writers:
+            writer.current(deadline)
+        for part in range(self.partitions):
+            self._creator.start(part, deadline)
+        inbox = self.inbox()
+        store = inbox.inner if isinstance(inbox, SealedInbox) else inbox
+        if isinstance(store, KafkaInboxStore):
+            store.prime()
+
     def writer_times(self) -> WriterTimes:
         """Where this instance's group writers' appends spent their time so far (summed over the writers)."""
         total = WriterTimes()
