@@ -511,7 +511,8 @@ def latency_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": f"{size}: opening a session ({how}: created in the log, its loop loaded; not part of a "
-                "step's added latency), p50 / p99",
+                f"step's added latency; before the first, the loop process warmed its log in "
+                f"{1000 * float(r.get('warm_s') or 0):.0f} ms), p50 / p99",
                 "value": f"{opens['p50']:.1f} / {opens['p99']:.1f}",
                 "unit": "ms",
                 "target": "(reference)",
