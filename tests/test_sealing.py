@@ -3,10 +3,13 @@ key leaves the structure readable and nothing buildable; a lost key is a loud er
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -516,25 +519,91 @@ def test_a_write_waits_for_its_key_being_made_and_a_failed_making_is_asked_again
     sealer.close()
 
 
-def test_a_new_sessions_key_is_made_when_its_loop_opens_and_an_existing_ones_is_not() -> None:
+def _agent_options(**kwargs: Any) -> Any:
     from foldline.core.header import CallConfig as Config
-    from foldline.loop import Agent, AgentOptions
+    from foldline.loop import AgentOptions
+
+    return AgentOptions(config=Config("anthropic", "claude-emulated", max_tokens=64), **kwargs)
+
+
+def test_a_new_sessions_key_is_made_as_its_loop_opens_unless_many_open_at_once() -> None:
+    from foldline.loop import Agent
+    from foldline.loop.agent import KEYS_AT_OPEN_BELOW
+    from foldline.ports.event_log import WriterLease
+    from foldline.providers.emulated import emulated_provider
+
+    class Slow(MemoryEventLog):  # an opening takes a moment, as a broker's does: openings overlap
+        async def acquire_and_read_async(self, session_id: str) -> tuple[WriterLease, list[Envelope]]:
+            await asyncio.sleep(0.01)
+            return self.acquire_and_read(session_id)
+
+    keys = _GatedKeys()
+    keys.gate.clear()
+    sealer = ContentSealer(keys)
+    log = Slow(sealer=sealer)
+    asyncio.run(Agent.open("fresh", log, emulated_provider(), _agent_options()))
+    making = sealer.making("fresh")
+    assert making is not None  # under way while the session's first request is handed over
+    keys.gate.set()
+    making.result(10)
+    log.append("fresh", 0, _first("hi"))
+    assert keys.calls == ["create"]  # the first write used it
+    sealer.forget("fresh")
+    asyncio.run(Agent.open("fresh", log, emulated_provider(), _agent_options()))
+    assert sealer.making("fresh") is None  # it has events: nothing to make
+    keys.gate.clear()
+    crowd = [f"crowd-{i}" for i in range(KEYS_AT_OPEN_BELOW * 4)]
+
+    async def open_all() -> None:
+        await asyncio.gather(*(Agent.open(sid, log, emulated_provider(), _agent_options()) for sid in crowd))
+
+    asyncio.run(open_all())
+    # opened all at once: their keys are left to their first steps, not written while the others open (only
+    # the last few, opened once fewer than KEYS_AT_OPEN_BELOW were still opening, start theirs at once)
+    assert sum(sealer.making(sid) is not None for sid in crowd) <= KEYS_AT_OPEN_BELOW
+    keys.gate.set()
+    sealer.close()
+
+
+def test_a_key_left_to_the_first_step_is_made_during_its_hand_over_and_the_first_write_uses_it() -> None:
+    from foldline.adapters.memory_folds import MemoryFoldStore
+    from foldline.core.fold import fold_state
+    from foldline.core.projection import Session
+    from foldline.dispatcher import Dispatcher
+    from foldline.loop import Agent
+    from foldline.ports.event_log import WriterLease
+    from foldline.ports.step_dispatch import PreparedStep, StepHandoff
     from foldline.providers.emulated import emulated_provider
 
     keys = _GatedKeys()
     keys.gate.clear()
     sealer = ContentSealer(keys)
-    log = MemoryEventLog(sealer=sealer)
-    options = AgentOptions(config=Config("anthropic", "claude-emulated", max_tokens=64))
-    Agent("fresh", log, emulated_provider(), options)
-    making = sealer.making("fresh")
-    assert making is not None  # made while the session's first request is handed over, not at its first write
-    keys.gate.set()
-    making.result(10)
-    log.append("fresh", 0, _first("hi"))
-    assert keys.calls == ["create"]
-    sealer.forget("fresh")
-    Agent("fresh", log, emulated_provider(), AgentOptions(config=Config("anthropic", "claude-emulated")))
+    folds = MemoryFoldStore()
+
+    class Projecting(MemoryEventLog):  # folds every append at once, as a projector would
+        def append(
+            self, session_id: str, expected_seq: int, events: Sequence[Envelope], *, lease: WriterLease | None = None
+        ) -> int:
+            head = super().append(session_id, expected_seq, events, lease=lease)
+            folds.put(fold_state(Session(session_id, self.read(session_id)), 0))
+            return head
+
+    seen: list[bool] = []
+
+    class Watching(Dispatcher):
+        async def prepare(self, handoff: StepHandoff) -> PreparedStep:
+            if not seen:  # the first hand-over (nothing written yet): the key is being made meanwhile
+                seen.append(sealer.making("fresh") is not None)
+                keys.gate.set()
+            return await super().prepare(handoff)
+
+    log = Projecting(sealer=sealer)
+    provider = emulated_provider()
+    dispatcher = Watching(folds, {"anthropic": provider}, fold_timeout_s=2.0)
+    agent = Agent("fresh", log, provider, _agent_options(dispatcher=dispatcher))  # not opened by Agent.open
     assert sealer.making("fresh") is None
-    assert "create" not in keys.calls[1:]
+    asyncio.run(agent.run_turn("hello"))
+    assert seen == [True]
+    assert keys.calls == ["create"]  # made once, during the hand-over; the first write asked the store nothing
+    assert any(e.sealed is not None for e in log.read_stored("fresh"))
     sealer.close()

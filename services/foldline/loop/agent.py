@@ -56,7 +56,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -181,8 +181,17 @@ def check_provider(provider: Provider, config: CallConfig) -> None:
         )
 
 
+#: while fewer sessions than this are being opened at once in a process (:meth:`Agent.open`), a new session's
+#: key is made as it opens; beyond it, at its first step. Making keys while a thousand sessions open at once
+#: (32 key threads taking the interpreter lock in turn with the event loop) halved the openings per second
+#: (docs/DISPATCHER.md).
+KEYS_AT_OPEN_BELOW = 16
+
+
 class Agent:
     """One loop instance on one session. Create it, then ``await run_turn(...)``."""
+
+    _opening: ClassVar[int] = 0  # sessions being opened now in this process (Agent.open)
 
     def __init__(
         self,
@@ -221,9 +230,6 @@ class Agent:
             log.sealer.bind(session_id, options.subject)
         self.lease: WriterLease
         self.lease, loaded = opened if opened is not None else log.acquire_and_read(session_id)
-        if not loaded and log.sealer is not None:
-            # a new session: its key is made while its first request is handed over, not before its first write
-            log.sealer.warm(session_id)
         with collector_paused():
             self.session = Session(session_id, loaded)  # validates on load
         store = inbox if inbox is not None else log.inbox()
@@ -292,9 +298,18 @@ class Agent:
         parent: SessionParent | None = None,
         new_id: Callable[[], str] = new_entry_id,
     ) -> Agent:
-        """The constructor for asyncio callers: the lease and the load are awaited (many sessions open at once)."""
-        opened = await log.acquire_and_read_async(session_id)
-        return cls(
+        """The constructor for asyncio callers: the lease and the load are awaited (many sessions open at once).
+
+        A new session's key (sealed content) starts being made as it opens, so its write overlaps the opening
+        and the first hand-over — unless more than :data:`KEYS_AT_OPEN_BELOW` sessions are being opened at once,
+        whose keys' writes would slow their openings: those start at each session's first step."""
+        Agent._opening += 1
+        try:
+            opened = await log.acquire_and_read_async(session_id)
+            crowded = Agent._opening > KEYS_AT_OPEN_BELOW
+        finally:
+            Agent._opening -= 1
+        agent = cls(
             session_id,
             log,
             provider,
@@ -306,6 +321,9 @@ class Agent:
             parent=parent,
             new_id=new_id,
         )
+        if not opened[1] and not crowded and log.sealer is not None:
+            log.sealer.warm(session_id)
+        return agent
 
     # -------------------------------------------------------------- public API
 
@@ -548,6 +566,11 @@ class Agent:
 
     async def _step(self, turn: int, step: int) -> tuple[StepRecord, ProviderResponse] | None:
         self.last_timings, self._phase, self._step_began = {}, "append", time.monotonic()
+        logged = self._unwritten[0].seq if self._unwritten else self.session.next_seq  # seqs in the log
+        if not logged and self.log.sealer is not None:
+            # a new session's first step: its key is made while the step's request is handed over, not before its
+            # first write (nothing to do when its opening started it: Agent.open)
+            self.log.sealer.warm(self.session_id)
         if self._unwritten and (self._pre_step or self.options.tools.sources):
             await self._append()  # a hook or a tool source may take long: what is held is written first
         # tool sources (MCP servers) reconnect and refresh their lists where due, before the claim; the render
