@@ -466,11 +466,11 @@ def test_a_warmed_key_is_made_once_ahead_of_the_first_write_which_then_asks_the_
     keys = _GatedKeys()
     keys.gate.clear()
     sealer = ContentSealer(keys)
-    sealer.warm("new")
+    sealer.make_ahead("new")
     making = sealer.making("new")
     assert making is not None
     assert not making.done()
-    sealer.warm("new")  # asked again meanwhile: still one making
+    sealer.make_ahead("new")  # asked again meanwhile: still one making
     assert sealer.making("new") is making
     keys.gate.set()
     making.result(10)
@@ -479,14 +479,14 @@ def test_a_warmed_key_is_made_once_ahead_of_the_first_write_which_then_asks_the_
     sealed = sealer.seal("new", _first("hello"))
     assert keys.calls == ["create"]  # one create, made ahead; the write asked the store nothing
     assert sealer.open("new", sealed)[0].data == UserMessage("u", (TextBlock("hello"),))
-    sealer.warm("new")  # held already: nothing to make
+    sealer.make_ahead("new")  # held already: nothing to make
     assert sealer.making("new") is None
     assert keys.calls == ["create"]
     off = ContentSealer(keys, seal_new=False)
-    off.warm("plain")  # encryption off: no key is made for new content
+    off.make_ahead("plain")  # encryption off: no key is made for new content
     assert off.making("plain") is None
     sealer.close()
-    sealer.warm("after-close")
+    sealer.make_ahead("after-close")
     assert sealer.making("after-close") is None
     assert keys.calls == ["create"]
 
@@ -495,7 +495,7 @@ def test_a_write_waits_for_its_key_being_made_and_a_failed_making_is_asked_again
     keys = _GatedKeys()
     keys.gate.clear()
     sealer = ContentSealer(keys)
-    sealer.warm("slow")
+    sealer.make_ahead("slow")
     sealed: list[list[Envelope]] = []
     writer = threading.Thread(target=lambda: sealed.append(sealer.seal("slow", _first("waited"))))
     writer.start()
@@ -507,12 +507,12 @@ def test_a_write_waits_for_its_key_being_made_and_a_failed_making_is_asked_again
     assert len(sealed) == 1
     assert keys.calls == ["create"]
     keys.failing = 2  # the making fails, and so does the write's own attempt: the store's error is raised
-    sealer.warm("down")
+    sealer.make_ahead("down")
     with pytest.raises(StoreUnavailable, match="injected"):
         sealer.seal("down", _first("lost?"))
     assert keys.calls[1:] == ["create-failed", "create-failed"]
     keys.failing = 1  # the making fails, the write's own attempt succeeds
-    sealer.warm("flaky")
+    sealer.make_ahead("flaky")
     flaky = sealer.seal("flaky", _first("kept"))
     assert keys.calls[3:] == ["create-failed", "create"]
     assert sealer.open("flaky", flaky)[0].data == UserMessage("u", (TextBlock("kept"),))

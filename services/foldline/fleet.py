@@ -3,8 +3,9 @@
 The loops are the demo's scripted agents (its system prompt, tools and prompts) on the distributed backend:
 every step is handed over to the ``foldline dispatcher`` processes serving the configured Redis stream, and
 its request is built from the folds that ``foldline projector`` processes keep. Nothing is started here: the
-workers are the operator's. First the log is warmed (:meth:`~foldline.ports.event_log.EventLog.warm`: its writers,
-follower and inbox started, as a long-running loop process has them before its first session; timed apart).
+workers are the operator's. First the log is warmed (:meth:`~foldline.ports.event_log.EventLog.warm`: its
+writers, session creators and inbox started, as a long-running loop process has them before its first session;
+timed apart).
 The run then has three phases, each timed:
 
 1. **open**: every session is created (a new session costs no take-over: docs/KAFKA.md) and its loop

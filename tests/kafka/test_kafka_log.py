@@ -544,7 +544,7 @@ def test_sessions_opened_from_asyncio_wait_on_no_thread_and_share_a_few_transact
 def test_a_new_sessions_first_append_awaits_its_key_being_made_without_a_worker_thread(
     make_log: MakeLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Sealed sessions: a new session's key is made ahead (``ContentSealer.warm``, as a loop does when it opens
+    """Sealed sessions: a new session's key is made ahead (``ContentSealer.make_ahead``, as a loop does when it opens
     one); its first append awaits that making and joins the group transaction — no worker thread held while
     the key store answers, then through the commit."""
     keys = _GatedKeys()
@@ -559,7 +559,7 @@ def test_a_new_sessions_first_append_awaits_its_key_being_made_without_a_worker_
     opened = asyncio.run(open_all())
     keys.gate.clear()  # the key store answers only once the appends wait
     for sid in sids:
-        sealer.warm(sid)
+        sealer.make_ahead(sid)
     blocking: list[object] = []
 
     async def no_thread(call: object, *args: object, **kwargs: object) -> Any:

@@ -61,7 +61,8 @@ __all__ = [
 
 NONCE_BYTES = 12
 TAG_BYTES = 16
-#: threads of one sealer that make new sessions' keys ahead of their first write (:meth:`ContentSealer.warm`).
+#: threads of one sealer that make new sessions' keys ahead of their first write
+#: (:meth:`ContentSealer.make_ahead`).
 #: A key-store request mostly waits on the store, so a pool of its own serves a burst of new sessions without
 #: taking the log's worker threads, and bounds how many threads take the interpreter lock in turn with the event
 #: loop. 32, measured with 1,000 sessions arriving in 2 s (docs/DISPATCHER.md): with 8 the first writes waited
@@ -185,7 +186,7 @@ class ContentSealer:
         self._wall_ms = wall_ms
         self._lock = threading.Lock()
         self._held: dict[str, _Held] = {}
-        self._making: dict[str, Future[None]] = {}  # keys being made ahead of a first write (warm)
+        self._making: dict[str, Future[None]] = {}  # keys being made ahead of a first write (make_ahead)
         self._warmer: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -196,7 +197,7 @@ class ContentSealer:
         the events to seal open the session, so its key is most likely not there yet — the store is asked to
         create one outright (one create-only write, not a read then the write); a key that is there already (the
         session bound to a subject, an append retried) is what the create answers. A key being made
-        (:meth:`warm`) is waited for first; if making it failed, the store is asked again here, and what is
+        (:meth:`make_ahead`) is waited for first; if making it failed, the store is asked again here, and what is
         wrong is raised from here."""
         with self._lock:
             making = self._making.get(session_id)
@@ -226,7 +227,7 @@ class ContentSealer:
                     del self._held[sid]
         return held
 
-    def warm(self, session_id: str) -> None:
+    def make_ahead(self, session_id: str) -> None:
         """Start making a new session's key now, on one of this sealer's threads (:data:`WARM_THREADS`), so that
         the session's first sealed write finds it made: the key store's request then overlaps what the session
         does before that write (its first request's hand-over) instead of delaying the write. Call it once the
@@ -247,8 +248,8 @@ class ContentSealer:
         future.add_done_callback(lambda done: self._made(session_id, done))
 
     def making(self, session_id: str) -> Future[None] | None:
-        """The making of the session's key that :meth:`warm` started, while it is under way (``None`` otherwise):
-        an asyncio caller awaits it (``asyncio.wrap_future``) rather than hold a thread while it waits."""
+        """The making of the session's key that :meth:`make_ahead` started, while it is under way (``None``
+        otherwise): an asyncio caller awaits it (``asyncio.wrap_future``) rather than hold a thread while it waits."""
         with self._lock:
             return self._making.get(session_id)
 

@@ -322,7 +322,7 @@ class Agent:
             new_id=new_id,
         )
         if not opened[1] and not crowded and log.sealer is not None:
-            log.sealer.warm(session_id)
+            log.sealer.make_ahead(session_id)
         return agent
 
     # -------------------------------------------------------------- public API
@@ -570,7 +570,7 @@ class Agent:
         if not logged and self.log.sealer is not None:
             # a new session's first step: its key is made while the step's request is handed over, not before its
             # first write (nothing to do when its opening started it: Agent.open)
-            self.log.sealer.warm(self.session_id)
+            self.log.sealer.make_ahead(self.session_id)
         if self._unwritten and (self._pre_step or self.options.tools.sources):
             await self._append()  # a hook or a tool source may take long: what is held is written first
         # tool sources (MCP servers) reconnect and refresh their lists where due, before the claim; the render

@@ -259,12 +259,12 @@ class Sealer(Protocol):
         """Whether sealing or opening the session's events now needs no request to the key store."""
         ...
 
-    def warm(self, session_id: str) -> None:
+    def make_ahead(self, session_id: str) -> None:
         """Start making a new session's key in the background, ahead of its first sealed write."""
         ...
 
     def making(self, session_id: str) -> Future[None] | None:
-        """The making :meth:`warm` started, while it is under way."""
+        """The making :meth:`make_ahead` started, while it is under way."""
         ...
 
     def forget(self, session_id: str) -> None:

@@ -353,7 +353,7 @@ class KafkaEventLog(EventLog):
         """:meth:`append` for asyncio callers: an owned session's batch joins the group transaction and the
         caller awaits its commit without a thread; anything else (a take-over, a session's own producer,
         a refusal to re-check) runs :meth:`append` on a worker thread. A new session's key still being made
-        (:meth:`~foldline.adapters.sealing.ContentSealer.warm`) is awaited first, without a thread."""
+        (:meth:`~foldline.adapters.sealing.ContentSealer.make_ahead`) is awaited first, without a thread."""
         sealer = self.sealer
         if sealer is not None and events and not sealer.cached(session_id):
             making = sealer.making(session_id)
