@@ -13,6 +13,7 @@ from foldline.errors import (
     ContextOverflow,
     DispatchFailed,
     DispatchLost,
+    FencedError,
     FoldlineError,
     FoldTimeout,
     InvariantViolation,
@@ -47,6 +48,7 @@ ERRORS: list[FoldlineError] = [
     AnswerTooLarge("answer over 64 MiB", received_bytes=67_108_865),
     FoldTimeout("the fold of 's-1' did not reach seq 6 within 60s: check the projectors"),
     DispatchLost(SID, BOUNDARY, "DispatchLost", "the dispatcher stopped"),
+    FencedError(SID, 3, 4),
 ]
 
 FIELDS = (
@@ -61,6 +63,9 @@ FIELDS = (
     "final",
     "received_bytes",
     "retryable",
+    "session_id",
+    "epoch",
+    "current_epoch",
 )
 
 
@@ -89,6 +94,7 @@ def test_a_kind_without_fields_arrives_as_a_dispatch_failed_naming_it() -> None:
         {"kind": "ProviderStatusError", "message": "x"},  # its fields are missing
         {"kind": "ProviderTransportError", "receivedBytes": "many", "errorType": "reset"},
         {"kind": "AnswerTooLarge"},
+        {"kind": "FencedError", "epoch": 3},  # the newer epoch is missing
     ],
 )
 def test_a_malformed_error_reply_is_a_typed_format_failure(value: dict[str, object]) -> None:

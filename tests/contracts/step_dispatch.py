@@ -36,7 +36,7 @@ from foldline.core.events import (
 from foldline.core.fold import fold_delta, fold_state
 from foldline.core.projection import Session
 from foldline.dispatcher import Dispatcher
-from foldline.errors import AttachmentNotFound, DispatchFailed, FoldlineError, FoldTimeout
+from foldline.errors import AttachmentNotFound, DispatchFailed, FencedError, FoldlineError, FoldTimeout
 from foldline.loop import Agent, AgentOptions, Toolset
 from foldline.ports.event_log import WriterLease
 from foldline.ports.fold_store import FoldStore
@@ -372,6 +372,22 @@ class StepDispatcherContract(abc.ABC):
             with pytest.raises(DispatchFailed, match="not the logged"):
                 await rig.port.send(handoff, forged)
             assert rig.emulator.bodies == []
+
+        self.run(body)
+
+    def test_a_fold_a_newer_instance_leased_fences_the_older_one_and_sends_nothing(self) -> None:
+        async def body(rig: Rig) -> None:
+            handoff = self._pending(rig.folds, "n-1")  # epoch 1 prepares the step the fold holds...
+            prepared = await rig.port.prepare(handoff)
+            events = self._opened(rig.folds, "n-1").events
+            rig.folds.put(fold_state(Session("n-1", events), 2))  # ...then epoch 2 leases the session
+            for stale in (handoff, StepHandoff("n-1", handoff.boundary - 2, 3, 0, 1)):
+                with pytest.raises(FencedError) as fenced:  # at its boundary or a stale one: fenced, not a conflict
+                    await rig.port.prepare(stale)
+                assert (fenced.value.session_id, fenced.value.epoch, fenced.value.current_epoch) == ("n-1", 1, 2)
+            assert rig.emulator.bodies == []
+            newer = await rig.port.prepare(dataclasses.replace(handoff, epoch=2))  # the newer instance steps on
+            assert newer.digest == prepared.digest
 
         self.run(body)
 

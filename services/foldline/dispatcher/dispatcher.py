@@ -10,7 +10,9 @@ writer, so a dispatcher writes nothing to the log and needs no Kafka client at a
    session's last ``request/dispatch``; without pending events, the last event before the boundary)
    (:class:`FoldWatcher`: the fold is read when the store's notice names its session, with a bounded
    fallback round for a lost notice); a fold already *past* the boundary means the step is stale
-   (:class:`~foldline.errors.ConflictError`, nothing built);
+   (:class:`~foldline.errors.ConflictError`, nothing built), and a fold whose writer epoch is newer than the
+   hand-over's means a newer loop instance leased the session (:class:`~foldline.errors.FencedError`, nothing
+   built: this instance's next append would be fenced anyway, and the error names why);
 2. build the request from the fold, completed with what it lacks of the pending events (as a projector folds
    them: :class:`~foldline.core.fold.FoldDelta`) — folded headers and derived message bytes, never a loop's
    other memory —
@@ -58,6 +60,7 @@ from ..errors import (
     ConfigError,
     ConflictError,
     DispatchFailed,
+    FencedError,
     FoldlineError,
     FoldTimeout,
     StoreUnavailable,
@@ -65,7 +68,7 @@ from ..errors import (
 )
 from ..metrics import DispatcherMetrics
 from ..ports.attachments import AttachmentStore
-from ..ports.fold_store import AppliedNotices, FoldStore, FoldTail
+from ..ports.fold_store import ERASED, AppliedNotices, FoldStore, FoldTail
 from ..ports.step_dispatch import PreparedStep, StepAnswer, StepHandoff
 from ..providers.base import Body, Provider, Serializer
 from ..providers.framing import IncrementalBody
@@ -487,6 +490,8 @@ class Dispatcher:
         # A prepare at a boundary the log moved past is stale; a send's rebuild comes after the loop logged
         # request/dispatch (and perhaps failed attempts), none of which changes the request.
         last = h.boundary - 1 if pending is not None else upto  # the last seq this prepare may find folded
+        if tail.epoch > h.epoch and tail.applied_seq != ERASED:  # a newer instance leased the session
+            raise FencedError(h.session_id, h.epoch, tail.epoch)
         if tail.applied_seq > last if exact else tail.applied_seq < upto:
             raise ConflictError(h.session_id, last + 1, tail.applied_seq + 1)
         view.advance(tail, self.messages)

@@ -48,6 +48,7 @@ from ..errors import (
     ContextOverflow,
     DispatchFailed,
     DispatchLost,
+    FencedError,
     FoldlineError,
     FoldTimeout,
     FormatError,
@@ -273,7 +274,8 @@ _ATTACHMENT_ERRORS: dict[str, type[AttachmentError]] = {
 def error_to_json(exc: FoldlineError) -> dict[str, Any]:
     """A dispatcher's error as JSON, with what the loop needs to act on it exactly as in-process: a
     provider's status, retry-after, retry hints and request id; the bytes of the answer received; the
-    attachment an :class:`~foldline.errors.AttachmentError` names."""
+    attachment an :class:`~foldline.errors.AttachmentError` names; the epochs a
+    :class:`~foldline.errors.FencedError` names."""
     out: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, DispatchFailed):  # the receiver names the session and seq again
         out["message"] = exc.detail
@@ -302,6 +304,8 @@ def error_to_json(exc: FoldlineError) -> dict[str, Any]:
         )
     elif isinstance(exc, AnswerTooLarge):
         out.update(receivedBytes=exc.received_bytes)
+    elif isinstance(exc, FencedError):
+        out.update(epoch=exc.epoch, currentEpoch=exc.current_epoch)
     return out
 
 
@@ -338,6 +342,8 @@ def error_from_json(value: Any, session_id: str, boundary: int) -> FoldlineError
             )
         if kind == "AnswerTooLarge":
             return AnswerTooLarge(message, received_bytes=int(value["receivedBytes"]))
+        if kind == "FencedError":
+            return FencedError(session_id, int(value["epoch"]), int(value["currentEpoch"]))
         if kind == "FoldTimeout":
             return FoldTimeout(message)
         if kind == "DispatchLost":
