@@ -519,6 +519,23 @@ def latency_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": True,
             }
         )
+    places = r.get("overhead_by_place_ms") or {}
+    first, later = places.get("first"), places.get("later")
+    if first and later:
+        against = f"; the p99 target {target[1]:g} ms" if target else ""
+        starts = f"{sessions:,} starts come in {ramp:g} s" if ramp else f"{sessions:,} start in one instant"
+        out.append(
+            {
+                "name": f"{size}: added latency by the step's place in its session — each session's first step "
+                f"({first['steps']:,}: its start is behind it — created in the log, its key made, its first "
+                f"hand-over — and {starts}) p50 / p99, then every later step "
+                f"({later['steps']:,}) p50 / p99{against}",
+                "value": f"{first['p50']:.1f} / {first['p99']:.1f}; {later['p50']:.1f} / {later['p99']:.1f}",
+                "unit": "ms",
+                "target": "(reference)",
+                "ok": True,
+            }
+        )
     out += _part_rows(size, phases, ("append", "handover", "fold_wait", "build", "check", "queue", "answer"))
     out += _mean_rows(size, phases)
     if sessions >= 1000 and rate_target:

@@ -120,6 +120,15 @@ class FleetResult:
             return [r.timings.get("total", 0.0) - r.timings.get("send", 0.0) for s in self.sessions for r in s.steps]
         return [r.timings.get(name, 0.0) for s in self.sessions for r in s.steps]
 
+    def overhead_by_place(self) -> dict[str, list[float]]:
+        """Each step's added seconds (total minus send), by its place in its session: its ``first`` step (the
+        session's start is behind it: created, its key made, its first hand-over) and the ``later`` ones."""
+        places: dict[str, list[float]] = {"first": [], "later": []}
+        for s in self.sessions:
+            for i, r in enumerate(s.steps):
+                places["first" if i == 0 else "later"].append(r.timings.get("total", 0.0) - r.timings.get("send", 0.0))
+        return places
+
     def to_json(self) -> dict[str, object]:
         return {
             "sessions": len(self.sessions),
@@ -157,6 +166,11 @@ class FleetResult:
                 }
                 for name in (*PHASES, "overhead")
                 if (v := self.phase(name))
+            },
+            "overhead_by_place_ms": {
+                place: {"steps": len(v), **(_quantiles_ms(v) or {})}
+                for place, v in self.overhead_by_place().items()
+                if v
             },
         }
 

@@ -70,6 +70,10 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             assert report["new_sessions_per_s"] is None
             opens = report["open_ms"]
             assert 0 < opens["p50"] <= opens["p99"]
+            # the added latency by the step's place: each session's first step apart from its later ones
+            places = report["overhead_by_place_ms"]
+            assert (places["first"]["steps"], places["later"]["steps"]) == (6, 18)
+            assert all(0 < p["p50"] <= p["p99"] for p in places.values())
             # the event loop's lag through the run: probes were taken, and their quantiles are ordered
             lag = report["loop_lag_ms"]
             assert lag["probes"] > 0

@@ -139,6 +139,13 @@ def print_fleet(result: FleetResult) -> None:
     for name in (*PHASES, "overhead"):
         values = result.phase(name)
         table.add_row(name, f"{percentile(values, 0.5) * 1000:.1f} ms", f"{percentile(values, 0.99) * 1000:.1f} ms")
+    for place, values in result.overhead_by_place().items():  # a session's first step carries its start
+        if values:
+            table.add_row(
+                f"overhead, {place} steps",
+                f"{percentile(values, 0.5) * 1000:.1f} ms",
+                f"{percentile(values, 0.99) * 1000:.1f} ms",
+            )
     console.print(table)
     for s in result.failed:
         console.print(f"[red]failed[/] {s.id}: {s.error}")
