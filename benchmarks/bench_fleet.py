@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,22 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: f
         time.sleep(0.05)
 
 
+#: A fleet run still going after this long is stuck (the largest here takes ~1 minute): it is asked where its
+#: sessions wait (SIGUSR1: its asyncio tasks, on stderr), stopped, and the run fails with that answer.
+FLEET_DEADLINE_S = 600.0
+
+
+def _stuck(loop: subprocess.Popen[bytes], err: Path) -> str:
+    loop.send_signal(signal.SIGUSR1)
+    time.sleep(3)
+    loop.kill()
+    loop.wait(10)
+    text = err.read_text(errors="replace")
+    at = text.rfind("asyncio task(s)")
+    dump = text[text.rfind("\n", 0, at) + 1 :] if at >= 0 else text[-4000:]
+    return f"foldline fleet was still running after {FLEET_DEADLINE_S:g} s; where its tasks waited:\n{dump[:8000]}"
+
+
 def measure(
     sessions: int = SESSIONS,
     steps: int = STEPS,
@@ -152,6 +169,7 @@ def measure(
             before = {name: _cpu_s(p.pid) for name, p in workers.items()}
             servers = _servers()
             servers_before = {name: _cpu_s(pid) for name, pid in servers.items()}
+            errors = (data / "fleet.err").open("wb")  # a file: a full pipe nobody reads would stop the fleet
             loop = subprocess.Popen(
                 [
                     sys.executable,
@@ -169,8 +187,9 @@ def measure(
                 ],
                 env=env,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stderr=errors,
             )
+            errors.close()  # the child has its own handle
             loop_cpu = 0.0
             started = time.monotonic()
             moves = list(rebalance or ())
@@ -192,8 +211,11 @@ def measure(
                         stopped["projector-0 (stopped)"] = _cpu_s(first.pid) - before["projector-0"]
                         first.terminate()
                         exits["projector-0"] = first.wait(30)
+                if time.monotonic() - started > FLEET_DEADLINE_S:
+                    raise RuntimeError(_stuck(loop, data / "fleet.err"))
                 time.sleep(0.2)
-            out, err = loop.communicate()
+            out, _ = loop.communicate()
+            err = (data / "fleet.err").read_bytes()
             cpu = {name: _cpu_s(p.pid) - before[name] for name, p in workers.items()}
             cpu.update(stopped)
             server_cpu = {name: _cpu_s(pid) - servers_before[name] for name, pid in servers.items()}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,16 @@ def test_fleet_runs_new_sessions_through_external_workers_and_verifies_them(
             args[args.index("fl")] = "fl-plain"
             unchecked = _fleet_json([*args, "--no-invariant"], env)
             assert (unchecked["invariant"], unchecked["ok"], unchecked["verified"]) == (False, True, 24)
+            # kill -USR1 prints where a dispatcher's coroutines wait, and leaves it serving
+            (served,) = [c for c in workers.children if c.name.startswith("dispatcher")]
+            served.process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 30
+            while "asyncio task(s)" not in served.output():
+                assert served.process.poll() is None, served.output()[-2000:]
+                assert time.monotonic() < deadline, served.output()[-2000:]
+                time.sleep(0.05)
+            assert "serve_steps" in served.output()
+            assert served.process.poll() is None
         for i in range(6):  # the log itself says so, read back by another process
             events = stores.log.read(f"fl-{i:05d}")
             assert sum(isinstance(e.data, RequestDispatch) for e in events) == 4

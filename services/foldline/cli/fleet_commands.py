@@ -59,6 +59,7 @@ def fleet(
     1 if a session failed or a request did not verify.
     """
     from ..config import open_stores
+    from ..diagnostics import dump_tasks_on_signal
     from ..dispatcher.factory import step_client
     from ..fleet import run_fleet
     from ..tracing import traced_dispatcher
@@ -69,6 +70,7 @@ def fleet(
         dispatcher = traced_dispatcher(step_client(config, stream=stream), loop=True, serve=False)
 
         async def main(progress: Progress | None) -> FleetResult:
+            dump_tasks_on_signal(asyncio.get_running_loop())  # kill -USR1: where every session waits, on stderr
             task: list[TaskID] = []
 
             def on_phase(name: str, total: int) -> None:

@@ -288,6 +288,7 @@ def dispatcher(
     json: Annotated[bool, typer.Option("--json", help="Report start and stop as JSON lines on stderr.")] = False,
 ) -> None:
     """Serve handed-over steps: each request built from the fold, its digest answered, sent once logged."""
+    from ..diagnostics import dump_tasks_on_signal
     from ..dispatcher import serve_steps
     from ..dispatcher.factory import open_dispatcher, open_dispatcher_stores
     from ..metrics import DispatcherMetrics, new_registry
@@ -319,6 +320,7 @@ def dispatcher(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        dump_tasks_on_signal(loop)  # kill -USR1: where every hand-over waits, on stderr
         worker = open_dispatcher(config, stores.folds, stores.attachments, metrics=metrics)
         try:
             answered = await serve_steps(
