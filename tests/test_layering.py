@@ -33,7 +33,7 @@ PACKAGE = Path(foldline.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "errors"}),
-    frozenset({"ports", "backoff"}),
+    frozenset({"ports", "backoff", "diagnostics"}),
     frozenset({"adapters", "providers", "metrics", "metrics_server", "collector", "tracing"}),
     frozenset({"config"}),
     frozenset({"replay"}),
