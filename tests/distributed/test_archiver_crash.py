@@ -126,11 +126,14 @@ def test_kill_9_archivers_during_50000_events_across_500_sessions(bucket: str) -
         assert report.missing == []
         assert report.corrupt == []
         assert report.pending == []
-        # no segment overlaps another: in every session directory the objects' ranges tile 0..100 exactly
+        # no segment overlaps another: in every session directory the live segments' ranges tile 0..100 exactly
+        # (a merge's inputs stay in the store, retired in its manifest, until the grace period ends: a kill can
+        # leave a session with more small segments than the merge policy keeps, and those are merged)
+        retired = set(report.retired)
         ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for key in store.keys("sessions/"):
             directory, name = key.rsplit("/", 1)
-            if name != MANIFEST_NAME:
+            if name != MANIFEST_NAME and key not in retired:
                 first, end = name.removeprefix("seg-").removesuffix(".avro").split("-")
                 ranges[directory].append((int(first), int(end)))
         assert len(ranges) == 500
@@ -138,7 +141,7 @@ def test_kill_9_archivers_during_50000_events_across_500_sessions(bucket: str) -
             spans.sort()
             assert spans[0][0] == 0
             assert spans[-1][1] == 100
-            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
         reader = SessionArchive(store, cache_events=0)
         mismatched = [sid for sid, events in logs.items() if reader.read(sid, 0, len(events)) != events]
         assert mismatched == []
