@@ -395,3 +395,18 @@ def test_the_embedded_log_is_built_in_one_place_from_the_data_dir_and_its_busy_t
         assert (reader.read_only, reader.sessions()) == (True, [])
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("writer", [False, True])
+def test_closing_the_stores_closes_the_key_store_the_loops_sealed_with(tmp_path: Path, writer: bool) -> None:
+    from foldline.config import open_stores
+    from tests.factories import LogBuilder
+
+    # a loop process's stores (writer: its log traced) keep the sealer: closing them closes the key store,
+    # whose WAL is then checkpointed into the file, nothing left open behind
+    stores = open_stores(Config(data_dir=tmp_path / "data"), writer=writer)
+    assert stores.sealer is not None
+    stores.log.create("closed-1", LogBuilder().header().turn(0, "a question").events)
+    assert (tmp_path / "data" / "keys.sqlite3-wal").exists()  # the key was written, the store is open
+    stores.close()
+    assert not (tmp_path / "data" / "keys.sqlite3-wal").exists()

@@ -341,7 +341,7 @@ def open_stores(config: Config, *, read_only: bool = False, writer: bool = False
     if writer:
         from ..tracing import traced_log
 
-        stores = Stores(traced_log(stores.log), stores.attachments, stores.folds)
+        stores = Stores(traced_log(stores.log), stores.attachments, stores.folds, sealer=stores.sealer)
     return stores
 
 
